@@ -1,0 +1,98 @@
+// Host tensors: dense, row-major, little-endian buffers with a dtype and a shape.
+#ifndef KERNELSERVE_CORE_TENSOR_H_
+#define KERNELSERVE_CORE_TENSOR_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+
+namespace kernelserve {
+
+using Shape = std::vector<int64_t>;
+
+// "[2,3,4]".
+std::string ShapeString(const Shape& shape);
+// Product of the dims; InvalidArgument if a dim is negative or the product overflows int64.
+absl::StatusOr<int64_t> NumElements(const Shape& shape);
+
+// What an invocation knows of an input: dtype and shape, no data.
+struct TensorSpec {
+  DType dtype = DType::kF32;
+  Shape shape;
+
+  bool operator==(const TensorSpec& other) const = default;
+  // "bf16[2,3,4]".
+  std::string DebugString() const;
+};
+
+// A host tensor that owns its bytes.
+//
+// The bytes live in a std::string so that a protobuf `bytes` field can be moved in and out
+// without a copy. The buffer's start is aligned as malloc aligns (16 bytes on x86-64).
+// Thread safety: a const Tensor may be read from many threads; mutation needs outside sync.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // An uninitialised tensor of `shape`. REQUIRES: dims >= 0 and no overflow of the byte count.
+  static Tensor Empty(DType dtype, Shape shape);
+  // Like Empty, then every byte set to zero.
+  static Tensor Zeros(DType dtype, Shape shape);
+  // Takes ownership of `bytes`; InvalidArgument if a dim is negative, the element count
+  // overflows, or bytes.size() != prod(shape) * ItemSize(dtype) (the message names both sizes).
+  static absl::StatusOr<Tensor> FromBytes(DType dtype, Shape shape, std::string bytes);
+  // Copies `values` (as f32, i32 or i64 elements) into a new tensor of `shape`.
+  // REQUIRES: values.size() == prod(shape).
+  static Tensor FromFloats(DType dtype, Shape shape, const std::vector<float>& values);
+  static Tensor FromInts(DType dtype, Shape shape, const std::vector<int64_t>& values);
+
+  DType dtype() const { return spec_.dtype; }
+  const Shape& shape() const { return spec_.shape; }
+  const TensorSpec& spec() const { return spec_; }
+  int64_t dim(int i) const { return spec_.shape[static_cast<size_t>(i)]; }
+  int rank() const { return static_cast<int>(spec_.shape.size()); }
+  int64_t numel() const;
+  size_t nbytes() const { return bytes_.size(); }
+
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  template <typename T>
+  T* data_as() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
+  template <typename T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
+  const std::string& bytes() const { return bytes_; }
+  // Moves the bytes out; the tensor is left empty.
+  std::string ReleaseBytes() && { return std::move(bytes_); }
+
+  // Element i as float (floating dtypes), or as the integer value converted (integer, bool).
+  float GetFloat(int64_t i) const;
+  void SetFloat(int64_t i, float value);
+  // Element i as int64 (integer and bool dtypes). REQUIRES: integer or bool dtype.
+  int64_t GetInt(int64_t i) const;
+  // All elements as float / double / int64.
+  std::vector<float> ToFloats() const;
+  std::vector<double> ToDoubles() const;
+  std::vector<int64_t> ToInts() const;
+
+ private:
+  TensorSpec spec_;
+  std::string bytes_;
+};
+
+// Inputs and outputs of a kernel, by name.
+using TensorMap = std::map<std::string, Tensor>;
+using TensorSpecMap = std::map<std::string, TensorSpec>;
+
+TensorSpecMap SpecsOf(const TensorMap& tensors);
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_CORE_TENSOR_H_

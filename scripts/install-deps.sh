@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kernelserve builds, tests and runs with.
+# Installs only what is missing; uses sudo when not root. Safe to run again.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libhiredis-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev nlohmann-json3-dev
+  redis-server prometheus
+  python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
