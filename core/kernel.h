@@ -74,12 +74,20 @@ class Kernel {
   virtual absl::Status Validate(const TensorSpecMap& inputs, const Attributes& attrs) const = 0;
   // Checks the values of index inputs (cu_seqlens...), which Validate cannot see.
   // REQUIRES: Validate(SpecsOf(inputs), attrs).ok().
-  virtual absl::Status ValidateData(const TensorMap& inputs, const Attributes& attrs) const {
+  virtual absl::Status ValidateData(const TensorMap& /*inputs*/,
+                                    const Attributes& /*attrs*/) const {
     return absl::OkStatus();
   }
   // Output specs for these inputs. REQUIRES: Validate(...).ok().
   virtual TensorSpecMap OutputSpecs(const TensorSpecMap& inputs,
                                     const Attributes& attrs) const = 0;
+
+  // Inputs of the given specs with valid random data (index inputs such as cu_seqlens get
+  // valid values), for tuning from shapes alone. The default fills floats uniformly in
+  // [-1, 1] and integers and bools with 1. Defined in core/synthesize.cc.
+  virtual absl::StatusOr<TensorMap> SynthesizeInputs(const TensorSpecMap& specs,
+                                                     const Attributes& attrs,
+                                                     uint64_t seed) const;
 
   // A pure function of shapes, attributes and device. The config it returns is in
   // CandidateConfigs for the same arguments (tests check this).

@@ -22,11 +22,12 @@ struct StoredConfig {
   std::string kernel_id;          // "mean_pooling@v1"
   std::string fingerprint_hash;   // DeviceFingerprint::Hash() of the device it was tuned on
   std::string cache_key;          // Invocation::CacheKey()
-  double measured_seconds = 0.0;  // median time when tuned; 0 when pinned by hand
+  double measured_seconds = 0.0;  // median time when tuned; 0 when pinned or heuristic
+  std::string origin;             // "autotune", "heuristic" or "pinned" (by hand)
   std::string host;               // host name of the process that stored it
   int64_t stored_at_unix_ms = 0;  // when it was stored
 
-  // {"schema":1,"config":{..},"kernel":..,...}
+  // {"schema":1,"config":{..},"kernel":..,"origin":..,...}
   std::string ToJson() const;
   // InvalidArgument when malformed or of another schema version.
   static absl::StatusOr<StoredConfig> FromJson(std::string_view json);
@@ -62,12 +63,13 @@ class PersistentStore {
   // Cluster-wide tuning lease on one key: true when this process may tune it now. The lease is
   // held until ReleaseLease or until `ttl` passes (so a process that dies frees it). Stores
   // not shared between processes always grant it.
-  virtual absl::StatusOr<bool> TryAcquireLease(const std::string& fingerprint_hash,
-                                               const std::string& cache_key, absl::Duration ttl) {
+  virtual absl::StatusOr<bool> TryAcquireLease(const std::string& /*fingerprint_hash*/,
+                                               const std::string& /*cache_key*/,
+                                               absl::Duration /*ttl*/) {
     return true;
   }
-  virtual absl::Status ReleaseLease(const std::string& fingerprint_hash,
-                                    const std::string& cache_key) {
+  virtual absl::Status ReleaseLease(const std::string& /*fingerprint_hash*/,
+                                    const std::string& /*cache_key*/) {
     return absl::OkStatus();
   }
 };

@@ -1,0 +1,54 @@
+#include "core/kernel.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/utils/string_view.h"
+
+namespace kernelserve {
+
+std::string Kernel::id() const { return absl::StrCat(name(), "@v", version()); }
+
+bool Kernel::IsCandidate(const KernelConfig& config, const TensorSpecMap& inputs,
+                         const Attributes& attrs, const DeviceInfo& device) const {
+  const std::vector<KernelConfig> candidates = CandidateConfigs(inputs, attrs, device);
+  return std::find(candidates.begin(), candidates.end(), config) != candidates.end();
+}
+
+void Kernel::AddImpl(std::unique_ptr<PlatformImpl> impl) {
+  if (impl == nullptr) return;
+  const Platform platform = impl->platform();
+  impls_[platform] = std::move(impl);
+}
+
+PlatformImpl* Kernel::impl(Platform platform) const {
+  auto it = impls_.find(platform);
+  return it == impls_.end() ? nullptr : it->second.get();
+}
+
+std::vector<Platform> Kernel::platforms() const {
+  std::vector<Platform> out;
+  for (const auto& [platform, impl] : impls_) out.push_back(platform);
+  return out;
+}
+
+absl::StatusOr<Platform> Kernel::ResolvePlatform(std::string_view requested,
+                                                 bool gpu_present) const {
+  if (requested.empty() || requested == "auto") {
+    if (gpu_present && impl(Platform::kCuda) != nullptr) return Platform::kCuda;
+    if (impl(Platform::kCpu) != nullptr) return Platform::kCpu;
+    return absl::UnimplementedError(
+        absl::StrCat("kernel '", id(), "' has no implementation that can run here"));
+  }
+  absl::StatusOr<Platform> platform = ParsePlatform(requested);
+  if (!platform.ok()) return platform.status();
+  if (impl(*platform) != nullptr) return *platform;
+  std::vector<std::string> available;
+  for (Platform p : platforms()) available.emplace_back(PlatformName(p));
+  return absl::UnimplementedError(
+      absl::StrCat("kernel '", id(), "' has no '", Sv(requested),
+                   "' implementation; available: ", absl::StrJoin(available, ", ")));
+}
+
+}  // namespace kernelserve

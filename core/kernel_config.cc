@@ -1,0 +1,124 @@
+#include "core/kernel_config.h"
+
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/utils/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace kernelserve {
+namespace {
+
+using Json = nlohmann::json;
+
+struct IntField {
+  const char* name;
+  int KernelConfig::*member;
+};
+struct StringField {
+  const char* name;
+  std::string KernelConfig::*member;
+};
+
+constexpr IntField kIntFields[] = {
+    {"block_q", &KernelConfig::block_q},       {"block_k", &KernelConfig::block_k},
+    {"block_d", &KernelConfig::block_d},       {"num_warps", &KernelConfig::num_warps},
+    {"num_stages", &KernelConfig::num_stages}, {"block_size", &KernelConfig::block_size},
+    {"priority", &KernelConfig::priority},
+};
+constexpr StringField kStringFields[] = {
+    {"platform", &KernelConfig::platform},
+    {"backend", &KernelConfig::backend},
+    {"algorithm", &KernelConfig::algorithm},
+};
+
+// Reads an int field of `object` into `out` when present.
+absl::Status ReadInt(const Json& object, const char* name, int* out) {
+  auto it = object.find(name);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel config field '", name, "': expected an integer, got ", it->type_name()));
+  }
+  const bool fits =
+      it->is_number_unsigned()
+          ? it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max())
+          : it->get<int64_t>() >= std::numeric_limits<int>::min() &&
+                it->get<int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel config field '", name, "': value ",
+                                                   it->dump(), " does not fit in an int"));
+  }
+  const int64_t value = it->get<int64_t>();
+  *out = static_cast<int>(value);
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const Json& object, const char* name, std::string* out) {
+  auto it = object.find(name);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel config field '", name, "': expected a string, got ", it->type_name()));
+  }
+  *out = it->get<std::string>();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string KernelConfig::ToJson() const {
+  Json json = Json::object();  // std::map underneath: keys come out sorted
+  json["schema"] = kKernelConfigSchemaVersion;
+  for (const IntField& field : kIntFields) json[field.name] = this->*field.member;
+  for (const StringField& field : kStringFields) json[field.name] = this->*field.member;
+  return json.dump();
+}
+
+absl::StatusOr<KernelConfig> KernelConfig::FromJson(std::string_view text) {
+  Json json = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel config is not valid JSON: ", Sv(text)));
+  }
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel config: expected a JSON object, got ", json.type_name()));
+  }
+  auto schema = json.find("schema");
+  if (schema == json.end() || !schema->is_number_integer() ||
+      schema->get<int64_t>() != kKernelConfigSchemaVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel config: expected \"schema\":", kKernelConfigSchemaVersion, ", got ",
+                     schema == json.end() ? std::string("none") : schema->dump()));
+  }
+  KernelConfig config;
+  for (const IntField& field : kIntFields) {
+    absl::Status status = ReadInt(json, field.name, &(config.*field.member));
+    if (!status.ok()) return status;
+  }
+  for (const StringField& field : kStringFields) {
+    absl::Status status = ReadString(json, field.name, &(config.*field.member));
+    if (!status.ok()) return status;
+  }
+  return config;
+}
+
+std::string KernelConfig::DebugString() const {
+  std::vector<std::string> parts;
+  for (const IntField& field : kIntFields) {
+    if (field.name == std::string_view("priority")) continue;
+    if (this->*field.member != 0)
+      parts.push_back(absl::StrCat(field.name, "=", this->*field.member));
+  }
+  for (const StringField& field : kStringFields) {
+    if (!(this->*field.member).empty()) {
+      parts.push_back(absl::StrCat(field.name, "=", this->*field.member));
+    }
+  }
+  if (priority != 0) parts.push_back(absl::StrCat("priority=", priority));
+  return absl::StrJoin(parts, " ");
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,27 @@
+// The default Kernel::SynthesizeInputs: random data for tuning from shapes alone.
+#include <random>
+
+#include "core/kernel.h"
+#include "core/status_macros.h"
+
+namespace kernelserve {
+
+absl::StatusOr<TensorMap> Kernel::SynthesizeInputs(const TensorSpecMap& specs,
+                                                   const Attributes& attrs,
+                                                   uint64_t seed) const {
+  (void)attrs;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  TensorMap out;
+  for (const auto& [name, spec] : specs) {
+    KS_ASSIGN_OR_RETURN(int64_t n, NumElements(spec.shape));
+    Tensor t = Tensor::Empty(spec.dtype, spec.shape);
+    for (int64_t i = 0; i < n; ++i) {
+      t.SetFloat(i, IsFloating(spec.dtype) ? uniform(rng) : 1.0f);
+    }
+    out.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,143 @@
+#include "core/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace kernelserve {
+
+absl::StatusOr<double> Benchmark(const std::function<absl::StatusOr<double>()>& launch, int warmup,
+                                 int iters) {
+  for (int i = 0; i < warmup; ++i) {
+    KS_RETURN_IF_ERROR(launch().status());
+  }
+  std::vector<double> times;
+  times.reserve(static_cast<size_t>(std::max(iters, 1)));
+  for (int i = 0; i < std::max(iters, 1); ++i) {
+    KS_ASSIGN_OR_RETURN(double seconds, launch());
+    times.push_back(seconds);
+  }
+  const size_t mid = times.size() / 2;
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(mid), times.end());
+  return times[mid];
+}
+
+double MatchTolerance(DType dtype) {
+  // A different tile order changes the fp32 accumulation order only; what differs afterwards
+  // is the final rounding to the output type, so the bound follows its precision.
+  switch (dtype) {
+    case DType::kF32:
+      return 1e-4;
+    case DType::kF16:
+      return 5e-3;
+    case DType::kBF16:
+      return 2e-2;
+    default:
+      return 0.0;  // integer outputs must match exactly
+  }
+}
+
+double OutputsRelativeError(const TensorMap& actual, const TensorMap& reference) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (actual.size() != reference.size()) return kInf;
+  double diff2 = 0.0;
+  double ref2 = 0.0;
+  for (const auto& [name, ref] : reference) {
+    auto it = actual.find(name);
+    if (it == actual.end() || it->second.numel() != ref.numel()) return kInf;
+    const std::vector<double> a = it->second.ToDoubles();
+    const std::vector<double> r = ref.ToDoubles();
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (std::isnan(a[i])) return kInf;
+      // Equal infinities (lse of a fully masked row) match; anything else infinite does not.
+      if (std::isinf(r[i]) || std::isinf(a[i])) {
+        if (a[i] != r[i]) return kInf;
+        continue;
+      }
+      diff2 += (a[i] - r[i]) * (a[i] - r[i]);
+      ref2 += r[i] * r[i];
+    }
+  }
+  if (ref2 == 0.0) return diff2 == 0.0 ? 0.0 : kInf;
+  return std::sqrt(diff2 / ref2);
+}
+
+namespace {
+
+DType FirstFloatDType(const TensorMap& outputs) {
+  DType dtype = DType::kF32;
+  for (const auto& [name, t] : outputs) {
+    if (IsFloating(t.dtype())) {
+      // The narrowest float output bounds the tolerance.
+      if (MatchTolerance(t.dtype()) > MatchTolerance(dtype)) dtype = t.dtype();
+    }
+  }
+  return dtype;
+}
+
+bool Better(const CandidateResult& a, const CandidateResult* best) {
+  if (best == nullptr) return true;
+  if (a.median_seconds != best->median_seconds) return a.median_seconds < best->median_seconds;
+  return a.config.priority > best->config.priority;
+}
+
+}  // namespace
+
+absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuristic,
+                                    const std::vector<KernelConfig>& candidates,
+                                    const TuneOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  KS_RETURN_IF_ERROR(run.Launch(heuristic).status());
+  KS_ASSIGN_OR_RETURN(TensorMap reference, run.Fetch());
+  const double tolerance = MatchTolerance(FirstFloatDType(reference));
+  const double budget = absl::ToDoubleSeconds(options.time_budget);
+
+  TuneReport report;
+  const CandidateResult* best = nullptr;
+  report.candidates.reserve(candidates.size());
+  for (const KernelConfig& config : candidates) {
+    CandidateResult& result = report.candidates.emplace_back();
+    result.config = config;
+    if (elapsed() > budget) {
+      result.status = absl::DeadlineExceededError("skipped: tuning time budget spent");
+      continue;
+    }
+    absl::StatusOr<double> seconds =
+        Benchmark([&] { return run.Launch(config); }, options.warmup, options.iters);
+    if (!seconds.ok()) {
+      result.status = seconds.status();
+      continue;
+    }
+    absl::StatusOr<TensorMap> out = run.Fetch();
+    if (!out.ok()) {
+      result.status = out.status();
+      continue;
+    }
+    const double err = OutputsRelativeError(*out, reference);
+    if (!(err <= tolerance)) {
+      result.status = absl::InternalError(absl::StrFormat(
+          "output differs from the heuristic config's: relative error %g > %g", err, tolerance));
+      continue;
+    }
+    result.median_seconds = *seconds;
+    if (Better(result, best)) best = &result;
+  }
+  report.elapsed_seconds = elapsed();
+  if (best == nullptr) {
+    report.all_failed = true;
+    report.best = heuristic;
+  } else {
+    report.best = best->config;
+    report.best_seconds = best->median_seconds;
+  }
+  return report;
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,67 @@
+// Autotuning: time every candidate config on one prepared call and keep the fastest one whose
+// output matches the heuristic config's output.
+#ifndef KERNELSERVE_CORE_TUNER_H_
+#define KERNELSERVE_CORE_TUNER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/dtype.h"
+#include "core/kernel.h"
+#include "core/kernel_config.h"
+
+namespace kernelserve {
+
+// Runs `launch` `warmup` times untimed, then `iters` times, and returns the median of the
+// seconds each timed launch reports. The first failing launch's status is returned.
+// REQUIRES: iters >= 1.
+absl::StatusOr<double> Benchmark(const std::function<absl::StatusOr<double>()>& launch,
+                                 int warmup, int iters);
+
+// Largest relative error ||out - ref|| / ||ref|| (over all outputs) a candidate may have and
+// still count as the same function, for outputs of `dtype`.
+double MatchTolerance(DType dtype);
+
+// Options of one tuning run. Every field has a default.
+struct TuneOptions {
+  int warmup = 1;                                  // untimed launches per candidate
+  int iters = 5;                                   // timed launches per candidate
+  absl::Duration time_budget = absl::Seconds(30);  // candidates after this are skipped
+};
+
+// How one candidate fared. A value type.
+struct CandidateResult {
+  KernelConfig config;
+  absl::Status status;           // why it was rejected (launch error, mismatch, budget)
+  double median_seconds = 0.0;   // valid when status.ok()
+};
+
+// The outcome of a tuning run. A value type.
+struct TuneReport {
+  KernelConfig best;                        // the winner, or the heuristic when all failed
+  double best_seconds = 0.0;                // 0 when all failed
+  bool all_failed = false;                  // true: `best` is the heuristic, untimed
+  std::vector<CandidateResult> candidates;  // in the order given
+  double elapsed_seconds = 0.0;
+};
+
+// Tunes on `run`: launches `heuristic` once as the reference output, then each candidate
+// (warmup + iters); a candidate wins only if its output matches the reference within
+// MatchTolerance and it is the fastest (ties: higher priority, then earlier). Candidates that
+// fail keep their error. If all fail, the report says so and names the heuristic as best.
+// Errors only when the heuristic itself cannot run (its status is returned).
+absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuristic,
+                                    const std::vector<KernelConfig>& candidates,
+                                    const TuneOptions& options);
+
+// Relative error over all tensors of `actual` against `reference` (same names, sizes); +inf
+// when a name or size differs or any value is NaN.
+double OutputsRelativeError(const TensorMap& actual, const TensorMap& reference);
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_CORE_TUNER_H_

@@ -1,0 +1,112 @@
+#include "kernels/cpu/flash_attention_impl.h"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "kernels/cpu/checks.h"
+#include "kernels/cpu/flash_attention.h"
+#include "kernels/flash_attention_kernel.h"
+
+namespace kernelserve::cpu {
+namespace {
+
+std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& name) {
+  auto it = inputs.find(name);
+  return it == inputs.end() ? std::vector<int64_t>() : it->second.ToInts();
+}
+
+// Not thread-safe (see PreparedRun).
+class FlashAttentionCpuRun : public PreparedRun {
+ public:
+  FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
+      : problem_(p),
+        cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
+        cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
+        q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
+        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")),
+        out_(Tensor::Empty(p.dtype, inputs.at("q").shape())) {
+    args_.dtype = p.dtype;
+    args_.q = inputs.at("q").data();
+    args_.k = inputs.at("k").data();
+    args_.v = inputs.at("v").data();
+    args_.out = out_.data();
+    if (p.return_lse) {
+      lse_ =
+          Tensor::Empty(DType::kF32, p.varlen ? Shape{p.num_heads_q, p.total_q}
+                                              : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q});
+      args_.lse = lse_.data_as<float>();
+    }
+    args_.total_q = p.total_q;
+    args_.total_k = p.total_k;
+    args_.num_heads_q = p.num_heads_q;
+    args_.num_heads_kv = p.num_heads_kv;
+    args_.head_dim = p.head_dim;
+    args_.num_sequences = p.num_sequences;
+    args_.seq_len_q = p.seq_len_q;
+    args_.seq_len_k = p.seq_len_k;
+    if (p.varlen) {
+      args_.cu_seqlens_q = cu_seqlens_q_.data();
+      args_.cu_seqlens_k = cu_seqlens_k_.data();
+    }
+    args_.softmax_scale = static_cast<float>(p.softmax_scale);
+    args_.causal = p.causal;
+    args_.window_left = p.window_left;
+    args_.window_right = p.window_right;
+    args_.softcap = static_cast<float>(p.logits_soft_cap);
+    if (p.has_bias) {
+      args_.bias = inputs.at("bias").data_as<float>();
+      const int64_t plane = p.seq_len_q * p.seq_len_k;
+      args_.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
+      args_.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
+    }
+    if (p.has_segment_ids) {
+      args_.q_segment_ids = q_segment_ids_.data();
+      args_.kv_segment_ids = kv_segment_ids_.data();
+    }
+  }
+
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    const auto start = std::chrono::steady_clock::now();
+    KS_RETURN_IF_ERROR(FlashAttentionCpu(args_, config));
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    launched_ = true;
+    return elapsed.count();
+  }
+
+  absl::StatusOr<TensorMap> Fetch() override {
+    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
+    TensorMap outputs = {{"out", out_}};
+    if (problem_.return_lse) outputs["lse"] = lse_;
+    return outputs;
+  }
+
+ private:
+  const FlashAttentionProblem problem_;
+  // Index inputs as int64; empty when not given. args_ points into them.
+  const std::vector<int64_t> cu_seqlens_q_;
+  const std::vector<int64_t> cu_seqlens_k_;
+  const std::vector<int64_t> q_segment_ids_;
+  const std::vector<int64_t> kv_segment_ids_;
+  Tensor out_;
+  Tensor lse_;               // return_lse only
+  FlashAttentionArgs args_;  // points into the inputs, the vectors above, out_ and lse_
+  bool launched_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PreparedRun>> FlashAttentionCpuImpl::Prepare(
+    const TensorMap& inputs, const Attributes& attrs, const DeviceInfo& /*device*/) {
+  KS_ASSIGN_OR_RETURN(const FlashAttentionProblem problem,
+                      AnalyzeFlashAttention(SpecsOf(inputs), attrs));
+  return std::unique_ptr<PreparedRun>(std::make_unique<FlashAttentionCpuRun>(problem, inputs));
+}
+
+bool FlashAttentionCpuImpl::Supports(const KernelConfig& config, const TensorSpecMap& /*inputs*/,
+                                     const DeviceInfo& /*device*/) const {
+  return CheckCpuConfig(config).ok();
+}
+
+}  // namespace kernelserve::cpu

@@ -1,0 +1,26 @@
+// The kernels this build serves, and the GPUs it can use.
+#ifndef KERNELSERVE_KERNELS_REGISTER_H_
+#define KERNELSERVE_KERNELS_REGISTER_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/device.h"
+#include "core/registry.h"
+
+namespace kernelserve {
+
+// Registers mean_pooling and flash_attention with every platform implementation this build
+// has (cpu always; cuda when built with CUDA). REQUIRES: `registry` non-null, not yet holding
+// them.
+absl::Status RegisterBuiltinKernels(KernelRegistry* registry);
+
+// The GPUs visible to this process (empty without CUDA, a driver or a GPU).
+std::vector<DeviceInfo> DetectGpus();
+
+// True when this build includes the CUDA kernels.
+bool BuiltWithCuda();
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_REGISTER_H_

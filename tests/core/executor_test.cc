@@ -1,0 +1,181 @@
+#include "core/executor.h"
+
+#include <memory>
+
+#include "core/batch.h"
+#include "core/recorder.h"
+#include "core/utils/testing.h"
+#include "gtest/gtest.h"
+#include "kernels/register.h"
+#include "tests/support/fake_kernel.h"
+
+namespace kernelserve {
+namespace {
+
+using ::kernelserve::testing::FakeConfig;
+using ::kernelserve::testing::FakeCounters;
+using ::kernelserve::testing::FakeKernel;
+
+// An executor over the built-in kernels and the fake one, CPU only, memory tier only.
+class ExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RegisterBuiltinKernels(&registry_).ok());
+    ASSERT_TRUE(registry_.Register(std::make_unique<FakeKernel>(counters_)).ok());
+  }
+  Executor MakeExecutor(ExecutorOptions options = {}) {
+    return Executor(&registry_, &chain_, /*gpus=*/{}, options);
+  }
+  static TensorMap PoolingInputs(uint64_t seed) {
+    return {{"x", RandomTensor(DType::kF32, {3, 7, 17}, seed, -1.0f, 1.0f)}};
+  }
+
+  std::shared_ptr<FakeCounters> counters_ = std::make_shared<FakeCounters>();
+  KernelRegistry registry_;
+  ConfigCache memory_;
+  ConfigSelectorChain chain_{&memory_, nullptr};
+};
+
+TEST_F(ExecutorTest, RunsOnTheCpuAndReportsEverything) {
+  Executor executor = MakeExecutor();
+  TensorMap in = PoolingInputs(1);
+  absl::StatusOr<ExecuteResult> r = executor.Execute("mean_pooling", in, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->outputs.count("out"), 1u);
+  EXPECT_EQ(r->outputs.at("out").shape(), (Shape{3, 17}));
+  // The mean of column 0 of batch 1, computed here.
+  double sum = 0;
+  for (int s = 0; s < 7; ++s) sum += in.at("x").GetFloat((1 * 7 + s) * 17);
+  EXPECT_NEAR(r->outputs.at("out").GetFloat(17), sum / 7, 1e-6);
+  EXPECT_EQ(r->platform, Platform::kCpu);
+  EXPECT_EQ(r->device, -1);
+  EXPECT_EQ(r->source, ConfigSource::kHeuristic);
+  EXPECT_EQ(r->config.platform, "cpu");
+  EXPECT_EQ(r->device_fingerprint, CpuDeviceInfo().fingerprint.Hash());
+  EXPECT_EQ(r->cache_key.rfind("mean_pooling@v1:", 0), 0u);
+  EXPECT_GE(r->timings.total_us, r->timings.kernel_us);
+  EXPECT_GE(r->timings.kernel_us, 0);
+
+  absl::StatusOr<ExecuteResult> again = executor.Execute("mean_pooling", PoolingInputs(2), {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->source, ConfigSource::kMemory);
+  EXPECT_EQ(again->cache_key, r->cache_key);
+}
+
+TEST_F(ExecutorTest, BadCallsGetTheirCodes) {
+  Executor executor = MakeExecutor();
+  TensorMap in = PoolingInputs(3);
+  EXPECT_EQ(executor.Execute("no_such_kernel", in, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(executor.Execute("mean_pooling", {}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExecuteOptions cudnn;
+  cudnn.platform = "cudnn";
+  EXPECT_EQ(executor.Execute("mean_pooling", in, {}, cudnn).status().code(),
+            absl::StatusCode::kUnimplemented);
+  ExecuteOptions bogus;
+  bogus.platform = "tpu";
+  EXPECT_EQ(executor.Execute("mean_pooling", in, {}, bogus).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExecuteOptions gpu3;
+  gpu3.device = 3;
+  EXPECT_EQ(executor.Execute("mean_pooling", in, {}, gpu3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ExecutorTest, PolicyLayersAndAutotune) {
+  ExecutorOptions options;
+  options.policy.allow_autotune = false;
+  Executor executor = MakeExecutor(options);
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {3}, {1, 2, 3})}};
+  EXPECT_FALSE(executor.EffectivePolicy({}).allow_autotune);
+  {
+    AutotunePolicy tuning = options.policy;
+    tuning.allow_autotune = true;
+    tuning.iters = 2;
+    ScopedPolicyOverride scoped(tuning);
+    EXPECT_TRUE(executor.EffectivePolicy({}).allow_autotune);
+    PolicyPatch off;
+    off.allow_autotune = false;
+    EXPECT_FALSE(executor.EffectivePolicy(off).allow_autotune);
+
+    absl::StatusOr<ExecuteResult> r = executor.Execute("fake_scale", in, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->source, ConfigSource::kAutotune);
+    EXPECT_EQ(r->config, FakeConfig(3));
+    EXPECT_FLOAT_EQ(r->outputs.at("out").GetFloat(2), 6.0f);
+  }
+  EXPECT_FALSE(executor.EffectivePolicy({}).allow_autotune);
+  EXPECT_EQ(counters_->prepares, 1);  // tuning and the run share one prepared call
+}
+
+TEST_F(ExecutorTest, AutotuneFromShapesAloneStoresTheWinner) {
+  Executor executor = MakeExecutor();
+  absl::StatusOr<AutotuneResult> r =
+      executor.Autotune("fake_scale", {{"x", TensorSpec{DType::kF32, {5}}}}, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->selection.source, ConfigSource::kAutotune);
+  EXPECT_EQ(r->selection.config, FakeConfig(3));
+  ASSERT_TRUE(r->selection.tune_report.has_value());
+  EXPECT_EQ(r->selection.tune_report->candidates.size(), 5u);
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {5}, {1, 2, 3, 4, 5})}};
+  EXPECT_EQ(executor.Execute("fake_scale", in, {})->source, ConfigSource::kMemory);
+}
+
+TEST_F(ExecutorTest, RecorderWarmsTheCache) {
+  Recorder recorder;
+  ExecutorOptions options;
+  options.recorder = &recorder;
+  Executor executor = MakeExecutor(options);
+  for (int n : {4, 4, 6}) {
+    TensorMap in = {{"x", RandomTensor(DType::kF32, {n}, static_cast<uint64_t>(n), -1, 1)}};
+    ASSERT_TRUE(executor.Execute("fake_scale", in, {}).ok());
+  }
+  std::vector<RecordedCall> calls = recorder.List();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].count, 2);
+  EXPECT_EQ(calls[1].count, 1);
+  memory_.Clear();
+  std::vector<absl::StatusOr<AutotuneResult>> tuned = AutotuneAll(executor, recorder);
+  ASSERT_EQ(tuned.size(), 2u);
+  for (const auto& t : tuned) {
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->selection.config, FakeConfig(3));
+  }
+  TensorMap in = {{"x", RandomTensor(DType::kF32, {6}, 9, -1, 1)}};
+  absl::StatusOr<ExecuteResult> r = executor.Execute("fake_scale", in, {});
+  EXPECT_EQ(r->source, ConfigSource::kMemory);
+  EXPECT_EQ(r->config, FakeConfig(3));
+}
+
+TEST_F(ExecutorTest, BatchSharesOneConfigAndIsolatesBadItems) {
+  Executor executor = MakeExecutor();
+  std::vector<TensorMap> items = {PoolingInputs(10),
+                                  PoolingInputs(11),
+                                  {{"x", RandomTensor(DType::kF32, {3, 7}, 12, -1, 1)}},
+                                  PoolingInputs(13),
+                                  PoolingInputs(14)};
+  BatchOptions options;
+  options.devices = {-1, -1};  // spread over two CPU workers
+  absl::StatusOr<BatchResult> batch = ExecuteBatch(executor, "mean_pooling", items, {}, options);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->items.size(), items.size());
+  EXPECT_EQ(batch->source, ConfigSource::kHeuristic);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i == 2) {
+      EXPECT_EQ(batch->items[i].status().code(), absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    ASSERT_TRUE(batch->items[i].ok()) << i << ": " << batch->items[i].status();
+    EXPECT_EQ(batch->items[i]->config, batch->config);
+    EXPECT_EQ(batch->items[i]->source, batch->source);
+    // Each item's own result: compare with a single call of that item.
+    absl::StatusOr<ExecuteResult> single = executor.Execute("mean_pooling", items[i], {});
+    EXPECT_EQ(batch->items[i]->outputs.at("out").bytes(), single->outputs.at("out").bytes());
+  }
+  EXPECT_EQ(ExecuteBatch(executor, "mean_pooling", {}, {}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kernelserve

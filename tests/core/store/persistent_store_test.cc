@@ -1,0 +1,103 @@
+#include "core/store/persistent_store.h"
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace kernelserve {
+namespace {
+
+StoredConfig RandomStoredConfig(std::mt19937& rng) {
+  std::uniform_int_distribution<int> small(1, 256);
+  StoredConfig value;
+  value.config.block_q = small(rng);
+  value.config.block_k = small(rng);
+  value.config.num_warps = small(rng) % 8 + 1;
+  value.config.platform = "cuda";
+  value.config.algorithm = "split";
+  value.kernel_id = "flash_attention@v1";
+  value.fingerprint_hash = "0123456789abcdef";
+  value.cache_key = "flash_attention@v1:" + std::to_string(rng());
+  value.measured_seconds = std::uniform_real_distribution<double>(1e-6, 1e-2)(rng);
+  value.origin = rng() % 2 ? "autotune" : "pinned";
+  value.host = "replica-" + std::to_string(small(rng));
+  value.stored_at_unix_ms = 1700000000000 + small(rng);
+  return value;
+}
+
+void ExpectSame(const StoredConfig& a, const StoredConfig& b) {
+  EXPECT_EQ(a.config, b.config);
+  EXPECT_EQ(a.kernel_id, b.kernel_id);
+  EXPECT_EQ(a.fingerprint_hash, b.fingerprint_hash);
+  EXPECT_EQ(a.cache_key, b.cache_key);
+  EXPECT_DOUBLE_EQ(a.measured_seconds, b.measured_seconds);
+  EXPECT_EQ(a.origin, b.origin);
+  EXPECT_EQ(a.host, b.host);
+  EXPECT_EQ(a.stored_at_unix_ms, b.stored_at_unix_ms);
+}
+
+TEST(StoredConfigTest, RoundTrip) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20; ++i) {
+    const StoredConfig value = RandomStoredConfig(rng);
+    absl::StatusOr<StoredConfig> back = StoredConfig::FromJson(value.ToJson());
+    ASSERT_TRUE(back.ok()) << back.status();
+    ExpectSame(*back, value);
+  }
+}
+
+TEST(StoredConfigTest, JsonLayout) {
+  std::mt19937 rng(8);
+  const StoredConfig value = RandomStoredConfig(rng);
+  const nlohmann::json j = nlohmann::json::parse(value.ToJson());
+  EXPECT_EQ(j.at("schema"), 1);
+  ASSERT_TRUE(j.at("config").is_object());
+  EXPECT_EQ(j.at("config").at("block_q"), value.config.block_q);
+  EXPECT_EQ(j.at("kernel"), value.kernel_id);
+  EXPECT_EQ(j.at("fingerprint"), value.fingerprint_hash);
+  EXPECT_EQ(j.at("key"), value.cache_key);
+  EXPECT_EQ(j.at("origin"), value.origin);
+  EXPECT_EQ(j.at("host"), value.host);
+  EXPECT_EQ(j.at("stored_at_unix_ms"), value.stored_at_unix_ms);
+  EXPECT_DOUBLE_EQ(j.at("measured_seconds").get<double>(), value.measured_seconds);
+}
+
+TEST(StoredConfigTest, RejectsMalformed) {
+  std::mt19937 rng(9);
+  const nlohmann::json good = nlohmann::json::parse(RandomStoredConfig(rng).ToJson());
+  const auto with = [&good](const char* key, nlohmann::json v) {
+    nlohmann::json j = good;
+    j[key] = std::move(v);
+    return j.dump();
+  };
+  const auto without = [&good](const char* key) {
+    nlohmann::json j = good;
+    j.erase(key);
+    return j.dump();
+  };
+  const std::string cases[] = {
+      "",
+      "not json",
+      "[1,2]",
+      with("schema", 2),
+      with("schema", "1"),
+      without("schema"),
+      without("config"),
+      with("config", "block_q=1"),
+      with("kernel", 5),
+      without("key"),
+      with("measured_seconds", "fast"),
+      with("origin", 3),
+      with("stored_at_unix_ms", 1.5),
+  };
+  for (const std::string& text : cases) {
+    EXPECT_EQ(StoredConfig::FromJson(text).status().code(), absl::StatusCode::kInvalidArgument)
+        << text;
+  }
+  EXPECT_TRUE(StoredConfig::FromJson(good.dump()).ok());
+}
+
+}  // namespace
+}  // namespace kernelserve

@@ -1,0 +1,127 @@
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace kernelserve {
+namespace {
+
+TEST(ShapeTest, ShapeString) {
+  EXPECT_EQ(ShapeString({2, 3, 4}), "[2,3,4]");
+  EXPECT_EQ(ShapeString({}), "[]");
+}
+
+TEST(ShapeTest, NumElements) {
+  EXPECT_EQ(NumElements({2, 3, 4}).value(), 24);
+  EXPECT_EQ(NumElements({}).value(), 1);
+  EXPECT_EQ(NumElements({5, 0, 7}).value(), 0);
+}
+
+TEST(ShapeTest, NegativeDimIsInvalidArgument) {
+  absl::StatusOr<int64_t> n = NumElements({2, -1});
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShapeTest, OverflowIsInvalidArgument) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ(NumElements({big, big}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(NumElements({big, big / 4 - 1}).ok());
+}
+
+TEST(TensorSpecTest, DebugString) {
+  TensorSpec spec{DType::kBF16, {2, 3, 4}};
+  EXPECT_EQ(spec.DebugString(), "bf16[2,3,4]");
+}
+
+TEST(TensorTest, EmptyAndZeros) {
+  Tensor t = Tensor::Empty(DType::kF16, {2, 3});
+  EXPECT_EQ(t.nbytes(), 12u);
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.rank(), 2);
+  EXPECT_EQ(t.dim(1), 3);
+  Tensor z = Tensor::Zeros(DType::kI64, {4});
+  EXPECT_EQ(z.nbytes(), 32u);
+  EXPECT_EQ(z.ToInts(), (std::vector<int64_t>{0, 0, 0, 0}));
+}
+
+TEST(TensorTest, FromBytesChecksSize) {
+  absl::StatusOr<Tensor> bad = Tensor::FromBytes(DType::kF32, {2, 2}, std::string(15, '\0'));
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("16"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("15"), std::string::npos);
+  EXPECT_EQ(Tensor::FromBytes(DType::kF32, {-2, 2}, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_EQ(Tensor::FromBytes(DType::kF32, {big}, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTest, FromBytesTakesBytes) {
+  std::string bytes(8, '\0');
+  const float values[2] = {1.5f, -3.25f};
+  std::memcpy(bytes.data(), values, sizeof(values));
+  absl::StatusOr<Tensor> t = Tensor::FromBytes(DType::kF32, {2}, bytes);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ToFloats(), (std::vector<float>{1.5f, -3.25f}));
+  EXPECT_EQ(std::move(*t).ReleaseBytes(), bytes);
+}
+
+TEST(TensorTest, FloatsThroughEachDType) {
+  const std::vector<float> values = {1.0f, -2.5f, 0.333f, 100.0f};
+  EXPECT_EQ(Tensor::FromFloats(DType::kF32, {4}, values).ToFloats(), values);
+  Tensor h = Tensor::FromFloats(DType::kF16, {2, 2}, values);
+  EXPECT_EQ(h.data_as<uint16_t>()[0], FloatToHalf(1.0f));
+  EXPECT_EQ(h.GetFloat(2), HalfToFloat(FloatToHalf(0.333f)));
+  EXPECT_NE(h.GetFloat(2), 0.333f);  // the value really went through f16
+  Tensor b = Tensor::FromFloats(DType::kBF16, {4}, values);
+  EXPECT_EQ(b.GetFloat(2), BFloat16ToFloat(FloatToBFloat16(0.333f)));
+  EXPECT_EQ(b.GetFloat(1), -2.5f);
+  Tensor i = Tensor::FromFloats(DType::kI32, {4}, values);
+  EXPECT_EQ(i.ToInts(), (std::vector<int64_t>{1, -2, 0, 100}));
+}
+
+TEST(TensorTest, SetFloatGetFloat) {
+  Tensor t = Tensor::Zeros(DType::kBF16, {3});
+  t.SetFloat(1, 3.0f);
+  EXPECT_EQ(t.GetFloat(1), 3.0f);
+  EXPECT_EQ(t.GetFloat(0), 0.0f);
+  Tensor m = Tensor::Zeros(DType::kBool, {2});
+  m.SetFloat(1, 0.5f);
+  EXPECT_EQ(m.GetInt(1), 1);
+  EXPECT_EQ(m.GetInt(0), 0);
+}
+
+TEST(TensorTest, IntsThroughEachDType) {
+  const std::vector<int64_t> values = {0, 5, -7, int64_t{1} << 40};
+  EXPECT_EQ(Tensor::FromInts(DType::kI64, {4}, values).ToInts(), values);
+  Tensor i32 = Tensor::FromInts(DType::kI32, {3}, {0, 5, -7});
+  EXPECT_EQ(i32.nbytes(), 12u);
+  EXPECT_EQ(i32.ToInts(), (std::vector<int64_t>{0, 5, -7}));
+  EXPECT_EQ(i32.ToDoubles(), (std::vector<double>{0.0, 5.0, -7.0}));
+  Tensor mask = Tensor::FromInts(DType::kBool, {3}, {1, 0, 3});
+  EXPECT_EQ(mask.ToInts(), (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(mask.ToFloats(), (std::vector<float>{1.0f, 0.0f, 1.0f}));
+  Tensor f = Tensor::FromInts(DType::kF32, {2}, {3, -4});
+  EXPECT_EQ(f.ToFloats(), (std::vector<float>{3.0f, -4.0f}));
+}
+
+TEST(TensorTest, ToDoublesKeepsLargeInts) {
+  const int64_t big = (int64_t{1} << 40) + 1;  // not representable in float
+  Tensor t = Tensor::FromInts(DType::kI64, {1}, {big});
+  EXPECT_EQ(t.ToDoubles()[0], static_cast<double>(big));
+}
+
+TEST(TensorTest, SpecsOf) {
+  TensorMap tensors;
+  tensors["x"] = Tensor::Zeros(DType::kF16, {2, 8});
+  tensors["lens"] = Tensor::Zeros(DType::kI32, {2});
+  TensorSpecMap specs = SpecsOf(tensors);
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs["x"], (TensorSpec{DType::kF16, {2, 8}}));
+  EXPECT_EQ(specs["lens"], (TensorSpec{DType::kI32, {2}}));
+}
+
+}  // namespace
+}  // namespace kernelserve

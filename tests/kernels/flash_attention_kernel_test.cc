@@ -1,0 +1,452 @@
+#include "kernels/flash_attention_kernel.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/utils/testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kernelserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TensorSpec Spec(DType dtype, Shape shape) { return TensorSpec{dtype, std::move(shape)}; }
+
+DeviceInfo Cpu(int threads) {
+  DeviceInfo device;
+  device.platform = Platform::kCpu;
+  device.num_threads = threads;
+  return device;
+}
+
+// Runs the kernel's CPU implementation the way the executor does.
+absl::StatusOr<TensorMap> RunCpu(const Kernel& kernel, const TensorMap& inputs,
+                                 const Attributes& attrs, const KernelConfig& config) {
+  absl::Status status = kernel.Validate(SpecsOf(inputs), attrs);
+  if (status.ok()) status = kernel.ValidateData(inputs, attrs);
+  if (!status.ok()) return status;
+  absl::StatusOr<std::unique_ptr<PreparedRun>> run =
+      kernel.impl(Platform::kCpu)->Prepare(inputs, attrs, Cpu(2));
+  if (!run.ok()) return run.status();
+  absl::StatusOr<double> seconds = (*run)->Launch(config);
+  if (!seconds.ok()) return seconds.status();
+  if (*seconds < 0) return absl::InternalError("negative time");
+  return (*run)->Fetch();
+}
+
+// The attribute values the reference reads.
+struct Options {
+  bool causal = false;
+  double scale = 0;  // 0 = 1/sqrt(D)
+  int64_t left = -1;
+  int64_t right = -1;
+  double cap = 0;
+};
+
+// float64 attention over [rows,H,D] views of q, k, v, one sequence range at a time. Bias and
+// segment ids are dense-only (cu has B+1 entries of a dense layout then). Returns out and lse
+// ([B,Hq,Sq] when dense, [Hq,Tq] when varlen).
+std::pair<std::vector<double>, std::vector<double>> Reference(const TensorMap& in,
+                                                              const std::vector<int64_t>& cu_q,
+                                                              const std::vector<int64_t>& cu_k,
+                                                              int64_t hq, int64_t hkv, int64_t d,
+                                                              bool varlen, const Options& o) {
+  const std::vector<double> q = in.at("q").ToDoubles(), k = in.at("k").ToDoubles(),
+                            v = in.at("v").ToDoubles();
+  const int64_t tq = static_cast<int64_t>(q.size()) / (hq * d);
+  std::vector<double> out(q.size(), 0.0), lse(static_cast<size_t>(tq * hq), -kInf);
+  const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  for (size_t n = 0; n + 1 < cu_q.size(); ++n) {
+    const int64_t qb = cu_q[n], ql = cu_q[n + 1] - qb, kb = cu_k[n], kl = cu_k[n + 1] - kb;
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t kh = h / (hq / hkv);
+      for (int64_t i = 0; i < ql; ++i) {
+        std::vector<double> s(static_cast<size_t>(kl), -kInf);
+        double max = -kInf;
+        for (int64_t j = 0; j < kl; ++j) {
+          const int64_t diag = i + kl - ql;
+          if ((o.causal && j > diag) || (o.left >= 0 && j < diag - o.left) ||
+              (o.right >= 0 && j > diag + o.right)) {
+            continue;
+          }
+          if (in.contains("q_segment_ids")) {
+            const int64_t id = in.at("q_segment_ids").GetInt(n * ql + i);
+            if (id <= 0 || in.at("kv_segment_ids").GetInt(n * kl + j) != id) continue;
+          }
+          double dot = 0;
+          for (int64_t x = 0; x < d; ++x) {
+            dot += q[((qb + i) * hq + h) * d + x] * k[((kb + j) * hkv + kh) * d + x];
+          }
+          s[j] = scale * dot;
+          if (o.cap > 0) s[j] = o.cap * std::tanh(s[j] / o.cap);
+          if (in.contains("bias")) {
+            const Tensor& bias = in.at("bias");
+            const int64_t bb = bias.dim(0) == 1 ? 0 : n, bh = bias.dim(1) == 1 ? 0 : h;
+            s[j] += bias.GetFloat(((bb * bias.dim(1) + bh) * ql + i) * kl + j);
+          }
+          max = std::max(max, s[j]);
+        }
+        if (max == -kInf) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < kl; ++j) {
+          const double p = std::exp(s[j] - max);
+          sum += p;
+          for (int64_t x = 0; x < d; ++x) {
+            out[((qb + i) * hq + h) * d + x] += p * v[((kb + j) * hkv + kh) * d + x];
+          }
+        }
+        for (int64_t x = 0; x < d; ++x) out[((qb + i) * hq + h) * d + x] /= sum;
+        lse[varlen ? h * tq + qb + i : (n * hq + h) * ql + i] = max + std::log(sum);
+      }
+    }
+  }
+  return {out, lse};
+}
+
+std::vector<int64_t> DenseOffsets(int64_t batch, int64_t len) {
+  std::vector<int64_t> cu;
+  for (int64_t b = 0; b <= batch; ++b) cu.push_back(b * len);
+  return cu;
+}
+
+TEST(FlashAttentionKernelTest, IdentityAndDocs) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
+  EXPECT_EQ(kernel->id(), "flash_attention@v1");
+  ASSERT_NE(kernel->impl(Platform::kCpu), nullptr);
+  std::set<std::string> names;
+  for (const ArgDoc& doc : kernel->input_docs()) {
+    names.insert(doc.name);
+    EXPECT_EQ(doc.required, doc.name == "q" || doc.name == "k" || doc.name == "v");
+    EXPECT_FALSE(doc.doc.empty());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"q", "k", "v", "cu_seqlens_q", "cu_seqlens_k",
+                                          "q_segment_ids", "kv_segment_ids", "bias"}));
+  names.clear();
+  for (const ArgDoc& doc : kernel->attribute_docs()) names.insert(doc.name);
+  EXPECT_EQ(names, (std::set<std::string>{"causal", "softmax_scale", "window_left", "window_right",
+                                          "logits_soft_cap", "return_lse"}));
+  ASSERT_EQ(kernel->output_docs().size(), 2u);
+}
+
+// q [2,5,6,16], k and v [2,9,3,16].
+TensorSpecMap Qkv(DType dtype = DType::kF32) {
+  return {{"q", Spec(dtype, {2, 5, 6, 16})},
+          {"k", Spec(dtype, {2, 9, 3, 16})},
+          {"v", Spec(dtype, {2, 9, 3, 16})}};
+}
+
+TensorSpecMap With(TensorSpecMap inputs, const std::string& name, TensorSpec spec) {
+  inputs[name] = std::move(spec);
+  return inputs;
+}
+
+TensorSpecMap Varlen(int64_t entries = 3) {
+  return {{"q", Spec(DType::kF16, {20, 4, 32})},
+          {"k", Spec(DType::kF16, {1, 30, 1, 32})},
+          {"v", Spec(DType::kF16, {1, 30, 1, 32})},
+          {"cu_seqlens_q", Spec(DType::kI32, {entries})},
+          {"cu_seqlens_k", Spec(DType::kI64, {entries})}};
+}
+
+TEST(FlashAttentionKernelTest, AcceptsEveryForm) {
+  FlashAttentionKernel kernel;
+  std::vector<TensorSpecMap> ok = {Qkv(), Qkv(DType::kBF16), Varlen()};
+  for (Shape bias : {Shape{2, 6, 5, 9}, Shape{1, 6, 5, 9}, Shape{2, 1, 5, 9}, Shape{1, 1, 5, 9}}) {
+    ok.push_back(With(Qkv(), "bias", Spec(DType::kF32, bias)));
+  }
+  ok.push_back(With(With(Qkv(), "q_segment_ids", Spec(DType::kI32, {2, 5})), "kv_segment_ids",
+                    Spec(DType::kI64, {2, 9})));
+  for (const TensorSpecMap& inputs : ok) {
+    const absl::Status status = kernel.Validate(inputs, {});
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  const Attributes all = {{"causal", true},
+                          {"softmax_scale", 0.25},
+                          {"window_left", int64_t{0}},
+                          {"window_right", int64_t{3}},
+                          {"logits_soft_cap", 30.0},
+                          {"return_lse", true}};
+  EXPECT_TRUE(kernel.Validate(Qkv(), all).ok());
+  EXPECT_TRUE(kernel.Validate(Qkv(), {{"softmax_scale", int64_t{1}}}).ok());
+}
+
+struct BadCase {
+  TensorSpecMap inputs;
+  Attributes attrs;
+  std::string substring;
+};
+
+TEST(FlashAttentionKernelTest, ValidateNamesEveryWrongInput) {
+  FlashAttentionKernel kernel;
+  TensorSpecMap no_v = Qkv();
+  no_v.erase("v");
+  TensorSpecMap cu_q_only = Varlen();
+  cu_q_only.erase("cu_seqlens_k");
+  const std::vector<BadCase> cases = {
+      {With(Qkv(), "mask", Spec(DType::kBool, {2, 5})), {}, "unknown input 'mask'"},
+      {no_v, {}, "missing input 'v'"},
+      {With(Qkv(), "q", Spec(DType::kI32, {2, 5, 6, 16})), {}, "input 'q': expected dtype"},
+      {With(Qkv(), "k", Spec(DType::kF16, {2, 9, 3, 16})), {}, "input 'k': dtype f16 differs"},
+      {With(Qkv(), "v", Spec(DType::kBF16, {2, 9, 3, 16})), {}, "input 'v': dtype bf16"},
+      {With(Qkv(), "q", Spec(DType::kF32, {10, 6, 16})), {}, "input 'q': expected rank 4"},
+      {With(With(Qkv(), "k", Spec(DType::kF32, {2, 9, 48})), "v", Spec(DType::kF32, {2, 9, 48})),
+       {},
+       "input 'k': expected rank 4"},
+      {With(With(Qkv(), "k", Spec(DType::kF32, {2, 9, 3, 8})), "v",
+            Spec(DType::kF32, {2, 9, 3, 8})),
+       {},
+       "input 'k': head dim 8 differs from q's 16"},
+      {With(With(Qkv(), "k", Spec(DType::kF32, {2, 9, 4, 16})), "v",
+            Spec(DType::kF32, {2, 9, 4, 16})),
+       {},
+       "q has 6 heads, k has 4: Hq must be a multiple of Hkv"},
+      {With(Qkv(), "v", Spec(DType::kF32, {2, 8, 3, 16})),
+       {},
+       "input 'v': expected the shape of k"},
+      {With(With(Qkv(), "k", Spec(DType::kF32, {3, 9, 3, 16})), "v",
+            Spec(DType::kF32, {3, 9, 3, 16})),
+       {},
+       "input 'k': batch 3"},
+      {With(With(With(Qkv(), "q", Spec(DType::kF32, {2, 5, 6, 257})), "k",
+                 Spec(DType::kF32, {2, 9, 3, 257})),
+            "v", Spec(DType::kF32, {2, 9, 3, 257})),
+       {},
+       "input 'q': head dim D = 257"},
+      {With(With(With(Qkv(), "q", Spec(DType::kF32, {2, 5, 6, 0})), "k",
+                 Spec(DType::kF32, {2, 9, 3, 0})),
+            "v", Spec(DType::kF32, {2, 9, 3, 0})),
+       {},
+       "input 'q': head dim D = 0"},
+      {With(Qkv(), "bias", Spec(DType::kF32, {2, 6, 9, 5})), {}, "input 'bias': expected [B or 1"},
+      {With(Qkv(), "bias", Spec(DType::kF32, {2, 3, 5, 9})), {}, "input 'bias': expected [B or 1"},
+      {With(Qkv(), "bias", Spec(DType::kF32, {6, 5, 9})), {}, "input 'bias': expected [B or 1"},
+      {With(Qkv(), "bias", Spec(DType::kF16, {2, 6, 5, 9})), {}, "input 'bias': expected dtype"},
+      {With(Varlen(), "bias", Spec(DType::kF32, {1, 4, 20, 30})),
+       {},
+       "input 'bias': not supported"},
+      {With(Qkv(), "q_segment_ids", Spec(DType::kI32, {2, 5})), {}, "input 'q_segment_ids': given"},
+      {With(With(Qkv(), "q_segment_ids", Spec(DType::kI32, {2, 9})), "kv_segment_ids",
+            Spec(DType::kI32, {2, 9})),
+       {},
+       "input 'q_segment_ids': expected [B,Sq]"},
+      {With(With(Qkv(), "q_segment_ids", Spec(DType::kI32, {2, 5})), "kv_segment_ids",
+            Spec(DType::kI32, {2, 5})),
+       {},
+       "input 'kv_segment_ids': expected [B,Sk]"},
+      {With(With(Qkv(), "q_segment_ids", Spec(DType::kF32, {2, 5})), "kv_segment_ids",
+            Spec(DType::kI32, {2, 9})),
+       {},
+       "input 'q_segment_ids': expected dtype"},
+      {cu_q_only, {}, "input 'cu_seqlens_q': given alone"},
+      {With(Varlen(), "cu_seqlens_k", Spec(DType::kI32, {4})), {}, "input 'cu_seqlens_k': has 4"},
+      {With(Varlen(), "cu_seqlens_q", Spec(DType::kI32, {3, 1})), {}, "input 'cu_seqlens_q'"},
+      {With(Varlen(), "cu_seqlens_q", Spec(DType::kF32, {3})), {}, "input 'cu_seqlens_q'"},
+      {With(Varlen(), "q", Spec(DType::kF16, {2, 10, 4, 32})), {}, "input 'q': with cu_seqlens"},
+      {Qkv(), {{"window_left", int64_t{-1}}}, "'window_left'"},
+      {Qkv(), {{"window_right", int64_t{-3}}}, "'window_right'"},
+      {Qkv(), {{"window_left", 2.0}}, "'window_left'"},
+      {Qkv(), {{"logits_soft_cap", -1.0}}, "'logits_soft_cap'"},
+      {Qkv(), {{"softmax_scale", std::nan("")}}, "'softmax_scale'"},
+      {Qkv(), {{"causal", int64_t{1}}}, "'causal'"},
+      {Qkv(), {{"return_lse", std::string("yes")}}, "'return_lse'"},
+      {Qkv(), {{"dropout", 0.1}}, "unknown attribute 'dropout'"}};
+  for (const BadCase& c : cases) {
+    const absl::Status status = kernel.Validate(c.inputs, c.attrs);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.substring;
+    EXPECT_THAT(status.message(), HasSubstr(c.substring));
+  }
+}
+
+TEST(FlashAttentionKernelTest, ValidateDataChecksBothOffsets) {
+  FlashAttentionKernel kernel;
+  TensorMap inputs = {{"q", RandomTensor(DType::kF32, {6, 2, 8}, 1)},
+                      {"k", RandomTensor(DType::kF32, {7, 1, 8}, 2)},
+                      {"v", RandomTensor(DType::kF32, {7, 1, 8}, 3)},
+                      {"cu_seqlens_q", Tensor::FromInts(DType::kI32, {3}, {0, 2, 6})},
+                      {"cu_seqlens_k", Tensor::FromInts(DType::kI64, {3}, {0, 7, 7})}};
+  ASSERT_TRUE(kernel.Validate(SpecsOf(inputs), {}).ok());
+  EXPECT_TRUE(kernel.ValidateData(inputs, {}).ok());
+  for (auto [name, values] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{{"cu_seqlens_q", {0, 2, 7}},
+                                                                 {"cu_seqlens_q", {1, 2, 6}},
+                                                                 {"cu_seqlens_k", {0, 3, 2}},
+                                                                 {"cu_seqlens_k", {0, 3, 8}}}) {
+    TensorMap bad = inputs;
+    bad[name] = Tensor::FromInts(DType::kI32, {3}, values);
+    const absl::Status status = kernel.ValidateData(bad, {});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(status.message(), HasSubstr("input '" + name + "'"));
+  }
+}
+
+TEST(FlashAttentionKernelTest, OutputSpecs) {
+  FlashAttentionKernel kernel;
+  EXPECT_EQ(kernel.OutputSpecs(Qkv(DType::kBF16), {}),
+            (TensorSpecMap{{"out", Spec(DType::kBF16, {2, 5, 6, 16})}}));
+  EXPECT_EQ(kernel.OutputSpecs(Qkv(), {{"return_lse", true}}),
+            (TensorSpecMap{{"out", Spec(DType::kF32, {2, 5, 6, 16})},
+                           {"lse", Spec(DType::kF32, {2, 6, 5})}}));
+  EXPECT_EQ(kernel.OutputSpecs(Varlen(), {{"return_lse", true}}),
+            (TensorSpecMap{{"out", Spec(DType::kF16, {20, 4, 32})},
+                           {"lse", Spec(DType::kF32, {4, 20})}}));
+}
+
+double Tolerance(DType dtype) {
+  return dtype == DType::kF32 ? 1e-5 : dtype == DType::kF16 ? 5e-3 : 1e-2;
+}
+
+void ExpectOutputs(const TensorMap& got, const std::vector<double>& out,
+                   const std::vector<double>& lse, DType dtype) {
+  ASSERT_TRUE(got.contains("out"));
+  ASSERT_TRUE(got.contains("lse"));
+  const std::vector<double> values = got.at("out").ToDoubles();
+  for (double x : values) ASSERT_FALSE(std::isnan(x));
+  EXPECT_LT(RelativeError(values, out), Tolerance(dtype));
+  const AllCloseResult close = AllClose(got.at("lse").ToDoubles(), lse, 1e-5, 1e-4);
+  EXPECT_TRUE(close.ok) << close.message;
+}
+
+TEST(FlashAttentionKernelTest, CpuRunAppliesEveryAttributeAndOptionalInput) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
+  uint64_t seed = 50;
+  const int64_t b = 2, sq = 13, sk = 21, hq = 4, hkv = 2, d = 32;
+  // Each dtype broadcasts the bias differently.
+  std::map<DType, Shape> bias_shapes = {{DType::kF32, {1, hq, sq, sk}},
+                                        {DType::kF16, {b, 1, sq, sk}},
+                                        {DType::kBF16, {1, 1, sq, sk}}};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TensorMap in = {{"q", RandomTensor(dtype, {b, sq, hq, d}, seed++)},
+                    {"k", RandomTensor(dtype, {b, sk, hkv, d}, seed++)},
+                    {"v", RandomTensor(dtype, {b, sk, hkv, d}, seed++)},
+                    {"bias", RandomTensor(DType::kF32, bias_shapes[dtype], seed++, -2.0f, 2.0f)}};
+    std::vector<int64_t> q_ids = RandomTensor(DType::kI32, {b, sq}, seed++, -1.0f, 3.0f).ToInts();
+    std::vector<int64_t> kv_ids = RandomTensor(DType::kI32, {b, sk}, seed++, 1.0f, 3.0f).ToInts();
+    in["q_segment_ids"] = Tensor::FromInts(DType::kI64, {b, sq}, q_ids);
+    in["kv_segment_ids"] = Tensor::FromInts(DType::kI32, {b, sk}, kv_ids);
+    const Options o = {true, 0.2, 6, 1, 2.5};
+    const Attributes attrs = {{"causal", o.causal},       {"softmax_scale", o.scale},
+                              {"window_left", o.left},    {"window_right", o.right},
+                              {"logits_soft_cap", o.cap}, {"return_lse", true}};
+    absl::StatusOr<TensorMap> got = RunCpu(*kernel, in, attrs, KernelConfig{});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->at("out").spec(), in.at("q").spec());
+    EXPECT_EQ(got->at("lse").spec(), Spec(DType::kF32, {b, hq, sq}));
+    auto [out, lse] = Reference(in, DenseOffsets(b, sq), DenseOffsets(b, sk), hq, hkv, d, false, o);
+    ExpectOutputs(*got, out, lse, dtype);
+  }
+}
+
+TEST(FlashAttentionKernelTest, CpuRunVarlenWithEmptySequence) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
+  const std::vector<int64_t> cu_q = {0, 4, 4, 19, 30}, cu_k = {0, 6, 9, 9, 40};
+  for (DType cu_dtype : {DType::kI32, DType::kI64}) {
+    for (bool leading_one : {false, true}) {
+      const int64_t hq = 3, hkv = 1, d = 80;
+      const Shape q_shape = leading_one ? Shape{1, 30, hq, d} : Shape{30, hq, d};
+      const Shape k_shape = leading_one ? Shape{1, 40, hkv, d} : Shape{40, hkv, d};
+      const TensorMap in = {{"q", RandomTensor(DType::kBF16, q_shape, 60)},
+                            {"k", RandomTensor(DType::kBF16, k_shape, 61)},
+                            {"v", RandomTensor(DType::kBF16, k_shape, 62)},
+                            {"cu_seqlens_q", Tensor::FromInts(cu_dtype, {5}, cu_q)},
+                            {"cu_seqlens_k", Tensor::FromInts(cu_dtype, {5}, cu_k)}};
+      const Attributes attrs = {{"causal", true}, {"return_lse", true}};
+      absl::StatusOr<TensorMap> got = RunCpu(*kernel, in, attrs, KernelConfig{});
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->at("out").shape(), q_shape);
+      EXPECT_EQ(got->at("lse").shape(), (Shape{hq, 30}));
+      Options o;
+      o.causal = true;
+      auto [out, lse] = Reference(in, cu_q, cu_k, hq, hkv, d, true, o);
+      ExpectOutputs(*got, out, lse, DType::kBF16);
+      // Sequence 2 (rows 4..18) has no keys: zeros and lse -inf.
+      for (int64_t i = 4 * hq * d; i < 19 * hq * d; ++i) {
+        ASSERT_EQ(got->at("out").GetFloat(i), 0.0f);
+      }
+      EXPECT_EQ(got->at("lse").GetFloat(10), -std::numeric_limits<float>::infinity());
+    }
+  }
+}
+
+TEST(FlashAttentionKernelTest, NoLseUnlessAskedAndForeignConfigsFail) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
+  const TensorMap in = {{"q", RandomTensor(DType::kF32, {1, 3, 2, 8}, 70)},
+                        {"k", RandomTensor(DType::kF32, {1, 4, 2, 8}, 71)},
+                        {"v", RandomTensor(DType::kF32, {1, 4, 2, 8}, 72)}};
+  absl::StatusOr<TensorMap> got = RunCpu(*kernel, in, {}, KernelConfig{});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->size(), 1u);
+  EXPECT_TRUE(got->contains("out"));
+  PlatformImpl* impl = kernel->impl(Platform::kCpu);
+  absl::StatusOr<std::unique_ptr<PreparedRun>> run = impl->Prepare(in, {}, Cpu(1));
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ((*run)->Fetch().status().code(), absl::StatusCode::kFailedPrecondition);
+  KernelConfig cuda = CudaFlashAttentionHeuristic(FlashAttentionProblem{}, Cpu(1));
+  EXPECT_FALSE(impl->Supports(cuda, SpecsOf(in), Cpu(1)));
+  EXPECT_EQ((*run)->Launch(cuda).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FlashAttentionKernelTest, CpuHeuristicIsAPureCandidate) {
+  FlashAttentionKernel kernel;
+  const std::unique_ptr<Kernel> made = MakeFlashAttentionKernel();
+  const std::vector<TensorSpecMap> shapes = {{{"q", Spec(DType::kF32, {1, 1, 1, 8})},
+                                              {"k", Spec(DType::kF32, {1, 1, 1, 8})},
+                                              {"v", Spec(DType::kF32, {1, 1, 1, 8})}},
+                                             {{"q", Spec(DType::kBF16, {4, 2048, 32, 128})},
+                                              {"k", Spec(DType::kBF16, {4, 2048, 8, 128})},
+                                              {"v", Spec(DType::kBF16, {4, 2048, 8, 128})}},
+                                             {{"q", Spec(DType::kF16, {8, 1, 16, 64})},
+                                              {"k", Spec(DType::kF16, {8, 4096, 1, 64})},
+                                              {"v", Spec(DType::kF16, {8, 4096, 1, 64})}},
+                                             Varlen()};
+  for (const TensorSpecMap& inputs : shapes) {
+    for (int threads : {1, 2, 32}) {
+      const KernelConfig heuristic = kernel.HeuristicConfig(inputs, {}, Cpu(threads));
+      SCOPED_TRACE(heuristic.DebugString());
+      EXPECT_EQ(heuristic, kernel.HeuristicConfig(inputs, {}, Cpu(threads)));
+      EXPECT_EQ(heuristic.platform, "cpu");
+      EXPECT_TRUE(kernel.IsCandidate(heuristic, inputs, {}, Cpu(threads)));
+      const std::vector<KernelConfig> candidates =
+          kernel.CandidateConfigs(inputs, {}, Cpu(threads));
+      std::set<std::string> distinct;
+      for (const KernelConfig& c : candidates) {
+        EXPECT_EQ(c.platform, "cpu");
+        EXPECT_GT(c.block_q, 0);
+        EXPECT_GT(c.block_k, 0);
+        EXPECT_GE(c.num_warps, 1);
+        EXPECT_TRUE(made->impl(Platform::kCpu)->Supports(c, inputs, Cpu(threads)));
+        distinct.insert(c.ToJson());
+      }
+      EXPECT_EQ(distinct.size(), candidates.size());
+    }
+  }
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[0], {}, Cpu(32)).num_warps, 1);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[1], {}, Cpu(32)).num_warps, 32);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[2], {}, Cpu(32)).block_q, 16);
+}
+
+TEST(FlashAttentionKernelTest, CudaHeuristicIsFixedWithoutCandidates) {
+  FlashAttentionKernel kernel;
+  DeviceInfo gpu;
+  gpu.platform = Platform::kCuda;
+  gpu.ordinal = 0;
+  const KernelConfig config = kernel.HeuristicConfig(Qkv(), {}, gpu);
+  EXPECT_EQ(config.platform, "cuda");
+  EXPECT_EQ(config.block_q, 128);
+  EXPECT_EQ(config.block_k, 64);
+  EXPECT_EQ(config.num_warps, 4);
+  EXPECT_EQ(config.num_stages, 2);
+  EXPECT_TRUE(kernel.CandidateConfigs(Qkv(), {}, gpu).empty());
+}
+
+}  // namespace
+}  // namespace kernelserve

@@ -1,0 +1,45 @@
+// A small kernel for testing the config chain, tuner and executor with exact control over what
+// each candidate does: out = 2 * x (f32), configs block_size 1..5.
+//   block_size 1..3: correct; each launch reports 1/block_size ms (3 is fastest).
+//   block_size 4: fastest of all (0.1 ms) but wrong output (must never win).
+//   block_size 5: fails to launch.
+// The heuristic is block_size 1. Every Prepare and Launch is counted.
+#ifndef KERNELSERVE_TESTS_SUPPORT_FAKE_KERNEL_H_
+#define KERNELSERVE_TESTS_SUPPORT_FAKE_KERNEL_H_
+
+#include <atomic>
+#include <memory>
+
+#include "core/kernel.h"
+
+namespace kernelserve::testing {
+
+struct FakeCounters {
+  std::atomic<int> prepares{0};
+  std::atomic<int> launches{0};
+  std::atomic<int> launch_delay_ms{0};  // sleep per launch (to widen races in tests)
+};
+
+class FakeKernel : public Kernel {
+ public:
+  explicit FakeKernel(std::shared_ptr<FakeCounters> counters);
+
+  std::string name() const override { return "fake_scale"; }
+  int version() const override { return 1; }
+  std::vector<ArgDoc> input_docs() const override;
+  std::vector<ArgDoc> output_docs() const override;
+  std::vector<ArgDoc> attribute_docs() const override { return {}; }
+  absl::Status Validate(const TensorSpecMap& inputs, const Attributes& attrs) const override;
+  TensorSpecMap OutputSpecs(const TensorSpecMap& inputs, const Attributes& attrs) const override;
+  KernelConfig HeuristicConfig(const TensorSpecMap& inputs, const Attributes& attrs,
+                               const DeviceInfo& device) const override;
+  std::vector<KernelConfig> CandidateConfigs(const TensorSpecMap& inputs, const Attributes& attrs,
+                                             const DeviceInfo& device) const override;
+};
+
+// A config of the fake kernel with the given block size.
+KernelConfig FakeConfig(int block_size);
+
+}  // namespace kernelserve::testing
+
+#endif  // KERNELSERVE_TESTS_SUPPORT_FAKE_KERNEL_H_
