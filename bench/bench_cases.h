@@ -1,0 +1,66 @@
+// The mean pooling benchmark cases and how one is timed on the GPU.
+#ifndef KERNELSERVE_BENCH_BENCH_CASES_H_
+#define KERNELSERVE_BENCH_BENCH_CASES_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/kernel_config.h"
+#include "kernels/cuda/mean_pooling_launch.h"
+
+namespace kernelserve::bench {
+
+// One benchmark case. A value type.
+struct BenchCase {
+  std::string name;  // "dense bf16 [32,2048,4096]"
+  cuda::PoolingForm form = cuda::PoolingForm::kDense;
+  DType dtype = DType::kBF16;
+  int64_t batch = 0;    // B (dense, masked) or N (varlen)
+  int64_t seq_len = 0;  // S (dense, masked)
+  int64_t hidden = 0;   // H
+  // Masked: rows counted per sequence (a prefix of each); varlen: the sequence lengths.
+  std::vector<int64_t> lengths;
+};
+
+// The cases of issue 4: dense bf16/f32 [32,2048,4096] and bf16 [64,512,1024], their masked
+// versions (counted prefix lengths drawn from [S/4, S]), and varlen bf16 of 256 sequences of
+// 1..4096 rows with H = 4096. Lengths come from `seed`.
+std::vector<BenchCase> DefaultCases(uint64_t seed);
+
+// Rows of x in the case (B*S, or the sum of the varlen lengths) and the rows the mean reads.
+int64_t RowsOf(const BenchCase& c);
+int64_t CountedRowsOf(const BenchCase& c);
+
+// The median kernel time of one config.
+struct Timing {
+  KernelConfig config;
+  double median_us = 0.0;
+};
+
+struct CaseResult {
+  int64_t x_bytes = 0;  // bytes of x, read once
+  int buffers = 1;      // copies of x rotated through, so repeated runs do not hit in L2
+  Timing heuristic;     // the config MeanPoolingHeuristic picks
+  Timing tuned;         // the fastest candidate (re-timed with the full iteration count)
+  int candidates = 0;
+};
+
+// Allocates and fills the case's inputs on the current device, times the heuristic config and,
+// when `tune`, every candidate (CUDA events around each launch, `iters` runs after 5 warm-up
+// runs, median). Errors name the CUDA call that failed.
+absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const DeviceInfo& device, int iters,
+                                   bool tune, cudaStream_t stream);
+
+// Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written, as the
+// median of `iters` copies of `bytes` bytes.
+absl::StatusOr<double> MeasureCopyBandwidth(size_t bytes, int iters, cudaStream_t stream);
+
+}  // namespace kernelserve::bench
+
+#endif  // KERNELSERVE_BENCH_BENCH_CASES_H_

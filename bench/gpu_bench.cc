@@ -1,0 +1,129 @@
+// kernelserve-gpu-bench: CUDA mean pooling against the GPU's own copy bandwidth.
+//
+// Prints the device-to-device copy bandwidth it measures, then per case the kernel time of the
+// heuristic config and of the fastest candidate, the read bandwidth (bytes of x read once /
+// time) and its ratio to the copy bandwidth. --json writes the same numbers (and the cases'
+// lengths) for bench/peers.py, which times PyTorch on the same cases. See docs/GPU.md.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "bench/bench_cases.h"
+#include "kernels/cuda/cuda_platform.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, json, "", "also write the results to this JSON file");
+ABSL_FLAG(int, iters, 50, "timed runs per config (after 5 warm-up runs); the median is kept");
+ABSL_FLAG(bool, tune, true, "also time every candidate config and report the fastest");
+ABSL_FLAG(int, device, 0, "CUDA device ordinal");
+ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
+
+namespace ks = kernelserve;
+
+namespace {
+
+std::string UtcNow() {
+  char text[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  return text;
+}
+
+nlohmann::json TimingJson(const ks::bench::Timing& t, double x_bytes, double copy) {
+  const double bps = x_bytes / (t.median_us * 1e-6);
+  return {{"config", t.config.DebugString()},
+          {"us", t.median_us},
+          {"read_TBps", bps / 1e12},
+          {"ratio_to_copy", bps / copy}};
+}
+
+void PrintRow(const char* label, const ks::bench::Timing& t, double x_bytes, double copy) {
+  const double bps = x_bytes / (t.median_us * 1e-6);
+  std::printf("    %-9s %9.1f us %6.2f TB/s %5.2fx copy  {%s}\n", label, t.median_us, bps / 1e12,
+              bps / copy, t.config.DebugString().c_str());
+}
+
+int Run() {
+  const std::vector<ks::DeviceInfo> devices = ks::EnumerateCudaDevices();
+  const int ordinal = absl::GetFlag(FLAGS_device);
+  if (ordinal < 0 || ordinal >= static_cast<int>(devices.size())) {
+    std::fprintf(stderr, "no CUDA device %d (this process sees %zu)\n", ordinal, devices.size());
+    return 1;
+  }
+  const ks::DeviceInfo& device = devices[static_cast<size_t>(ordinal)];
+  cudaStream_t stream = nullptr;
+  if (cudaSetDevice(ordinal) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    std::fprintf(stderr, "cannot set up CUDA device %d\n", ordinal);
+    return 1;
+  }
+  const absl::StatusOr<double> copy = ks::bench::MeasureCopyBandwidth(size_t{1} << 30, 20, stream);
+  if (!copy.ok()) {
+    std::fprintf(stderr, "copy bandwidth: %s\n", copy.status().ToString().c_str());
+    return 1;
+  }
+  const std::string date = UtcNow();
+  std::printf("device %s (%d SMs), %s\n", device.fingerprint.name.c_str(),
+              device.fingerprint.sm_count, date.c_str());
+  std::printf("device-to-device copy: %.3f TB/s (bytes read + written)\n", *copy / 1e12);
+  nlohmann::json out = {{"device", device.fingerprint.name},
+                        {"date", date},
+                        {"copy_TBps", *copy / 1e12},
+                        {"cases", nlohmann::json::array()}};
+  int failures = 0;
+  for (const ks::bench::BenchCase& c : ks::bench::DefaultCases(absl::GetFlag(FLAGS_seed))) {
+    const auto r = ks::bench::RunCase(c, device, absl::GetFlag(FLAGS_iters),
+                                      absl::GetFlag(FLAGS_tune), stream);
+    if (!r.ok()) {
+      std::printf("%s: FAILED %s\n", c.name.c_str(), r.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    const double x_bytes = static_cast<double>(r->x_bytes);
+    const double counted = static_cast<double>(ks::bench::CountedRowsOf(c)) /
+                           static_cast<double>(std::max<int64_t>(ks::bench::RowsOf(c), 1));
+    std::printf("%s: x %.1f MiB, %.0f%% of rows counted, %d buffer(s), %d candidates\n",
+                c.name.c_str(), x_bytes / (1 << 20), counted * 100, r->buffers, r->candidates);
+    PrintRow("heuristic", r->heuristic, x_bytes, *copy);
+    PrintRow("tuned", r->tuned, x_bytes, *copy);
+    out["cases"].push_back({{"name", c.name},
+                            {"form", static_cast<int>(c.form)},
+                            {"dtype", std::string(ks::DTypeName(c.dtype))},
+                            {"batch", c.batch},
+                            {"seq_len", c.seq_len},
+                            {"hidden", c.hidden},
+                            {"lengths", c.lengths},
+                            {"x_bytes", r->x_bytes},
+                            {"buffers", r->buffers},
+                            {"heuristic", TimingJson(r->heuristic, x_bytes, *copy)},
+                            {"tuned", TimingJson(r->tuned, x_bytes, *copy)}});
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream file(path);
+    file << out.dump(1) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+      return 1;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  try {
+    return Run();
+  } catch (const nlohmann::json::exception& e) {  // JSON building only; reported, not thrown on
+    std::fprintf(stderr, "JSON: %s\n", e.what());
+    return 1;
+  }
+}

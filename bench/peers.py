@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""PyTorch peers of the mean pooling benchmark, timed on the same GPU in the same run.
+
+Reads the JSON that kernelserve-gpu-bench wrote (--ours), times the same cases with torch
+(dense: x.mean(1); masked: (x * mask).sum(1) / len; varlen: torch.segment_reduce(x, "mean")),
+with the same lengths and the same number of rotated input copies, and prints one markdown
+table with both sides and their ratios. Writes the table and the numbers under --out.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+WARMUP = 5
+
+
+def median_ms(fn, iters):
+    """Median of `iters` runs of fn() timed with CUDA events, after WARMUP runs."""
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    times = []
+    for i in range(WARMUP + iters):
+        start.record()
+        fn(i)
+        stop.record()
+        torch.cuda.synchronize()
+        if i >= WARMUP:
+            times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def random_x(shape, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.rand(shape, generator=g, device="cuda", dtype=torch.float32) * 2 - 0.5).to(dtype)
+
+
+def torch_case(case, iters):
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[case["dtype"]]
+    b, s, h = case["batch"], case["seq_len"], case["hidden"]
+    copies = case["buffers"]
+    form = case["form"]  # 0 dense, 1 masked, 2 varlen
+    if form == 2:
+        lens = torch.tensor(case["lengths"], device="cuda", dtype=torch.int64)
+        xs = [random_x((int(lens.sum()), h), dtype, 10 + i) for i in range(copies)]
+        ms = median_ms(lambda i: torch.segment_reduce(xs[i % copies], "mean", lengths=lens), iters)
+        name = "torch.segment_reduce"
+    else:
+        xs = [random_x((b, s, h), dtype, 10 + i) for i in range(copies)]
+        if form == 0:
+            ms = median_ms(lambda i: xs[i % copies].mean(1), iters)
+            name = "x.mean(1)"
+        else:
+            lens = torch.tensor(case["lengths"], device="cuda", dtype=torch.int64)
+            mask = torch.arange(s, device="cuda")[None, :] < lens[:, None]
+            m = mask[..., None]
+            den = lens[:, None].to(dtype)
+            ms = median_ms(lambda i: (xs[i % copies] * m).sum(1) / den, iters)
+            name = "(x*mask).sum(1)/len"
+    del xs
+    torch.cuda.empty_cache()
+    return name, ms * 1e3
+
+
+def copy_tbps(iters):
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    ms = median_ms(lambda i: b.copy_(a), iters)
+    return 2 * n / (ms * 1e-3) / 1e12
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ours", required=True, help="JSON from kernelserve-gpu-bench --json")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for results")
+    parser.add_argument("--iters", type=int, default=50)
+    args = parser.parse_args()
+    with open(args.ours) as f:
+        ours = json.load(f)
+    torch.manual_seed(0)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "torch_copy_TBps": copy_tbps(20), "ours": ours, "cases": []}
+    lines = [
+        f"device {result['device']}, torch {result['torch']}, {ours['date']}",
+        f"copy bandwidth (read + write): ours {ours['copy_TBps']:.3f} TB/s, "
+        f"torch {result['torch_copy_TBps']:.3f} TB/s",
+        "",
+        "| case | ours heuristic us | ours tuned us | read TB/s (tuned) | / copy | torch op | "
+        "torch us | torch TB/s | speedup heuristic | speedup tuned |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in ours["cases"]:
+        op, torch_us = torch_case(case, args.iters)
+        heur_us, tuned_us = case["heuristic"]["us"], case["tuned"]["us"]
+        x_bytes = case["x_bytes"]
+        row = {"name": case["name"], "torch_op": op, "torch_us": torch_us,
+               "torch_TBps": x_bytes / (torch_us * 1e-6) / 1e12,
+               "speedup_heuristic": torch_us / heur_us, "speedup_tuned": torch_us / tuned_us}
+        result["cases"].append(row)
+        lines.append(
+            f"| {case['name']} | {heur_us:.1f} | {tuned_us:.1f} | {case['tuned']['read_TBps']:.2f} | "
+            f"{case['tuned']['ratio_to_copy']:.2f} | {op} | {torch_us:.1f} | {row['torch_TBps']:.2f} | "
+            f"{row['speedup_heuristic']:.2f}x | {row['speedup_tuned']:.2f}x |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    lines.append("")
+    for case in ours["cases"]:
+        lines.append(f"- {case['name']}: heuristic {{{case['heuristic']['config']}}}, "
+                     f"tuned {{{case['tuned']['config']}}}")
+    table = "\n".join(lines)
+    print(table)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
