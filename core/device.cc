@@ -63,7 +63,16 @@ std::string DeviceFingerprint::ToJson() const {
   return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string DeviceFingerprint::Hash() const { return ShortSha256(ToJson()); }
+std::string DeviceFingerprint::Hash() const {
+  // Hashed again and again for the same device: remember the last one on this thread.
+  thread_local DeviceFingerprint last;
+  thread_local std::string last_hash;
+  if (last_hash.empty() || !(last == *this)) {
+    last_hash = ShortSha256(ToJson());
+    last = *this;
+  }
+  return last_hash;
+}
 
 DeviceInfo CpuDeviceInfo() {
   DeviceInfo info;
