@@ -5,7 +5,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test run clean format
+.PHONY: all deps configure build test run demo executor-demo clean format
 
 all: build
 
@@ -24,8 +24,17 @@ build: deps configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
 
-# Runs the executor demo on embedded defaults (CPU without a GPU, configs in a local file).
+# Starts the server on embedded defaults: 127.0.0.1:50051 (metrics on 127.0.0.1:9464), configs
+# in ~/.cache/kernelserve/configs.json, the GPUs when there are any, else the CPU.
 run: build
+	$(BUILD)/server/kernelserve-server $(ARGS)
+
+# Starts the server on free ports, runs the CLI against it for both kernels, stops it.
+demo: build
+	scripts/demo.sh $(BUILD)
+
+# The executor alone, in process, without the server.
+executor-demo: build
 	$(BUILD)/tools/kernelserve-demo $(ARGS)
 
 format:

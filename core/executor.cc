@@ -27,7 +27,7 @@ Executor::Executor(const KernelRegistry* registry, ConfigSelectorChain* chain,
       chain_(chain),
       gpus_(std::move(gpus)),
       cpu_(CpuDeviceInfo()),
-      options_(options) {}
+      options_(std::move(options)) {}
 
 AutotunePolicy Executor::EffectivePolicy(const PolicyPatch& patch) const {
   AutotunePolicy policy = options_.policy;

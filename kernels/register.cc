@@ -28,6 +28,15 @@ std::vector<DeviceInfo> DetectGpus() {
 #endif
 }
 
+absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int ordinal) {
+#ifdef KERNELSERVE_WITH_CUDA
+  return CudaMemoryInfo(ordinal);
+#else
+  (void)ordinal;
+  return absl::UnavailableError("this build has no CUDA kernels");
+#endif
+}
+
 bool BuiltWithCuda() {
 #ifdef KERNELSERVE_WITH_CUDA
   return true;

@@ -2,9 +2,12 @@
 #ifndef KERNELSERVE_KERNELS_REGISTER_H_
 #define KERNELSERVE_KERNELS_REGISTER_H_
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/registry.h"
 
@@ -17,6 +20,10 @@ absl::Status RegisterBuiltinKernels(KernelRegistry* registry);
 
 // The GPUs visible to this process (empty without CUDA, a driver or a GPU).
 std::vector<DeviceInfo> DetectGpus();
+
+// {used, total} bytes of GPU `ordinal`'s memory. InvalidArgument for a GPU that does not exist;
+// Unavailable without CUDA or a driver.
+absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int ordinal);
 
 // True when this build includes the CUDA kernels.
 bool BuiltWithCuda();

@@ -1,0 +1,55 @@
+// The load generator behind `kernelserve bench`: one request sent again and again from N
+// threads for a duration, with client latency percentiles and the server's timing breakdown.
+#ifndef KERNELSERVE_CLIENT_CLI_BENCH_H_
+#define KERNELSERVE_CLIENT_CLI_BENCH_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+
+namespace kernelserve::cli {
+
+// Options of RunBench. Every field has a default.
+struct BenchOptions {
+  int concurrency = 1;                         // threads, each with one call in flight
+  absl::Duration duration = absl::Seconds(5);  // how long to send
+  int64_t max_requests = 0;                    // stop after this many calls; 0 = no limit
+  std::ostream* progress = nullptr;            // borrowed; a progress bar goes here; null = none
+};
+
+// Names of the server phases, in the order of BenchReport::server_mean_us.
+inline constexpr std::array<const char*, 6> kPhaseNames = {"queue",  "select", "h2d",
+                                                           "kernel", "d2h",    "total"};
+
+// The outcome of a run. A value type.
+struct BenchReport {
+  int64_t ok = 0;                           // calls that succeeded
+  int64_t errors = 0;                       // calls that failed
+  std::map<std::string, int64_t> failures;  // "CODE: message" -> count
+  absl::Status first_error;                 // one of the failures (OK when none)
+  double seconds = 0;                       // wall time of the run
+  double throughput = 0;                    // successful calls per second
+  double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;  // client latency
+  std::array<double, 6> server_mean_us{};  // mean of each server phase (kPhaseNames)
+};
+
+// Sends `request` from options.concurrency threads until the duration or max_requests ends.
+// Failed calls are counted, never fatal. REQUIRES: options.concurrency >= 1.
+BenchReport RunBench(const Client& client, const v1::ExecuteRequest& request,
+                     const BenchOptions& options);
+
+// The p-th percentile (0 < p <= 100) of ascending `sorted` by nearest rank; 0 when empty.
+double Percentile(const std::vector<double>& sorted, double p);
+// "[#########...........]  45%" with `width` cells; fraction clamped to [0, 1].
+std::string ProgressBar(double fraction, int width);
+
+}  // namespace kernelserve::cli
+
+#endif  // KERNELSERVE_CLIENT_CLI_BENCH_H_

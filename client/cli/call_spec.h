@@ -1,0 +1,54 @@
+// CallSpec: what `run`, `bench`, `tune` and `cache put` say about one kernel call, and the
+// requests built from it.
+#ifndef KERNELSERVE_CLIENT_CLI_CALL_SPEC_H_
+#define KERNELSERVE_CLIENT_CLI_CALL_SPEC_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/cli/args.h"
+#include "core/kernel_config.h"
+#include "core/tensor.h"
+#include "kernelserve/v1/kernel_service.pb.h"
+
+namespace kernelserve::cli {
+
+// A value type.
+struct CallSpec {
+  std::string kernel;                         // the first positional argument after the command
+  TensorSpecMap shapes;                       // --shape: random inputs, or shapes only
+  TensorMap values;                           // --input (.npy files) and --values
+  std::map<std::string, std::string> params;  // --param KEY=VALUE
+  std::string platform;                       // --platform
+  std::optional<int> device;                  // --device
+  std::optional<KernelConfig> config;         // --config
+  uint64_t seed = 0;                          // --seed: random inputs use seed, seed+1, ...
+};
+
+// Reads a CallSpec from `args` (positional[1] is the kernel). InvalidArgument naming the bad
+// flag; NotFound for a missing .npy file. An input named twice is an error.
+absl::StatusOr<CallSpec> CallSpecFromArgs(const Args& args);
+
+// The inputs of a call: `values` as they are, `shapes` filled with seeded uniform values in
+// [-1, 1) (integer dtypes: -1, 0 or 1; bool: 0 or 1).
+TensorMap MakeInputs(const CallSpec& spec);
+
+// Sets the params oneof of a request from string params. Known: mean_pooling: chunk_size;
+// flash_attention: causal, softmax_scale, window_left, window_right, logits_soft_cap,
+// return_lse. InvalidArgument naming an unknown param or a bad value.
+absl::Status SetMeanPoolingParams(const std::map<std::string, std::string>& params,
+                                  v1::MeanPoolingParams* out);
+absl::Status SetFlashAttentionParams(const std::map<std::string, std::string>& params,
+                                     v1::FlashAttentionParams* out);
+
+// Fills kernel, inputs, params, platform and device of an ExecuteRequest, AutotuneRequest or
+// PutConfigRequest. With `with_data` false, inputs from shapes go without data (shapes only).
+template <typename Request>
+absl::Status FillRequest(const CallSpec& spec, bool with_data, Request* request);
+
+}  // namespace kernelserve::cli
+
+#endif  // KERNELSERVE_CLIENT_CLI_CALL_SPEC_H_

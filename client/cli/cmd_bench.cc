@@ -1,0 +1,88 @@
+// bench.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/bench.h"
+#include "client/cli/call_spec.h"
+#include "client/cli/commands.h"
+#include "client/cli/format.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+
+namespace kernelserve::cli {
+namespace {
+
+nlohmann::json ReportJson(const BenchReport& r, const BenchOptions& options) {
+  nlohmann::json server = nlohmann::json::object();
+  for (size_t i = 0; i < kPhaseNames.size(); ++i) {
+    server[absl::StrCat(kPhaseNames[i], "_us")] = r.server_mean_us[i];
+  }
+  return {{"concurrency", options.concurrency},
+          {"ok", r.ok},
+          {"errors", r.errors},
+          {"failures", r.failures},
+          {"seconds", r.seconds},
+          {"throughput_rps", r.throughput},
+          {"latency_us",
+           {{"mean", r.mean_us},
+            {"p50", r.p50_us},
+            {"p90", r.p90_us},
+            {"p99", r.p99_us},
+            {"max", r.max_us}}},
+          {"server_mean", server}};
+}
+
+void PrintReport(const BenchReport& r, const BenchOptions& options, std::ostream& out) {
+  Table load({"concurrency", "ok", "errors", "seconds", "throughput"});
+  load.AddRow({absl::StrCat(options.concurrency), absl::StrCat(r.ok), absl::StrCat(r.errors),
+               absl::StrFormat("%.2f", r.seconds), absl::StrFormat("%.0f req/s", r.throughput)});
+  Table latency({"latency", "mean", "p50", "p90", "p99", "max"});
+  latency.AddRow({"client", FormatMicros(r.mean_us), FormatMicros(r.p50_us), FormatMicros(r.p90_us),
+                  FormatMicros(r.p99_us), FormatMicros(r.max_us)});
+  std::vector<std::string> header = {"server (mean)"};
+  std::vector<std::string> row = {"per call"};
+  for (size_t i = 0; i < kPhaseNames.size(); ++i) {
+    header.push_back(kPhaseNames[i]);
+    row.push_back(FormatMicros(r.server_mean_us[i]));
+  }
+  Table server(header);
+  server.AddRow(row);
+  out << load.ToString() << "\n" << latency.ToString() << "\n" << server.ToString();
+  for (const auto& [failure, count] : r.failures) {
+    out << "failed " << count << "x: " << failure << "\n";
+  }
+}
+
+}  // namespace
+
+absl::Status CmdBench(const CommandContext& ctx) {
+  KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
+  v1::ExecuteRequest request;
+  KS_RETURN_IF_ERROR(FillRequest(spec, /*with_data=*/true, &request));
+  if (spec.config) *request.mutable_config() = ToProto(*spec.config);
+  KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
+  if (autotune) request.mutable_policy()->set_allow_autotune(true);
+  BenchOptions options;
+  KS_ASSIGN_OR_RETURN(int64_t concurrency, ctx.args->GetInt("concurrency", 1));
+  if (concurrency < 1 || concurrency > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--concurrency=", concurrency, ": expected 1..4096"));
+  }
+  options.concurrency = static_cast<int>(concurrency);
+  KS_ASSIGN_OR_RETURN(options.duration, ctx.args->GetDuration("duration", absl::Seconds(5)));
+  KS_ASSIGN_OR_RETURN(options.max_requests, ctx.args->GetInt("requests", 0));
+  if (options.max_requests < 0) {
+    return absl::InvalidArgumentError("--requests: expected a count >= 0 (0 = no limit)");
+  }
+  if (ctx.err_is_tty) options.progress = ctx.err;
+  const BenchReport report = RunBench(*ctx.client, request, options);
+  if (ctx.json) {
+    *ctx.out << ReportJson(report, options).dump(2) << "\n";
+  } else {
+    PrintReport(report, options, *ctx.out);
+  }
+  // Every call failed: report the server's status rather than an empty benchmark.
+  if (report.ok == 0 && report.errors > 0) return report.first_error;
+  return absl::OkStatus();
+}
+
+}  // namespace kernelserve::cli

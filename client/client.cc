@@ -1,0 +1,236 @@
+#include "client/client.h"
+
+#include <climits>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/status_convert.h"
+#include "core/status_macros.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "proto/convert.h"
+
+namespace kernelserve {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& what) {
+  if (path.empty()) return std::string();
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat(what, " '", path, "' cannot be read"));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+    const ClientOptions& options) {
+  if (!options.use_tls) return grpc::InsecureChannelCredentials();
+  const TlsOptions& tls = options.tls;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS: a client certificate needs its key and a key needs its certificate (mTLS); got "
+        "only one of them");
+  }
+  grpc::SslCredentialsOptions ssl;
+  KS_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(tls.ca_file, "TLS CA file"));
+  KS_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(tls.cert_file, "TLS certificate file"));
+  KS_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(tls.key_file, "TLS key file"));
+  return grpc::SslCredentials(ssl);
+}
+
+// Adds each tensor of `tensors` (moved) to `inputs`.
+void PutInputs(TensorMap tensors, google::protobuf::Map<std::string, v1::Tensor>* inputs) {
+  for (auto& [name, tensor] : tensors) PutTensor(std::move(tensor), &(*inputs)[name]);
+}
+
+}  // namespace
+
+std::optional<ConfigSource> SourceFromProto(v1::ConfigSource source) {
+  switch (source) {
+    case v1::CONFIG_SOURCE_OVERRIDE:
+      return ConfigSource::kOverride;
+    case v1::CONFIG_SOURCE_OVERLAY:
+      return ConfigSource::kOverlay;
+    case v1::CONFIG_SOURCE_MEMORY:
+      return ConfigSource::kMemory;
+    case v1::CONFIG_SOURCE_FILE:
+      return ConfigSource::kFile;
+    case v1::CONFIG_SOURCE_REDIS:
+      return ConfigSource::kRedis;
+    case v1::CONFIG_SOURCE_AUTOTUNE:
+      return ConfigSource::kAutotune;
+    case v1::CONFIG_SOURCE_HEURISTIC:
+      return ConfigSource::kHeuristic;
+    default:
+      return std::nullopt;
+  }
+}
+
+absl::StatusOr<RunResult> TakeRunResult(v1::ExecuteResponse* response) {
+  KS_RETURN_IF_ERROR(FromRpcStatus(response->status()));
+  RunResult result;
+  for (auto& [name, proto] : *response->mutable_outputs()) {
+    KS_ASSIGN_OR_RETURN(result.outputs[name],
+                        TakeTensor(&proto, absl::StrCat("output '", name, "'")));
+  }
+  result.config = FromProto(response->config());
+  result.source = SourceFromProto(response->config_source());
+  result.platform = response->platform();
+  result.device = response->device();
+  result.device_fingerprint = response->device_fingerprint();
+  result.cache_key = response->cache_key();
+  const v1::Timing& t = response->timing();
+  result.timings = {t.queue_us(),  t.select_us(), t.h2d_us(),
+                    t.kernel_us(), t.d2h_us(),    t.total_us()};
+  result.request_id = response->request_id();
+  result.warnings.assign(response->warnings().begin(), response->warnings().end());
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("client: target is empty: expected host:port");
+  }
+  if (options.max_message_bytes < 1 || options.max_message_bytes > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("client: max_message_bytes ",
+                                                   options.max_message_bytes,
+                                                   " is out of range: expected 1..", INT_MAX));
+  }
+  KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                      MakeCredentials(options));
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.target, credentials, args);
+  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+}
+
+Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      authorization_(options_.token.empty() ? "" : absl::StrCat("Bearer ", options_.token)),
+      channel_(std::move(channel)),
+      stub_(v1::KernelService::NewStub(channel_)) {}
+
+void Client::Prepare(grpc::ClientContext* context, absl::Duration deadline) const {
+  if (deadline == absl::ZeroDuration()) deadline = options_.deadline;
+  if (deadline != absl::InfiniteDuration()) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  }
+  if (!authorization_.empty()) context->AddMetadata("authorization", authorization_);
+}
+
+absl::StatusOr<RunResult> Client::Run(v1::ExecuteRequest& request, const RunOptions& run) const {
+  if (run.config.has_value()) *request.mutable_config() = ToProto(*run.config);
+  request.set_platform(run.platform);
+  if (run.device.has_value()) request.set_device(*run.device);
+  v1::TuningPolicy* policy = request.mutable_policy();
+  if (run.policy.allow_autotune) policy->set_allow_autotune(*run.policy.allow_autotune);
+  if (run.policy.allow_heuristics) policy->set_allow_heuristics(*run.policy.allow_heuristics);
+  if (run.policy.persist) policy->set_persist(*run.policy.persist);
+  request.set_request_id(run.request_id);
+  grpc::ClientContext context;
+  Prepare(&context, run.deadline);
+  v1::ExecuteResponse response;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Execute(&context, request, &response)));
+  return TakeRunResult(&response);
+}
+
+absl::StatusOr<RunResult> Client::MeanPooling(Tensor x, MeanPoolingOptions options) const {
+  v1::ExecuteRequest request;
+  request.set_kernel("mean_pooling");
+  TensorMap inputs;
+  inputs["x"] = std::move(x);
+  if (options.cu_seqlens) inputs["cu_seqlens"] = std::move(*options.cu_seqlens);
+  if (options.mask) inputs["mask"] = std::move(*options.mask);
+  PutInputs(std::move(inputs), request.mutable_inputs());
+  request.mutable_mean_pooling()->set_chunk_size(options.chunk_size);
+  return Run(request, options.run);
+}
+
+absl::StatusOr<RunResult> Client::FlashAttention(Tensor q, Tensor k, Tensor v,
+                                                 FlashAttentionOptions options) const {
+  v1::ExecuteRequest request;
+  request.set_kernel("flash_attention");
+  TensorMap inputs = std::move(options.extra_inputs);
+  inputs["q"] = std::move(q);
+  inputs["k"] = std::move(k);
+  inputs["v"] = std::move(v);
+  PutInputs(std::move(inputs), request.mutable_inputs());
+  v1::FlashAttentionParams* params = request.mutable_flash_attention();
+  params->set_causal(options.causal);
+  params->set_softmax_scale(options.softmax_scale);
+  if (options.window_left) params->set_window_left(*options.window_left);
+  if (options.window_right) params->set_window_right(*options.window_right);
+  params->set_logits_soft_cap(options.logits_soft_cap);
+  params->set_return_lse(options.return_lse);
+  return Run(request, options.run);
+}
+
+absl::StatusOr<RunResult> Client::Execute(const v1::ExecuteRequest& request) const {
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  v1::ExecuteResponse response;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Execute(&context, request, &response)));
+  return TakeRunResult(&response);
+}
+
+absl::StatusOr<BatchResult> Client::ExecuteBatch(const v1::ExecuteBatchRequest& request) const {
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  v1::ExecuteBatchResponse response;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(stub_->ExecuteBatch(&context, request, &response)));
+  BatchResult result;
+  for (v1::ExecuteResponse& item : *response.mutable_items()) {
+    result.items.push_back(TakeRunResult(&item));
+  }
+  result.config = FromProto(response.config());
+  result.source = SourceFromProto(response.config_source());
+  return result;
+}
+
+template <typename Request, typename Response>
+absl::StatusOr<Response> Client::Unary(UnaryMethod<Request, Response> method,
+                                       const Request& request) const {
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  Response response;
+  KS_RETURN_IF_ERROR(FromGrpcStatus((stub_.get()->*method)(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::AutotuneResponse> Client::Autotune(const v1::AutotuneRequest& request) const {
+  return Unary(&v1::KernelService::Stub::Autotune, request);
+}
+
+absl::StatusOr<v1::ListKernelsResponse> Client::ListKernels() const {
+  return Unary(&v1::KernelService::Stub::ListKernels, v1::ListKernelsRequest());
+}
+
+absl::StatusOr<v1::ServerInfo> Client::ServerInfo() const {
+  return Unary(&v1::KernelService::Stub::GetServerInfo, v1::GetServerInfoRequest());
+}
+
+absl::StatusOr<v1::ListConfigsResponse> Client::ListConfigs(const std::string& kernel) const {
+  v1::ListConfigsRequest request;
+  request.set_kernel(kernel);
+  return Unary(&v1::KernelService::Stub::ListConfigs, request);
+}
+
+absl::StatusOr<v1::PutConfigResponse> Client::PutConfig(const v1::PutConfigRequest& request) const {
+  return Unary(&v1::KernelService::Stub::PutConfig, request);
+}
+
+absl::Status Client::DeleteConfig(const std::string& cache_key,
+                                  const std::string& device_fingerprint) const {
+  v1::DeleteConfigRequest request;
+  request.set_cache_key(cache_key);
+  request.set_device_fingerprint(device_fingerprint);
+  return Unary(&v1::KernelService::Stub::DeleteConfig, request).status();
+}
+
+}  // namespace kernelserve

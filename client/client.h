@@ -1,0 +1,176 @@
+// kernelserve::Client: a C++ client of kernelserve.v1.KernelService.
+//
+//   ClientOptions options;
+//   options.target = "host:50051";
+//   KS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+//   KS_ASSIGN_OR_RETURN(RunResult r, client->MeanPooling(std::move(x)));
+//   const Tensor& out = r.outputs.at("out");
+//
+// Every call returns absl::Status codes as the server sent them (INVALID_ARGUMENT naming the
+// bad input, UNAUTHENTICATED, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED...).
+#ifndef KERNELSERVE_CLIENT_CLIENT_H_
+#define KERNELSERVE_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/config_source.h"
+#include "core/kernel_config.h"
+#include "core/policy.h"
+#include "core/tensor.h"
+#include "grpcpp/channel.h"
+#include "kernelserve/v1/kernel_service.grpc.pb.h"
+
+namespace kernelserve {
+
+// TLS settings of a connection. Paths of PEM files.
+struct TlsOptions {
+  std::string ca_file;    // roots that verify the server; "" = the system's roots
+  std::string cert_file;  // client certificate chain, for mTLS; "" = none
+  std::string key_file;   // client private key, for mTLS; "" = none (set with cert_file)
+};
+
+// How to reach a server. Every field has a default.
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";  // gRPC target ("host:port", "unix:/path", ...)
+  std::string token;     // bearer token ("authorization: Bearer <token>"); "" = none
+  bool use_tls = false;  // a TLS channel (with `tls`), else plaintext
+  TlsOptions tls;        // read when use_tls
+  absl::Duration deadline = absl::Seconds(60);   // per call; InfiniteDuration() = none
+  int64_t max_message_bytes = int64_t{1} << 30;  // largest message sent or received
+};
+
+// Per-call settings of the typed calls. Every field has a default.
+struct RunOptions {
+  std::optional<KernelConfig> config;  // set = explicit override of the config
+  std::string platform;                // "", "auto", "cpu", "cuda", "cudnn"
+  std::optional<int> device;           // GPU ordinal, -1 = the CPU; unset = the server picks
+  PolicyPatch policy;                  // per-call changes to the server's tuning policy
+  std::string request_id;              // echoed by the server
+  absl::Duration deadline = absl::ZeroDuration();  // 0 = the client's default
+};
+
+// Options of MeanPooling. Every field has a default.
+struct MeanPoolingOptions {
+  std::optional<Tensor> cu_seqlens;  // [N+1] i32/i64: varlen form, x is [T,H] or [1,T,H]
+  std::optional<Tensor> mask;        // [B,S]: only rows whose mask is nonzero count
+  int chunk_size = 0;                // rows per work item; 0 = the kernel's default (32)
+  RunOptions run;
+};
+
+// Options of FlashAttention. Every field has a default.
+struct FlashAttentionOptions {
+  bool causal = false;              // query i sees keys j <= i + Sk - Sq
+  float softmax_scale = 0.0f;       // 0 = 1/sqrt(D)
+  std::optional<int> window_left;   // unset = unlimited
+  std::optional<int> window_right;  // unset = unlimited
+  float logits_soft_cap = 0.0f;     // 0 = off
+  bool return_lse = false;          // also return "lse"
+  // Optional inputs by name: cu_seqlens_q, cu_seqlens_k, q_segment_ids, kv_segment_ids, bias.
+  TensorMap extra_inputs;
+  RunOptions run;
+};
+
+// Microseconds the server spent in each phase of a call.
+struct ServerTimings {
+  int64_t queue_us = 0;
+  int64_t select_us = 0;
+  int64_t h2d_us = 0;
+  int64_t kernel_us = 0;
+  int64_t d2h_us = 0;
+  int64_t total_us = 0;
+};
+
+// The answer to one kernel call. A value type.
+struct RunResult {
+  TensorMap outputs;                   // "out", and "lse" when asked
+  KernelConfig config;                 // the config that ran
+  std::optional<ConfigSource> source;  // the tier that chose it; unset if the server left it out
+  std::string platform;
+  int device = -1;  // -1 = CPU
+  std::string device_fingerprint;
+  std::string cache_key;
+  ServerTimings timings;
+  std::string request_id;
+  std::vector<std::string> warnings;
+};
+
+// The answer to ExecuteBatch. A value type.
+struct BatchResult {
+  std::vector<absl::StatusOr<RunResult>> items;  // in request order; failed items keep errors
+  KernelConfig config;
+  std::optional<ConfigSource> source;
+};
+
+// The status grpc.health.v1 reports.
+enum class HealthStatus { kUnknown, kServing, kNotServing, kServiceUnknown };
+// "UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN".
+std::string_view HealthStatusName(HealthStatus status);
+
+// The core source of a wire source; nullopt for CONFIG_SOURCE_UNSPECIFIED or unknown values.
+std::optional<ConfigSource> SourceFromProto(v1::ConfigSource source);
+// Moves the outputs out of `response` and converts the rest. The in-band status, when not
+// OK, is returned as the error. InvalidArgument if an output tensor is malformed.
+absl::StatusOr<RunResult> TakeRunResult(v1::ExecuteResponse* response);
+
+// A connection to one server.
+// Thread safety: thread-safe; calls may run concurrently from many threads.
+class Client {
+ public:
+  // Creates the channel (connection happens on the first call). InvalidArgument for an empty
+  // target or max_message_bytes outside [1, 2^31 - 1]; NotFound when a TLS file is missing.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // mean_pooling of x [B,S,H] (or [T,H] with cu_seqlens) -> out.
+  absl::StatusOr<RunResult> MeanPooling(Tensor x, MeanPoolingOptions options = {}) const;
+  // flash_attention of q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] -> out (and lse).
+  absl::StatusOr<RunResult> FlashAttention(Tensor q, Tensor k, Tensor v,
+                                           FlashAttentionOptions options = {}) const;
+
+  // Raw calls: the request as written by the caller, the client's default deadline.
+  absl::StatusOr<RunResult> Execute(const v1::ExecuteRequest& request) const;
+  absl::StatusOr<BatchResult> ExecuteBatch(const v1::ExecuteBatchRequest& request) const;
+  absl::StatusOr<v1::AutotuneResponse> Autotune(const v1::AutotuneRequest& request) const;
+  absl::StatusOr<v1::ListKernelsResponse> ListKernels() const;
+  absl::StatusOr<v1::ServerInfo> ServerInfo() const;
+  // kernel "" = every kernel.
+  absl::StatusOr<v1::ListConfigsResponse> ListConfigs(const std::string& kernel = "") const;
+  absl::StatusOr<v1::PutConfigResponse> PutConfig(const v1::PutConfigRequest& request) const;
+  absl::Status DeleteConfig(const std::string& cache_key,
+                            const std::string& device_fingerprint = "") const;
+  // grpc.health.v1.Health/Check of `service` ("" = the whole server). Sends no token.
+  absl::StatusOr<HealthStatus> Health(const std::string& service = "") const;
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
+  // Sets the deadline (0 = the default) and the token on `context`.
+  void Prepare(grpc::ClientContext* context, absl::Duration deadline) const;
+  // Fills the RunOptions fields of `request` and executes it.
+  absl::StatusOr<RunResult> Run(v1::ExecuteRequest& request, const RunOptions& run) const;
+  template <typename Request, typename Response>
+  using UnaryMethod = grpc::Status (v1::KernelService::Stub::*)(grpc::ClientContext*,
+                                                                const Request&, Response*);
+  // One unary call with the default deadline.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(UnaryMethod<Request, Response> method,
+                                 const Request& request) const;
+
+  const ClientOptions options_;
+  const std::string authorization_;  // "Bearer <token>", or "" for none
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::KernelService::Stub> stub_;
+};
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_CLIENT_CLIENT_H_

@@ -1,0 +1,212 @@
+#include "proto/convert.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace kernelserve {
+namespace {
+
+// Checks dims and, unless `allow_empty` and the data is empty, the byte count of `proto`.
+absl::StatusOr<TensorSpec> CheckTensor(const v1::Tensor& proto, const std::string& what,
+                                       bool allow_empty) {
+  TensorSpec spec;
+  KS_ASSIGN_OR_RETURN(spec.dtype, FromProto(proto.dtype(), what));
+  spec.shape.assign(proto.shape().begin(), proto.shape().end());
+  for (size_t i = 0; i < spec.shape.size(); ++i) {
+    if (spec.shape[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": dim ", i, " of shape ",
+                                                     ShapeString(spec.shape),
+                                                     " is negative: expected dims >= 0"));
+    }
+  }
+  absl::StatusOr<int64_t> count = NumElements(spec.shape);
+  int64_t bytes = 0;
+  if (!count.ok() ||
+      __builtin_mul_overflow(*count, static_cast<int64_t>(ItemSize(spec.dtype)), &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(spec.shape),
+                                                   " overflows int64 (product of dims times ",
+                                                   ItemSize(spec.dtype), " bytes)"));
+  }
+  if (allow_empty && proto.data().empty()) return spec;
+  if (static_cast<uint64_t>(proto.data().size()) != static_cast<uint64_t>(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", spec.DebugString(),
+                                                   " needs prod(shape) * itemsize = ", bytes,
+                                                   " bytes of data, got ", proto.data().size()));
+  }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<DType> FromProto(v1::DType dtype, const std::string& what) {
+  switch (dtype) {
+    case v1::DTYPE_F32:
+      return DType::kF32;
+    case v1::DTYPE_F16:
+      return DType::kF16;
+    case v1::DTYPE_BF16:
+      return DType::kBF16;
+    case v1::DTYPE_I32:
+      return DType::kI32;
+    case v1::DTYPE_I64:
+      return DType::kI64;
+    case v1::DTYPE_BOOL:
+      return DType::kBool;
+    case v1::DTYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dtype is unspecified: expected f32, f16, bf16, i32, i64 or bool"));
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, ": unknown dtype ", static_cast<int>(dtype),
+                                                 ": expected f32, f16, bf16, i32, i64 or bool"));
+}
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return v1::DTYPE_F32;
+    case DType::kF16:
+      return v1::DTYPE_F16;
+    case DType::kBF16:
+      return v1::DTYPE_BF16;
+    case DType::kI32:
+      return v1::DTYPE_I32;
+    case DType::kI64:
+      return v1::DTYPE_I64;
+    case DType::kBool:
+      return v1::DTYPE_BOOL;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<Tensor> TakeTensor(v1::Tensor* proto, const std::string& what) {
+  KS_ASSIGN_OR_RETURN(TensorSpec spec, CheckTensor(*proto, what, /*allow_empty=*/false));
+  absl::StatusOr<Tensor> tensor =
+      Tensor::FromBytes(spec.dtype, std::move(spec.shape), std::move(*proto->mutable_data()));
+  proto->clear_data();
+  if (!tensor.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", tensor.status().message()));
+  }
+  return tensor;
+}
+
+absl::StatusOr<TensorSpec> SpecFromProto(const v1::Tensor& proto, const std::string& what) {
+  return CheckTensor(proto, what, /*allow_empty=*/true);
+}
+
+void PutTensor(Tensor tensor, v1::Tensor* proto) {
+  proto->set_dtype(ToProto(tensor.dtype()));
+  proto->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+  *proto->mutable_data() = std::move(tensor).ReleaseBytes();
+}
+
+absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos) {
+  TensorMap tensors;
+  for (auto& [name, proto] : *protos) {
+    KS_ASSIGN_OR_RETURN(tensors[name], TakeTensor(&proto, absl::StrCat("input '", name, "'")));
+  }
+  return tensors;
+}
+
+absl::StatusOr<TensorSpecMap> SpecsFromProto(
+    const google::protobuf::Map<std::string, v1::Tensor>& protos) {
+  TensorSpecMap specs;
+  for (const auto& [name, proto] : protos) {
+    KS_ASSIGN_OR_RETURN(specs[name], SpecFromProto(proto, absl::StrCat("input '", name, "'")));
+  }
+  return specs;
+}
+
+KernelConfig FromProto(const v1::KernelConfig& proto) {
+  KernelConfig config;
+  config.block_q = proto.block_q();
+  config.block_k = proto.block_k();
+  config.block_d = proto.block_d();
+  config.num_warps = proto.num_warps();
+  config.num_stages = proto.num_stages();
+  config.block_size = proto.block_size();
+  config.platform = proto.platform();
+  config.backend = proto.backend();
+  config.algorithm = proto.algorithm();
+  config.priority = proto.priority();
+  return config;
+}
+
+v1::KernelConfig ToProto(const KernelConfig& config) {
+  v1::KernelConfig proto;
+  proto.set_block_q(config.block_q);
+  proto.set_block_k(config.block_k);
+  proto.set_block_d(config.block_d);
+  proto.set_num_warps(config.num_warps);
+  proto.set_num_stages(config.num_stages);
+  proto.set_block_size(config.block_size);
+  proto.set_platform(config.platform);
+  proto.set_backend(config.backend);
+  proto.set_algorithm(config.algorithm);
+  proto.set_priority(config.priority);
+  return proto;
+}
+
+bool IsSet(const v1::KernelConfig& proto) { return FromProto(proto) != KernelConfig{}; }
+
+v1::ConfigSource ToProto(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::kOverride:
+      return v1::CONFIG_SOURCE_OVERRIDE;
+    case ConfigSource::kOverlay:
+      return v1::CONFIG_SOURCE_OVERLAY;
+    case ConfigSource::kMemory:
+      return v1::CONFIG_SOURCE_MEMORY;
+    case ConfigSource::kFile:
+      return v1::CONFIG_SOURCE_FILE;
+    case ConfigSource::kRedis:
+      return v1::CONFIG_SOURCE_REDIS;
+    case ConfigSource::kAutotune:
+      return v1::CONFIG_SOURCE_AUTOTUNE;
+    case ConfigSource::kHeuristic:
+      return v1::CONFIG_SOURCE_HEURISTIC;
+  }
+  return v1::CONFIG_SOURCE_UNSPECIFIED;
+}
+
+Attributes MeanPoolingAttributes(const v1::MeanPoolingParams& params) {
+  Attributes attrs;
+  if (params.chunk_size() != 0) attrs["chunk_size"] = int64_t{params.chunk_size()};
+  return attrs;
+}
+
+Attributes FlashAttentionAttributes(const v1::FlashAttentionParams& params) {
+  // Defaults are left out so that equal calls share one cache key however they were written.
+  Attributes attrs;
+  if (params.causal()) attrs["causal"] = true;
+  if (params.softmax_scale() != 0.0f) attrs["softmax_scale"] = double{params.softmax_scale()};
+  if (params.has_window_left()) attrs["window_left"] = int64_t{params.window_left()};
+  if (params.has_window_right()) attrs["window_right"] = int64_t{params.window_right()};
+  if (params.logits_soft_cap() != 0.0f) {
+    attrs["logits_soft_cap"] = double{params.logits_soft_cap()};
+  }
+  if (params.return_lse()) attrs["return_lse"] = true;
+  return attrs;
+}
+
+PolicyPatch FromProto(const v1::TuningPolicy& policy) {
+  PolicyPatch patch;
+  if (policy.has_allow_autotune()) patch.allow_autotune = policy.allow_autotune();
+  if (policy.has_allow_heuristics()) patch.allow_heuristics = policy.allow_heuristics();
+  if (policy.has_persist()) patch.persist = policy.persist();
+  return patch;
+}
+
+void ToProto(const Timings& timings, v1::Timing* proto) {
+  proto->set_select_us(timings.select_us);
+  proto->set_h2d_us(timings.h2d_us);
+  proto->set_kernel_us(timings.kernel_us);
+  proto->set_d2h_us(timings.d2h_us);
+  proto->set_total_us(timings.total_us);
+}
+
+}  // namespace kernelserve

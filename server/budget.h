@@ -1,0 +1,45 @@
+// InflightBudget: caps the request bytes the server holds at once.
+#ifndef KERNELSERVE_SERVER_BUDGET_H_
+#define KERNELSERVE_SERVER_BUDGET_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace kernelserve::server {
+
+// Counts requests and their bytes from acceptance to answer.
+// Thread safety: thread-safe (lock-free).
+class InflightBudget {
+ public:
+  // REQUIRES: max_bytes > 0.
+  explicit InflightBudget(int64_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // Takes `bytes` and one request; false (nothing taken) when the bytes would pass the cap.
+  // A single request larger than the cap is refused even when nothing else is in flight.
+  bool TryAcquire(int64_t bytes) {
+    int64_t held = bytes_.load(std::memory_order_relaxed);
+    do {
+      if (held + bytes > max_bytes_) return false;
+    } while (!bytes_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  // Gives back what one TryAcquire(bytes) took.
+  void Release(int64_t bytes) {
+    bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    requests_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  int64_t requests() const { return requests_.load(std::memory_order_relaxed); }
+  int64_t max_bytes() const { return max_bytes_; }
+
+ private:
+  const int64_t max_bytes_;
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> requests_{0};
+};
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_BUDGET_H_

@@ -1,0 +1,147 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelserve::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// Request and kernel latencies: 10 us .. 10 s.
+Histogram::BucketBoundaries LatencyBuckets() {
+  return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+          1e-2, 2.5e-2, 5e-2, 0.1,  0.25,   0.5,  1.0,  2.5,    10.0};
+}
+
+// Tuning runs: 1 ms .. 5 min.
+Histogram::BucketBoundaries TuningBuckets() {
+  return {1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0};
+}
+
+std::string S(std::string_view v) { return std::string(v); }
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(BuildCounter()
+                    .Name("kernelserve_requests_total")
+                    .Help("Finished requests by kernel, platform and gRPC code")
+                    .Register(*registry_)),
+      request_duration_(BuildHistogram()
+                            .Name("kernelserve_request_duration_seconds")
+                            .Help("Time from receiving a request to answering it")
+                            .Register(*registry_)),
+      kernel_duration_(BuildHistogram()
+                           .Name("kernelserve_kernel_duration_seconds")
+                           .Help("Kernel time by the platform's timer")
+                           .Register(*registry_)),
+      selections_(BuildCounter()
+                      .Name("kernelserve_config_selections_total")
+                      .Help("Configs chosen, by the tier that answered")
+                      .Register(*registry_)),
+      autotune_runs_(BuildCounter()
+                         .Name("kernelserve_autotune_runs_total")
+                         .Help("Tuning runs by outcome (ok, all_failed, error)")
+                         .Register(*registry_)),
+      autotune_duration_(BuildHistogram()
+                             .Name("kernelserve_autotune_duration_seconds")
+                             .Help("Wall time of tuning runs")
+                             .Register(*registry_)
+                             .Add({}, TuningBuckets())),
+      queue_depth_(BuildGauge()
+                       .Name("kernelserve_queue_depth")
+                       .Help("Requests queued or running per device")
+                       .Register(*registry_)),
+      inflight_(BuildGauge()
+                    .Name("kernelserve_inflight_requests")
+                    .Help("Requests accepted and not yet answered")
+                    .Register(*registry_)
+                    .Add({})),
+      store_errors_(BuildCounter()
+                        .Name("kernelserve_store_errors_total")
+                        .Help("Failed operations on the persistent config store")
+                        .Register(*registry_)),
+      memory_used_(BuildGauge()
+                       .Name("kernelserve_device_memory_used_bytes")
+                       .Help("Memory in use on each device (host memory for the cpu)")
+                       .Register(*registry_)),
+      memory_total_(BuildGauge()
+                        .Name("kernelserve_device_memory_total_bytes")
+                        .Help("Memory of each device (host memory for the cpu)")
+                        .Register(*registry_)),
+      received_(BuildCounter()
+                    .Name("kernelserve_received_bytes_total")
+                    .Help("Bytes of request messages received")
+                    .Register(*registry_)
+                    .Add({})),
+      sent_(BuildCounter()
+                .Name("kernelserve_sent_bytes_total")
+                .Help("Bytes of response messages sent")
+                .Register(*registry_)
+                .Add({})) {}
+
+absl::StatusOr<int> Metrics::Serve(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("metrics: no port bound for ", address));
+  }
+  return ports.front();
+}
+
+void Metrics::Request(std::string_view kernel, std::string_view platform, std::string_view code,
+                      double seconds) {
+  requests_.Add({{"kernel", S(kernel)}, {"platform", S(platform)}, {"code", S(code)}}).Increment();
+  request_duration_.Add({{"kernel", S(kernel)}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::KernelRun(std::string_view kernel, std::string_view platform, std::string_view device,
+                        double seconds) {
+  kernel_duration_
+      .Add({{"kernel", S(kernel)}, {"platform", S(platform)}, {"device", S(device)}},
+           LatencyBuckets())
+      .Observe(seconds);
+}
+
+void Metrics::ConfigSelection(std::string_view kernel, std::string_view source) {
+  selections_.Add({{"kernel", S(kernel)}, {"source", S(source)}}).Increment();
+}
+
+void Metrics::AutotuneRun(std::string_view kernel, std::string_view outcome, double seconds) {
+  autotune_runs_.Add({{"kernel", S(kernel)}, {"outcome", S(outcome)}}).Increment();
+  autotune_duration_.Observe(seconds);
+}
+
+void Metrics::QueueDepth(std::string_view device, int depth) {
+  queue_depth_.Add({{"device", S(device)}}).Set(depth);
+}
+
+void Metrics::InflightRequests(int64_t count) { inflight_.Set(static_cast<double>(count)); }
+
+void Metrics::StoreError(std::string_view store, std::string_view op) {
+  store_errors_.Add({{"store", S(store)}, {"op", S(op)}}).Increment();
+}
+
+void Metrics::DeviceMemory(std::string_view device, int64_t used_bytes, int64_t total_bytes) {
+  memory_used_.Add({{"device", S(device)}}).Set(static_cast<double>(used_bytes));
+  memory_total_.Add({{"device", S(device)}}).Set(static_cast<double>(total_bytes));
+}
+
+void Metrics::Received(int64_t bytes) { received_.Increment(static_cast<double>(bytes)); }
+
+void Metrics::Sent(int64_t bytes) { sent_.Increment(static_cast<double>(bytes)); }
+
+}  // namespace kernelserve::server

@@ -1,0 +1,73 @@
+#include "server/options.h"
+
+#include <limits>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address (port 0 = any free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics address; empty or 'off' disables it");
+ABSL_FLAG(std::string, cache, "file",
+          "persistent config store: file (under ~/.cache/kernelserve), file:PATH, "
+          "redis://host:port/db or memory");
+ABSL_FLAG(bool, autotune, false, "tune configs on a cache miss instead of using the heuristic");
+ABSL_FLAG(std::string, devices, "all", "devices to serve: all, cpu, or GPU ordinals like 0,1");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
+          "largest gRPC message accepted or sent, in bytes");
+ABSL_FLAG(int32_t, max_queue, 1024, "queued requests per device before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{4} << 30,
+          "request bytes accepted and not yet answered before RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding the bearer token every RPC but health must carry");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA that client certificates must chain to (mTLS)");
+ABSL_FLAG(bool, reflection, false, "enable gRPC server reflection");
+ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
+          "on SIGTERM/SIGINT, how long accepted calls may take to finish");
+
+namespace kernelserve::server {
+
+absl::StatusOr<ServerOptions> OptionsFromFlags() {
+  ServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (o.metrics_listen == "off") o.metrics_listen.clear();
+  o.cache = absl::GetFlag(FLAGS_cache);
+  o.autotune = absl::GetFlag(FLAGS_autotune);
+  o.devices = absl::GetFlag(FLAGS_devices);
+  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  o.max_queue = absl::GetFlag(FLAGS_max_queue);
+  o.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.reflection = absl::GetFlag(FLAGS_reflection);
+  o.grace_period = absl::GetFlag(FLAGS_grace_period);
+  if (o.listen.empty()) return absl::InvalidArgumentError("--listen: expected host:port");
+  if (o.max_message_bytes <= 0 || o.max_message_bytes > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-message-bytes=", o.max_message_bytes, ": expected 1 .. 2147483647"));
+  }
+  if (o.max_queue <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-queue=", o.max_queue, ": expected > 0"));
+  }
+  if (o.max_inflight_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-inflight-bytes=", o.max_inflight_bytes, ": expected > 0"));
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");
+  }
+  if (!o.tls_client_ca.empty() && o.tls_cert.empty()) {
+    return absl::InvalidArgumentError("--tls-client-ca: expected --tls-cert and --tls-key too");
+  }
+  if (o.grace_period < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--grace-period: expected >= 0");
+  }
+  return o;
+}
+
+}  // namespace kernelserve::server

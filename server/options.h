@@ -1,0 +1,37 @@
+// ServerOptions: everything the server is configured with, read from the command-line flags.
+#ifndef KERNELSERVE_SERVER_OPTIONS_H_
+#define KERNELSERVE_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace kernelserve::server {
+
+// A value type. Every field has a default (the flags' defaults).
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";           // gRPC address (port 0 = pick a free one)
+  std::string metrics_listen = "127.0.0.1:9464";    // /metrics address; "" or "off" = none
+  std::string cache = "file";                       // OpenStore spec: file[:PATH], redis://, memory
+  bool autotune = false;                            // tune on a cache miss
+  std::string devices = "all";                      // "all", "cpu" or GPU ordinals "0,1"
+  int64_t max_message_bytes = int64_t{1} << 30;     // both directions
+  int max_queue = 1024;                             // queued requests per device
+  int64_t max_inflight_bytes = int64_t{4} << 30;    // request bytes accepted and not answered
+  std::string auth_token_file;                      // "" = no authentication
+  std::string tls_cert;                             // PEM; "" = plaintext
+  std::string tls_key;                              // PEM; required with tls_cert
+  std::string tls_client_ca;                        // PEM; set = clients must present a cert
+  bool reflection = false;                          // gRPC server reflection
+  absl::Duration grace_period = absl::Seconds(30);  // drain time on SIGTERM/SIGINT
+};
+
+// The options the flags hold. InvalidArgument naming the flag for out-of-range values.
+// REQUIRES: absl::ParseCommandLine has run.
+absl::StatusOr<ServerOptions> OptionsFromFlags();
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_OPTIONS_H_

@@ -1,0 +1,207 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/status_macros.h"
+#include "core/store/store_factory.h"
+#include "kernels/register.h"
+#include "server/device_memory.h"
+
+namespace kernelserve::server {
+namespace {
+
+constexpr char kServiceName[] = "kernelserve.v1.KernelService";
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, "=", path, ": cannot open the file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The GPU ordinals --devices names, checked against the `detected` count.
+absl::StatusOr<std::vector<int>> ParseDevices(const std::string& spec, int detected) {
+  std::vector<int> gpus;
+  if (spec == "all") {
+    for (int i = 0; i < detected; ++i) gpus.push_back(i);
+    return gpus;
+  }
+  if (spec == "cpu") return gpus;
+  for (absl::string_view part : absl::StrSplit(spec, ',')) {
+    int ordinal = -1;
+    if (!absl::SimpleAtoi(part, &ordinal) || ordinal < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--devices=", spec, ": expected all, cpu or GPU ordinals like 0,1; got '", part, "'"));
+    }
+    if (ordinal >= detected) {
+      return absl::InvalidArgumentError(absl::StrCat("--devices=", spec, ": GPU ", ordinal,
+                                                     " does not exist (", detected, " found)"));
+    }
+    gpus.push_back(ordinal);
+  }
+  return gpus;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& o) {
+  if (o.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  KS_ASSIGN_OR_RETURN(pair.private_key, ReadFile(o.tls_key, "--tls-key"));
+  KS_ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(o.tls_cert, "--tls-cert"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!o.tls_client_ca.empty()) {
+    KS_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(o.tls_client_ca, "--tls-client-ca"));
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+// `address` with its port replaced by `port`.
+std::string WithPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  std::unique_ptr<Server> server(new Server(options));
+  KS_RETURN_IF_ERROR(server->Init());
+  return server;
+}
+
+absl::Status Server::Init() {
+  KS_ASSIGN_OR_RETURN(store_, OpenStore(options_.cache));
+  KS_RETURN_IF_ERROR(RegisterBuiltinKernels(&registry_));
+  std::vector<DeviceInfo> detected = DetectGpus();
+  KS_ASSIGN_OR_RETURN(std::vector<int> gpus,
+                      ParseDevices(options_.devices, static_cast<int>(detected.size())));
+  if (gpus.empty()) detected.clear();  // CPU only: "auto" then resolves to the cpu
+
+  ChainOptions chain_options;
+  chain_options.on_store_error = [this](std::string_view store, std::string_view op) {
+    metrics_.StoreError(store, op);
+  };
+  chain_ = std::make_unique<ConfigSelectorChain>(&memory_, store_.get(), chain_options);
+  ExecutorOptions executor_options;
+  executor_options.policy.allow_autotune = options_.autotune;
+  executor_ =
+      std::make_unique<Executor>(&registry_, chain_.get(), std::move(detected), executor_options);
+
+  devices_ = {-1};
+  devices_.insert(devices_.end(), gpus.begin(), gpus.end());
+  WorkerPoolOptions pool_options;
+  pool_options.max_queue = options_.max_queue;
+  pool_options.on_depth = [this](int device, int depth) {
+    metrics_.QueueDepth(DeviceLabel(device), depth);
+  };
+  pool_ = std::make_unique<WorkerPool>(devices_, pool_options);
+  budget_ = std::make_unique<InflightBudget>(options_.max_inflight_bytes);
+  for (int device : devices_) metrics_.QueueDepth(DeviceLabel(device), 0);
+  metrics_.InflightRequests(0);
+
+  if (!options_.metrics_listen.empty()) {
+    KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen));
+  }
+  SampleDevices();
+  sampler_ = std::thread([this] {
+    while (!stop_sampler_.WaitForNotificationWithTimeout(absl::Seconds(2))) SampleDevices();
+  });
+  return StartGrpc();
+}
+
+absl::Status Server::StartGrpc() {
+  ServiceDeps deps;
+  deps.executor = executor_.get();
+  deps.pool = pool_.get();
+  deps.metrics = &metrics_;
+  deps.budget = budget_.get();
+  deps.options = &options_;
+  deps.store_location = store_ ? store_->location() : "memory (none)";
+  deps.built_with_cuda = BuiltWithCuda();
+  if (!options_.auth_token_file.empty()) {
+    KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
+    deps.auth_token = std::string(absl::StripAsciiWhitespace(token));
+    if (deps.auth_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth-token-file=", options_.auth_token_file, ": the file is empty"));
+    }
+  }
+  service_ = std::make_unique<KernelServiceImpl>(std::move(deps));
+  KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, credentials, &port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--listen=", options_.listen, ": cannot listen on this address"));
+  }
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceName, true);
+  return absl::OkStatus();
+}
+
+void Server::SampleDevices() {
+  for (int device : devices_) {
+    absl::StatusOr<DeviceMemory> memory = QueryDeviceMemory(device);
+    if (memory.ok()) {
+      metrics_.DeviceMemory(DeviceLabel(device), memory->used_bytes, memory->total_bytes);
+    }
+  }
+}
+
+std::string Server::StartupLine() const {
+  std::vector<std::string> devices;
+  for (int device : devices_) devices.push_back(DeviceLabel(device));
+  return absl::StrCat(
+      "kernelserve-server: listening on ", WithPort(options_.listen, port_),
+      metrics_port_ > 0
+          ? absl::StrCat(", metrics on ", WithPort(options_.metrics_listen, metrics_port_))
+          : std::string(", metrics off"),
+      ", devices ", absl::StrJoin(devices, ","), ", store ",
+      store_ ? store_->location() : "memory (none)", ", autotune ",
+      options_.autotune ? "on" : "off", options_.auth_token_file.empty() ? "" : ", auth on",
+      options_.tls_cert.empty() ? "" : (options_.tls_client_ca.empty() ? ", tls on" : ", mtls on"),
+      options_.reflection ? ", reflection on" : "");
+}
+
+absl::Status Server::Shutdown() {
+  if (shut_down_) return absl::OkStatus();
+  shut_down_ = true;
+  if (grpc_server_ != nullptr) {
+    grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+    health->SetServingStatus(kServiceName, false);
+    health->SetServingStatus(false);
+    grpc_server_->Shutdown(std::chrono::system_clock::now() +
+                           absl::ToChronoMilliseconds(options_.grace_period));
+  }
+  if (pool_ != nullptr) pool_->Shutdown();
+  if (grpc_server_ != nullptr) grpc_server_->Wait();
+  stop_sampler_.Notify();
+  if (sampler_.joinable()) sampler_.join();
+  return store_ != nullptr ? store_->Flush() : absl::OkStatus();
+}
+
+Server::~Server() { (void)Shutdown(); }
+
+}  // namespace kernelserve::server

@@ -1,0 +1,77 @@
+// Server: the kernelserve gRPC server assembled from its options: config store, executor,
+// device workers, service, health, reflection, metrics, and the drain on shutdown.
+#ifndef KERNELSERVE_SERVER_SERVER_H_
+#define KERNELSERVE_SERVER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "core/executor.h"
+#include "core/registry.h"
+#include "core/selector_chain.h"
+#include "core/store/config_cache.h"
+#include "core/store/persistent_store.h"
+#include "server/budget.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/service.h"
+#include "server/worker_pool.h"
+
+namespace kernelserve::server {
+
+// Thread safety: Start and Shutdown from one thread; the server itself serves from many.
+class Server {
+ public:
+  // Opens the store, detects devices, starts the workers, the metrics endpoint and the gRPC
+  // server. InvalidArgument for bad options (naming the flag); Unavailable when an address
+  // cannot be bound; NotFound/PermissionDenied for unreadable token or TLS files.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+  // Shutdown() when not done yet.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Health goes NOT_SERVING, new calls are refused, accepted calls get the grace period to
+  // finish (then are cancelled), the workers drain, the store is flushed. Idempotent.
+  // Returns the store's flush status.
+  absl::Status Shutdown();
+
+  // "kernelserve-server: listening on 127.0.0.1:50051, metrics on ..., devices cpu, store ..."
+  std::string StartupLine() const;
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+
+ private:
+  explicit Server(const ServerOptions& options);
+  absl::Status Init();
+  absl::Status StartGrpc();
+  void SampleDevices();
+
+  const ServerOptions options_;
+  std::unique_ptr<PersistentStore> store_;  // null = no persistent tier
+  KernelRegistry registry_;
+  ConfigCache memory_;
+  Metrics metrics_;
+  std::unique_ptr<ConfigSelectorChain> chain_;
+  std::unique_ptr<Executor> executor_;
+  std::vector<int> devices_;  // served: -1 (the CPU) then GPU ordinals
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<InflightBudget> budget_;
+  std::unique_ptr<KernelServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  absl::Notification stop_sampler_;
+  std::thread sampler_;
+  bool shut_down_ = false;
+};
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_SERVER_H_

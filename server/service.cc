@@ -1,0 +1,300 @@
+#include "server/service.h"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/batch.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+#include "server/status.h"
+
+namespace kernelserve::server {
+namespace {
+
+constexpr std::string_view kUnknown = "unknown";
+
+// The kernel's name for metric labels; "unknown" for names the registry does not know (so
+// arbitrary client text never becomes a label).
+std::string KernelLabel(const Executor& executor, const std::string& name) {
+  absl::StatusOr<const Kernel*> kernel = executor.registry().Find(name);
+  return kernel.ok() ? (*kernel)->name() : std::string(kUnknown);
+}
+
+void Sha256(std::string_view text, unsigned char* digest) {
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+}
+
+// True when every input carries data (else the call is tuned on synthesized inputs).
+bool AllHaveData(const google::protobuf::Map<std::string, v1::Tensor>& inputs) {
+  for (const auto& [name, tensor] : inputs) {
+    if (tensor.data().empty()) return false;
+  }
+  return !inputs.empty();
+}
+
+void FillAutotune(const AutotuneResult& result, v1::AutotuneResponse* response) {
+  const Selection& selection = result.selection;
+  *response->mutable_best() = ToProto(selection.config);
+  response->set_config_source(ToProto(selection.source));
+  response->set_cache_key(selection.cache_key);
+  response->set_device_fingerprint(result.device_fingerprint);
+  response->set_platform(std::string(PlatformName(result.platform)));
+  response->set_device(result.device);
+  for (const std::string& warning : selection.warnings) response->add_warnings(warning);
+  if (!selection.tune_report.has_value()) return;
+  const TuneReport& report = *selection.tune_report;
+  response->set_best_us(report.best_seconds * 1e6);
+  response->set_elapsed_seconds(report.elapsed_seconds);
+  for (const kernelserve::CandidateResult& c : report.candidates) {
+    v1::CandidateResult* out = response->add_candidates();
+    *out->mutable_config() = ToProto(c.config);
+    if (c.status.ok()) out->set_median_us(c.median_seconds * 1e6);
+    out->mutable_status()->set_code(c.status.raw_code());
+    out->mutable_status()->set_message(std::string(c.status.message()));
+  }
+}
+
+void SetStatus(const absl::Status& status, v1::RpcStatus* out) {
+  out->set_code(status.raw_code());
+  out->set_message(std::string(status.message()));
+}
+
+}  // namespace
+
+absl::Status KernelServiceImpl::Authorize(const grpc::CallbackServerContext& context) const {
+  if (deps_.auth_token.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  // Comparing digests keeps the time independent of where (and whether) the texts differ.
+  unsigned char got[SHA256_DIGEST_LENGTH];
+  unsigned char want[SHA256_DIGEST_LENGTH];
+  Sha256(std::string_view(it->second.data(), it->second.size()), got);
+  Sha256(absl::StrCat("Bearer ", deps_.auth_token), want);
+  if (CRYPTO_memcmp(got, want, SHA256_DIGEST_LENGTH) != 0) {
+    return absl::UnauthenticatedError("the bearer token does not match");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelServiceImpl::Dispatch(
+    grpc::CallbackServerContext* context, int device, int64_t bytes,
+    std::function<void(absl::Status status, int64_t queue_us)> run) {
+  InflightBudget& budget = *deps_.budget;
+  if (!budget.TryAcquire(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "in-flight request bytes: this request's ", bytes, " bytes with ", budget.bytes(),
+        " bytes held would pass --max-inflight-bytes=", budget.max_bytes()));
+  }
+  deps_.metrics->InflightRequests(budget.requests());
+  WorkItem item;
+  item.deadline = context->deadline();
+  item.cancelled = [context] { return context->IsCancelled(); };
+  item.run = [this, bytes, run = std::move(run)](absl::Status status, int64_t queue_us) {
+    run(std::move(status), queue_us);
+    deps_.budget->Release(bytes);
+    deps_.metrics->InflightRequests(deps_.budget->requests());
+  };
+  absl::Status submitted = deps_.pool->Submit(device, std::move(item));
+  if (!submitted.ok()) {
+    budget.Release(bytes);
+    deps_.metrics->InflightRequests(budget.requests());
+  }
+  return submitted;
+}
+
+void KernelServiceImpl::Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status,
+                               std::string_view kernel, std::string_view platform,
+                               Clock::time_point start, int64_t response_bytes) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  deps_.metrics->Request(kernel, platform, absl::StatusCodeToString(status.code()), seconds);
+  if (status.ok()) deps_.metrics->Sent(response_bytes);
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext* context,
+                                                     const v1::ExecuteRequest* request,
+                                                     v1::ExecuteResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  deps_.metrics->Received(static_cast<int64_t>(request->ByteSizeLong()));
+  response->set_request_id(request->request_id());
+  std::string kernel = std::string(kUnknown);
+  std::string platform = std::string(kUnknown);
+  absl::Status status = [&]() -> absl::Status {
+    KS_RETURN_IF_ERROR(Authorize(*context));
+    kernel = KernelLabel(*deps_.executor, request->kernel());
+    KS_ASSIGN_OR_RETURN(PlannedCall call,
+                        PlanCall(*deps_.executor, *deps_.pool, ParamsOf(*request)));
+    platform = call.platform;
+    if (IsSet(request->config())) call.options.config = FromProto(request->config());
+    // gRPC owns the request until Finish; its tensor bytes are moved out rather than copied.
+    auto* owned = const_cast<v1::ExecuteRequest*>(request);
+    KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(owned->mutable_inputs()));
+    const int64_t bytes = TensorBytes(inputs);
+    const int worker = call.worker;
+    return Dispatch(context, worker, bytes,
+                    [this, reactor, response, start, call = std::move(call),
+                     inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
+                      if (status.ok()) status = RunCall(deps_, call, inputs, response);
+                      response->mutable_timing()->set_queue_us(queue_us);
+                      Finish(reactor, status, call.kernel->name(), call.platform, start,
+                             static_cast<int64_t>(response->ByteSizeLong()));
+                    });
+  }();
+  if (!status.ok()) Finish(reactor, status, kernel, platform, start, 0);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerContext* context,
+                                                          const v1::ExecuteBatchRequest* request,
+                                                          v1::ExecuteBatchResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  deps_.metrics->Received(static_cast<int64_t>(request->ByteSizeLong()));
+  response->set_request_id(request->request_id());
+  std::string kernel = std::string(kUnknown);
+  std::string platform = std::string(kUnknown);
+  absl::Status status = [&]() -> absl::Status {
+    KS_RETURN_IF_ERROR(Authorize(*context));
+    kernel = KernelLabel(*deps_.executor, request->kernel());
+    KS_ASSIGN_OR_RETURN(PlannedCall call,
+                        PlanCall(*deps_.executor, *deps_.pool, ParamsOf(*request)));
+    platform = call.platform;
+    if (IsSet(request->config())) call.options.config = FromProto(request->config());
+    if (request->items().empty()) {
+      return absl::InvalidArgumentError("items: expected at least one item");
+    }
+    BatchOptions options;
+    options.call = call.options;
+    for (int device : request->devices()) {
+      if (!deps_.pool->Owns(device)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("devices: device ", device, " is not served by this server"));
+      }
+      options.devices.push_back(device);
+    }
+    // Items whose tensors do not convert fail alone; the others run as one batch.
+    auto* owned = const_cast<v1::ExecuteBatchRequest*>(request);
+    std::vector<absl::Status> item_status(static_cast<size_t>(request->items_size()));
+    std::vector<TensorMap> items;
+    std::vector<size_t> index;  // items[j] is request item index[j]
+    int64_t bytes = 0;
+    for (int i = 0; i < owned->items_size(); ++i) {
+      absl::StatusOr<TensorMap> inputs = TakeTensors(owned->mutable_items(i)->mutable_inputs());
+      if (!inputs.ok()) {
+        item_status[static_cast<size_t>(i)] =
+            absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", inputs.status().message()));
+        continue;
+      }
+      bytes += TensorBytes(*inputs);
+      items.push_back(*std::move(inputs));
+      index.push_back(static_cast<size_t>(i));
+    }
+    if (items.empty()) return item_status.front();
+    const int worker = options.devices.empty() ? call.worker : options.devices.front();
+    return Dispatch(
+        context, worker, bytes,
+        [this, reactor, request, response, start, call = std::move(call),
+         options = std::move(options), items = std::move(items), index = std::move(index),
+         item_status = std::move(item_status)](absl::Status status, int64_t queue_us) {
+          absl::StatusOr<BatchResult> batch =
+              status.ok() ? kernelserve::ExecuteBatch(*deps_.executor, call.kernel->name(), items,
+                                                      call.attrs, options)
+                          : absl::StatusOr<BatchResult>(status);
+          if (batch.ok()) {
+            *response->mutable_config() = ToProto(batch->config);
+            response->set_config_source(ToProto(batch->source));
+            RecordSelection(*deps_.metrics, call.kernel->name(), batch->source, 0.0);
+            for (size_t i = 0; i < item_status.size(); ++i) {
+              v1::ExecuteResponse* item = response->add_items();
+              item->set_request_id(request->items(static_cast<int>(i)).request_id());
+              item->mutable_timing()->set_queue_us(queue_us);
+              if (!item_status[i].ok()) SetStatus(item_status[i], item->mutable_status());
+            }
+            for (size_t j = 0; j < index.size(); ++j) {
+              v1::ExecuteResponse* item = response->mutable_items(static_cast<int>(index[j]));
+              absl::StatusOr<ExecuteResult>& result = batch->items[j];
+              if (!result.ok()) {
+                SetStatus(result.status(), item->mutable_status());
+                continue;
+              }
+              deps_.metrics->KernelRun(call.kernel->name(), call.platform,
+                                       DeviceLabel(result->device),
+                                       static_cast<double>(result->timings.kernel_us) * 1e-6);
+              FillResponse(*std::move(result), item);
+              item->mutable_timing()->set_queue_us(queue_us);
+            }
+          }
+          Finish(reactor, batch.status(), call.kernel->name(), call.platform, start,
+                 static_cast<int64_t>(response->ByteSizeLong()));
+        });
+  }();
+  if (!status.ok()) Finish(reactor, status, kernel, platform, start, 0);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContext* context,
+                                                      const v1::AutotuneRequest* request,
+                                                      v1::AutotuneResponse* response) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  deps_.metrics->Received(static_cast<int64_t>(request->ByteSizeLong()));
+  std::string kernel = std::string(kUnknown);
+  std::string platform = std::string(kUnknown);
+  absl::Status status = [&]() -> absl::Status {
+    KS_RETURN_IF_ERROR(Authorize(*context));
+    kernel = KernelLabel(*deps_.executor, request->kernel());
+    KS_ASSIGN_OR_RETURN(PlannedCall call,
+                        PlanCall(*deps_.executor, *deps_.pool, ParamsOf(*request)));
+    platform = call.platform;
+    KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request->inputs()));
+    std::optional<TensorMap> inputs;
+    if (AllHaveData(request->inputs())) {
+      auto* owned = const_cast<v1::AutotuneRequest*>(request);
+      KS_ASSIGN_OR_RETURN(inputs, TakeTensors(owned->mutable_inputs()));
+    }
+    const int64_t bytes = inputs.has_value() ? TensorBytes(*inputs) : 0;
+    const int worker = call.worker;
+    return Dispatch(
+        context, worker, bytes,
+        [this, reactor, response, start, call = std::move(call), specs = std::move(specs),
+         inputs = std::move(inputs)](absl::Status status, int64_t /*queue_us*/) {
+          absl::StatusOr<AutotuneResult> result =
+              status.ok() ? deps_.executor->Autotune(call.kernel->name(), specs, call.attrs,
+                                                     call.options, inputs ? &*inputs : nullptr)
+                          : absl::StatusOr<AutotuneResult>(status);
+          const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          if (result.ok()) {
+            const bool all_failed = result->selection.tune_report.has_value() &&
+                                    result->selection.tune_report->all_failed;
+            deps_.metrics->AutotuneRun(call.kernel->name(), all_failed ? "all_failed" : "ok",
+                                       seconds);
+            FillAutotune(*result, response);
+          } else if (status.ok()) {
+            deps_.metrics->AutotuneRun(call.kernel->name(), "error", seconds);
+          }
+          Finish(reactor, result.status(), call.kernel->name(), call.platform, start,
+                 static_cast<int64_t>(response->ByteSizeLong()));
+        });
+  }();
+  if (!status.ok()) Finish(reactor, status, kernel, platform, start, 0);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::Inline(grpc::CallbackServerContext* context,
+                                                    const std::function<absl::Status()>& body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = body();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace kernelserve::server

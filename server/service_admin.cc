@@ -1,0 +1,173 @@
+// The service's calls that answer from the server's state on gRPC's thread: ListKernels,
+// GetServerInfo, ListConfigs, PutConfig and DeleteConfig.
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+#include "server/device_memory.h"
+#include "server/service.h"
+
+#ifndef KERNELSERVE_VERSION
+#define KERNELSERVE_VERSION "unknown"
+#endif
+
+namespace kernelserve::server {
+namespace {
+
+void AddArgs(const std::vector<ArgDoc>& docs,
+             google::protobuf::RepeatedPtrField<v1::ArgInfo>* out) {
+  for (const ArgDoc& doc : docs) {
+    v1::ArgInfo* arg = out->Add();
+    arg->set_name(doc.name);
+    arg->set_required(doc.required);
+    arg->set_doc(doc.doc);
+  }
+}
+
+void AddDevice(const DeviceInfo& info, int queue_depth, v1::ServerInfo* out) {
+  v1::DeviceStatus* device = out->add_devices();
+  device->set_device(info.ordinal);
+  device->set_platform(std::string(PlatformName(info.platform)));
+  device->set_name(info.fingerprint.name);
+  device->set_fingerprint(info.fingerprint.Hash());
+  device->set_fingerprint_json(info.fingerprint.ToJson());
+  device->set_memory_total_bytes(info.memory_total_bytes);
+  if (absl::StatusOr<DeviceMemory> memory = QueryDeviceMemory(info.ordinal); memory.ok()) {
+    device->set_memory_used_bytes(memory->used_bytes);
+    device->set_memory_total_bytes(memory->total_bytes);
+  }
+  device->set_queue_depth(queue_depth);
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+void AddStored(const StoredConfig& stored, std::string_view tier, v1::ListConfigsResponse* out) {
+  v1::ConfigEntry* entry = out->add_entries();
+  entry->set_kernel(stored.kernel_id);
+  entry->set_cache_key(stored.cache_key);
+  entry->set_device_fingerprint(stored.fingerprint_hash);
+  *entry->mutable_config() = ToProto(stored.config);
+  entry->set_origin(stored.origin);
+  entry->set_measured_us(stored.measured_seconds * 1e6);
+  entry->set_host(stored.host);
+  entry->set_stored_at_unix_ms(stored.stored_at_unix_ms);
+  entry->set_tier(std::string(tier));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KernelServiceImpl::ListKernels(grpc::CallbackServerContext* context,
+                                                         const v1::ListKernelsRequest* /*request*/,
+                                                         v1::ListKernelsResponse* response) {
+  return Inline(context, [&]() -> absl::Status {
+    for (const Kernel* kernel : deps_.executor->registry().kernels()) {
+      v1::KernelInfo* info = response->add_kernels();
+      info->set_name(kernel->name());
+      info->set_version(kernel->version());
+      info->set_id(kernel->id());
+      for (Platform p : kernel->platforms()) info->add_platforms(std::string(PlatformName(p)));
+      AddArgs(kernel->input_docs(), info->mutable_inputs());
+      AddArgs(kernel->output_docs(), info->mutable_outputs());
+      AddArgs(kernel->attribute_docs(), info->mutable_params());
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(
+    grpc::CallbackServerContext* context, const v1::GetServerInfoRequest* /*request*/,
+    v1::ServerInfo* response) {
+  return Inline(context, [&]() -> absl::Status {
+    const Executor& executor = *deps_.executor;
+    response->set_version(KERNELSERVE_VERSION);
+    AddDevice(executor.cpu(), deps_.pool->Depth(-1), response);
+    for (const DeviceInfo& gpu : executor.gpus()) {
+      if (deps_.pool->Owns(gpu.ordinal)) AddDevice(gpu, deps_.pool->Depth(gpu.ordinal), response);
+    }
+    for (const char* tier : {"override", "overlay", "memory"}) response->add_cache_tiers(tier);
+    if (PersistentStore* store = executor.chain().store()) {
+      response->add_cache_tiers(std::string(store->name()));
+    }
+    response->set_store(deps_.store_location);
+    const AutotunePolicy policy = executor.options().policy;
+    response->set_allow_autotune(policy.allow_autotune);
+    response->set_allow_heuristics(policy.allow_heuristics);
+    response->set_persist(policy.persist);
+    response->set_max_message_bytes(deps_.options->max_message_bytes);
+    response->set_max_queue(deps_.options->max_queue);
+    response->set_max_inflight_bytes(deps_.options->max_inflight_bytes);
+    response->set_built_with_cuda(deps_.built_with_cuda);
+    response->set_host(HostName());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::ListConfigs(grpc::CallbackServerContext* context,
+                                                         const v1::ListConfigsRequest* request,
+                                                         v1::ListConfigsResponse* response) {
+  return Inline(context, [&]() -> absl::Status {
+    const std::string& filter = request->kernel();
+    ConfigSelectorChain& chain = deps_.executor->chain();
+    for (const auto& [key, config] : chain.memory()->Entries()) {
+      if (!absl::StartsWith(key, filter)) continue;
+      v1::ConfigEntry* entry = response->add_entries();
+      entry->set_kernel(key.substr(0, key.find(':')));
+      entry->set_cache_key(key);
+      *entry->mutable_config() = ToProto(config);
+      entry->set_tier("memory");
+    }
+    PersistentStore* store = chain.store();
+    if (store == nullptr) return absl::OkStatus();
+    absl::StatusOr<std::vector<StoredConfig>> stored = store->List(filter);
+    if (!stored.ok()) {
+      deps_.metrics->StoreError(store->name(), "list");
+      return absl::OkStatus();  // the memory tier still answers
+    }
+    for (const StoredConfig& s : *stored) AddStored(s, store->name(), response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::PutConfig(grpc::CallbackServerContext* context,
+                                                       const v1::PutConfigRequest* request,
+                                                       v1::PutConfigResponse* response) {
+  return Inline(context, [&]() -> absl::Status {
+    const Executor& executor = *deps_.executor;
+    KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(executor, *deps_.pool, ParamsOf(*request)));
+    KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request->inputs()));
+    KS_ASSIGN_OR_RETURN(Invocation invocation,
+                        executor.Describe(call.kernel->name(), specs, call.attrs, call.options));
+    const DeviceInfo& device =
+        call.worker < 0 ? executor.cpu() : executor.gpus()[static_cast<size_t>(call.worker)];
+    KS_RETURN_IF_ERROR(
+        executor.chain().Pin(*call.kernel, invocation, device, FromProto(request->config())));
+    response->set_cache_key(invocation.CacheKey());
+    response->set_device_fingerprint(invocation.device.Hash());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KernelServiceImpl::DeleteConfig(grpc::CallbackServerContext* context,
+                                                          const v1::DeleteConfigRequest* request,
+                                                          v1::DeleteConfigResponse* /*response*/) {
+  return Inline(context, [&]() -> absl::Status {
+    if (request->cache_key().empty()) {
+      return absl::InvalidArgumentError("cache_key: expected a key such as mean_pooling@v1:...");
+    }
+    const Executor& executor = *deps_.executor;
+    std::string fingerprint = request->device_fingerprint();
+    if (fingerprint.empty()) {
+      fingerprint = executor.gpus().empty() ? executor.cpu().fingerprint.Hash()
+                                            : executor.gpus().front().fingerprint.Hash();
+    }
+    return executor.chain().Forget(fingerprint, request->cache_key());
+  });
+}
+
+}  // namespace kernelserve::server

@@ -1,0 +1,131 @@
+#include "server/worker_pool.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelserve::server {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Why `item` must not start now; OK when it may.
+absl::Status DropReason(const WorkItem& item) {
+  if (std::chrono::system_clock::now() > item.deadline) {
+    return absl::DeadlineExceededError("the deadline passed while the request was queued");
+  }
+  if (item.cancelled && item.cancelled()) {
+    return absl::CancelledError("the call was cancelled while the request was queued");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(const std::vector<int>& devices, WorkerPoolOptions options)
+    : options_(std::move(options)) {
+  for (int device : devices) {
+    auto worker = std::make_unique<Worker>();
+    worker->device = device;
+    workers_.emplace(device, std::move(worker));
+  }
+  for (auto& [device, worker] : workers_) {
+    worker->thread = std::thread([this, w = worker.get()] { Loop(w); });
+  }
+}
+
+WorkerPool::~WorkerPool() { Shutdown(); }
+
+absl::Status WorkerPool::Submit(int device, WorkItem item) {
+  auto it = workers_.find(device);
+  if (it == workers_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device, " is not served by this server"));
+  }
+  Worker& worker = *it->second;
+  int depth = 0;
+  {
+    absl::MutexLock lock(&worker.mu);
+    if (worker.stopping) return absl::UnavailableError("the server is shutting down");
+    if (static_cast<int>(worker.queue.size()) >= options_.max_queue) {
+      return absl::ResourceExhaustedError(absl::StrCat("the queue of device ", device, " is full (",
+                                                       options_.max_queue, " requests waiting)"));
+    }
+    worker.queue.emplace_back(std::move(item), SteadyClock::now());
+    depth = static_cast<int>(worker.queue.size()) + worker.running;
+  }
+  ReportDepth(worker, depth);
+  return absl::OkStatus();
+}
+
+int WorkerPool::LeastLoaded(const std::vector<int>& candidates) const {
+  int best = candidates.front();
+  int best_depth = Depth(best);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const int depth = Depth(candidates[i]);
+    if (depth < best_depth) {
+      best = candidates[i];
+      best_depth = depth;
+    }
+  }
+  return best;
+}
+
+int WorkerPool::Depth(int device) const {
+  auto it = workers_.find(device);
+  if (it == workers_.end()) return 0;
+  absl::MutexLock lock(&it->second->mu);
+  return static_cast<int>(it->second->queue.size()) + it->second->running;
+}
+
+std::vector<int> WorkerPool::devices() const {
+  std::vector<int> out;
+  for (const auto& [device, worker] : workers_) out.push_back(device);
+  return out;
+}
+
+void WorkerPool::Shutdown() {
+  for (auto& [device, worker] : workers_) {
+    absl::MutexLock lock(&worker->mu);
+    worker->stopping = true;
+  }
+  for (auto& [device, worker] : workers_) {
+    if (worker->thread.joinable()) worker->thread.join();
+  }
+}
+
+void WorkerPool::ReportDepth(const Worker& worker, int depth) const {
+  if (options_.on_depth) options_.on_depth(worker.device, depth);
+}
+
+void WorkerPool::Loop(Worker* worker) {
+  auto ready = [worker]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !worker->queue.empty() || worker->stopping;
+  };
+  while (true) {
+    WorkItem item;
+    SteadyClock::time_point queued_at;
+    int depth = 0;
+    {
+      absl::MutexLock lock(&worker->mu);
+      worker->mu.Await(absl::Condition(&ready));
+      if (worker->queue.empty()) return;  // stopping and drained
+      item = std::move(worker->queue.front().first);
+      queued_at = worker->queue.front().second;
+      worker->queue.pop_front();
+      ++worker->running;
+    }
+    const int64_t queue_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - queued_at)
+            .count();
+    item.run(DropReason(item), queue_us);
+    {
+      absl::MutexLock lock(&worker->mu);
+      --worker->running;
+      depth = static_cast<int>(worker->queue.size()) + worker->running;
+    }
+    ReportDepth(*worker, depth);
+  }
+}
+
+}  // namespace kernelserve::server

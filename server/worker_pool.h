@@ -1,0 +1,85 @@
+// WorkerPool: one worker thread per owned device (GPU ordinals and the CPU, -1), each with a
+// bounded queue. Work that waited past its deadline or whose call was cancelled is dropped
+// before it starts.
+#ifndef KERNELSERVE_SERVER_WORKER_POOL_H_
+#define KERNELSERVE_SERVER_WORKER_POOL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kernelserve::server {
+
+// One unit of work for a device's worker.
+struct WorkItem {
+  // Work not started by then is dropped with DeadlineExceeded. Default: never.
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  // True when the caller gave up; such work is dropped with Cancelled. Empty = never.
+  std::function<bool()> cancelled;
+  // Runs exactly once on the worker thread: `status` is OK to do the work, or why it was
+  // dropped (DeadlineExceeded, Cancelled). `queue_us` is the time spent waiting. REQUIRED.
+  std::function<void(absl::Status status, int64_t queue_us)> run;
+};
+
+// Options of the pool. Every field has a default.
+struct WorkerPoolOptions {
+  int max_queue = 1024;  // queued (not yet started) items per device; more -> ResourceExhausted
+  // Called with (device, depth) whenever a device's depth changes (queued + running). Must be
+  // thread-safe. Empty = not reported.
+  std::function<void(int device, int depth)> on_depth;
+};
+
+// Thread safety: thread-safe.
+class WorkerPool {
+ public:
+  // Starts one thread per entry of `devices` (-1 = the CPU, others GPU ordinals).
+  WorkerPool(const std::vector<int>& devices, WorkerPoolOptions options = {});
+  // Shutdown(), then joins.
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Queues `item` on `device`'s worker. InvalidArgument when the pool has no such device;
+  // ResourceExhausted when its queue is full; Unavailable after Shutdown. On error `item.run`
+  // is never called.
+  absl::Status Submit(int device, WorkItem item);
+  // The device among `candidates` with the fewest queued + running items (ties: the first).
+  // REQUIRES: candidates non-empty and owned by this pool.
+  int LeastLoaded(const std::vector<int>& candidates) const;
+  // Queued + running items of `device`; 0 for a device the pool does not own.
+  int Depth(int device) const;
+  bool Owns(int device) const { return workers_.contains(device); }
+  std::vector<int> devices() const;
+
+  // Refuses new work, runs what is queued, and joins the threads. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Worker {
+    int device = -1;
+    mutable absl::Mutex mu;
+    std::deque<std::pair<WorkItem, std::chrono::steady_clock::time_point>> queue
+        ABSL_GUARDED_BY(mu);
+    int running ABSL_GUARDED_BY(mu) = 0;
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    std::thread thread;
+  };
+  void Loop(Worker* worker);
+  void ReportDepth(const Worker& worker, int depth) const;
+
+  const WorkerPoolOptions options_;
+  std::map<int, std::unique_ptr<Worker>> workers_;  // fixed after construction
+};
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_WORKER_POOL_H_

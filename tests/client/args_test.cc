@@ -1,0 +1,118 @@
+#include "client/cli/args.h"
+
+#include "gtest/gtest.h"
+
+namespace kernelserve::cli {
+namespace {
+
+const FlagSet kFlags = {{"shape", "target", "duration"}, {"json"}};
+
+TEST(ParseArgsTest, FlagsAnywhereRepeatedAndBothForms) {
+  absl::StatusOr<Args> args = ParseArgs({"run", "--shape", "x=f32:2,3", "mean_pooling",
+                                         "--shape=mask=bool:2", "--json", "--target=h:1"},
+                                        kFlags);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->positional, (std::vector<std::string>{"run", "mean_pooling"}));
+  EXPECT_EQ(args->GetAll("shape"), (std::vector<std::string>{"x=f32:2,3", "mask=bool:2"}));
+  EXPECT_EQ(args->Get("target"), "h:1");
+  EXPECT_EQ(args->Get("missing", "fallback"), "fallback");
+  EXPECT_TRUE(args->GetBool("json").value());
+  EXPECT_FALSE(args->Has("duration"));
+}
+
+TEST(ParseArgsTest, DoubleDashEndsFlags) {
+  absl::StatusOr<Args> args = ParseArgs({"health", "--", "--json"}, kFlags);
+  ASSERT_TRUE(args.ok());
+  EXPECT_EQ(args->positional, (std::vector<std::string>{"health", "--json"}));
+  EXPECT_FALSE(args->Has("json"));
+}
+
+TEST(ParseArgsTest, Errors) {
+  EXPECT_EQ(ParseArgs({"run", "--nope"}, kFlags).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<Args> missing = ParseArgs({"run", "--shape"}, kFlags);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("--shape"), std::string::npos);
+  absl::StatusOr<Args> bad_bool = ParseArgs({"--json=maybe"}, kFlags);
+  ASSERT_TRUE(bad_bool.ok());
+  EXPECT_EQ(bad_bool->GetBool("json").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseArgsTest, TypedReads) {
+  Args args = ParseArgs({"--duration=250ms", "--target=12"}, kFlags).value();
+  EXPECT_EQ(args.GetDuration("duration", absl::Seconds(1)).value(), absl::Milliseconds(250));
+  EXPECT_EQ(args.GetInt("target", 0).value(), 12);
+  EXPECT_EQ(args.GetInt("shape", 5).value(), 5);
+  Args seconds = ParseArgs({"--duration=1.5"}, kFlags).value();
+  EXPECT_EQ(seconds.GetDuration("duration", absl::ZeroDuration()).value(),
+            absl::Milliseconds(1500));
+  Args bad = ParseArgs({"--duration=soon", "--target=x"}, kFlags).value();
+  EXPECT_EQ(bad.GetDuration("duration", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.GetInt("target", 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckFlagsTest, NamesTheFlagThatDoesNotApply) {
+  Args args = ParseArgs({"info", "--shape=x=1"}, kFlags).value();
+  EXPECT_TRUE(CheckFlags(args, {"shape"}, "run").ok());
+  absl::Status status = CheckFlags(args, {"json"}, "info");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("--shape"), std::string::npos);
+}
+
+TEST(ValueSyntaxTest, Shape) {
+  auto [name, spec] = ParseShapeArg("x=bf16:4,128,64").value();
+  EXPECT_EQ(name, "x");
+  EXPECT_EQ(spec, (TensorSpec{DType::kBF16, {4, 128, 64}}));
+  EXPECT_EQ(ParseShapeArg("q=2,3").value().second, (TensorSpec{DType::kF32, {2, 3}}));
+  for (const char* bad : {"x", "=f32:2", "x=f64:2", "x=f32:", "x=f32:2,-1", "x=f32:2,a"}) {
+    EXPECT_EQ(ParseShapeArg(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ValueSyntaxTest, Values) {
+  auto [name, tensor] = ParseValuesArg("cu_seqlens=i32:0,3,10").value();
+  EXPECT_EQ(name, "cu_seqlens");
+  EXPECT_EQ(tensor.dtype(), DType::kI32);
+  EXPECT_EQ(tensor.ToInts(), (std::vector<int64_t>{0, 3, 10}));
+  Tensor floats = ParseValuesArg("w=f16:0.5,-2").value().second;
+  EXPECT_EQ(floats.ToFloats(), (std::vector<float>{0.5f, -2.0f}));
+  for (const char* bad : {"c=0,1", "c=i32:0,1.5", "c=i32:0,x", "c=i32:"}) {
+    EXPECT_EQ(ParseValuesArg(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ValueSyntaxTest, Input) {
+  InputArg plain = ParseInputArg("x=data/x.npy").value();
+  EXPECT_EQ(plain.name, "x");
+  EXPECT_EQ(plain.path, "data/x.npy");
+  EXPECT_FALSE(plain.dtype.has_value());
+  InputArg typed = ParseInputArg("q=bf16:/tmp/q.npy").value();
+  EXPECT_EQ(typed.path, "/tmp/q.npy");
+  EXPECT_EQ(typed.dtype, DType::kBF16);
+  // A colon that does not follow a dtype belongs to the path.
+  EXPECT_EQ(ParseInputArg("k=c:/k.npy").value().path, "c:/k.npy");
+  EXPECT_EQ(ParseInputArg("x=").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseInputArg("x.npy").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ValueSyntaxTest, Config) {
+  KernelConfig config = ParseConfigArg("block_q=32, block_k=64,num_warps=2,platform=cpu").value();
+  EXPECT_EQ(config.block_q, 32);
+  EXPECT_EQ(config.block_k, 64);
+  EXPECT_EQ(config.num_warps, 2);
+  EXPECT_EQ(config.platform, "cpu");
+  EXPECT_EQ(config.block_size, 0);
+  for (const char* bad : {"", "block_q=x", "blok_q=3", "block_q"}) {
+    EXPECT_EQ(ParseConfigArg(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ValueSyntaxTest, Param) {
+  EXPECT_EQ(ParseParamArg("causal=true").value(),
+            std::make_pair(std::string("causal"), std::string("true")));
+  EXPECT_EQ(ParseParamArg("causal").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kernelserve::cli

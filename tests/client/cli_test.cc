@@ -1,0 +1,130 @@
+// CLI tests that need no server: exit codes of bad command lines, client options from flags,
+// bench statistics and output helpers.
+#include "client/cli/cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "client/cli/bench.h"
+#include "client/cli/format.h"
+#include "gtest/gtest.h"
+
+namespace kernelserve::cli {
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+CliRun RunTool(const std::vector<std::string>& argv) {
+  std::ostringstream out, err;
+  CliRun run;
+  run.code = RunCli(argv, out, err, /*err_is_tty=*/false);
+  run.out = out.str();
+  run.err = err.str();
+  return run;
+}
+
+TEST(RunCliTest, HelpAndBadCommandLines) {
+  CliRun help = RunTool({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("usage: kernelserve"), std::string::npos);
+  const int invalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunTool({}).code, invalid);
+  CliRun unknown = RunTool({"frobnicate"});
+  EXPECT_EQ(unknown.code, invalid);
+  EXPECT_NE(unknown.err.find("kernelserve: INVALID_ARGUMENT: unknown command 'frobnicate'"),
+            std::string::npos);
+  CliRun bad_flag = RunTool({"info", "--shape=x=f32:1"});
+  EXPECT_EQ(bad_flag.code, invalid);
+  EXPECT_NE(bad_flag.err.find("--shape"), std::string::npos);
+  EXPECT_EQ(RunTool({"run", "mean_pooling", "--concurrency=2"}).code, invalid);
+  EXPECT_EQ(RunTool({"health", "--token-file=/nonexistent/token"}).code,
+            static_cast<int>(absl::StatusCode::kNotFound));
+}
+
+TEST(ClientOptionsTest, FromFlags) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cli_test_token_" + std::to_string(getpid())))
+          .string();
+  std::ofstream(path) << "  s3cret\n";
+  Args args = ParseArgs({"--target=h:7", "--token-file", path, "--tls-ca=/ca.pem", "--deadline=2s"},
+                        AllFlags())
+                  .value();
+  absl::StatusOr<ClientOptions> options = ClientOptionsFromArgs(args);
+  std::remove(path.c_str());
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->target, "h:7");
+  EXPECT_EQ(options->token, "s3cret");
+  EXPECT_TRUE(options->use_tls);
+  EXPECT_EQ(options->tls.ca_file, "/ca.pem");
+  EXPECT_EQ(options->deadline, absl::Seconds(2));
+
+  ClientOptions defaults = ClientOptionsFromArgs(Args{}).value();
+  EXPECT_EQ(defaults.target, "127.0.0.1:50051");
+  EXPECT_FALSE(defaults.use_tls);
+  EXPECT_TRUE(defaults.token.empty());
+  Args no_deadline = ParseArgs({"--deadline=0"}, AllFlags()).value();
+  EXPECT_EQ(ClientOptionsFromArgs(no_deadline)->deadline, absl::InfiniteDuration());
+}
+
+TEST(BenchStatsTest, PercentileByNearestRank) {
+  std::vector<double> values;
+  for (int i = 100; i >= 1; --i) values.push_back(i * 10.0);
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(Percentile(values, 50), 500.0);
+  EXPECT_EQ(Percentile(values, 90), 900.0);
+  EXPECT_EQ(Percentile(values, 99), 990.0);
+  EXPECT_EQ(Percentile(values, 100), 1000.0);
+  EXPECT_EQ(Percentile({42.0}, 99), 42.0);
+  EXPECT_EQ(Percentile({1.0, 2.0, 3.0}, 50), 2.0);
+  EXPECT_EQ(Percentile({}, 50), 0.0);
+}
+
+TEST(BenchStatsTest, ProgressBar) {
+  EXPECT_EQ(ProgressBar(0.5, 10), "[#####.....]  50%");
+  EXPECT_EQ(ProgressBar(0.0, 4), "[....]   0%");
+  EXPECT_EQ(ProgressBar(2.0, 4), "[####] 100%");
+}
+
+TEST(FormatTest, TableAlignsColumns) {
+  Table table({"name", "n"});
+  table.AddRow({"mean_pooling", "1"});
+  table.AddRow({"fa", "22"});
+  EXPECT_EQ(table.ToString(),
+            "name          n\n"
+            "------------  --\n"
+            "mean_pooling  1\n"
+            "fa            22\n");
+}
+
+TEST(FormatTest, SourcesConfigsAndTimes) {
+  EXPECT_EQ(SourceName(v1::CONFIG_SOURCE_MEMORY), "memory");
+  EXPECT_EQ(SourceName(v1::CONFIG_SOURCE_HEURISTIC), "heuristic");
+  EXPECT_EQ(SourceName(v1::CONFIG_SOURCE_UNSPECIFIED), "unspecified");
+  v1::KernelConfig config;
+  EXPECT_EQ(ConfigString(config), "(default)");
+  config.set_block_size(64);
+  EXPECT_NE(ConfigString(config).find("block_size=64"), std::string::npos);
+  EXPECT_EQ(FormatMicros(850), "850 us");
+  EXPECT_EQ(FormatMicros(12300), "12.3 ms");
+  EXPECT_EQ(FormatMicros(1.5e6), "1.50 s");
+}
+
+TEST(FormatTest, TensorSummary) {
+  const Tensor t = Tensor::FromFloats(DType::kF32, {2, 2}, {1, -3, 2, 4});
+  const nlohmann::json s = TensorSummary(t);
+  EXPECT_EQ(s["dtype"], "f32");
+  EXPECT_EQ(s["shape"], nlohmann::json::array({2, 2}));
+  EXPECT_EQ(s["min"], -3.0);
+  EXPECT_EQ(s["max"], 4.0);
+  EXPECT_EQ(s["mean"], 1.0);
+}
+
+}  // namespace
+}  // namespace kernelserve::cli

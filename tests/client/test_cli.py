@@ -1,0 +1,229 @@
+"""The kernelserve CLI against a real kernelserve-server process (see server_fixture.py)."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import kernelserve
+import references
+from server_fixture import CLI, ServerProcess, free_port
+
+INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, UNAUTHENTICATED = 3, 5, 14, 16
+
+
+def uniform(rng, shape, dtype=np.float32):
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+class CliTestBase(unittest.TestCase):
+    server_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess(*cls.server_args)
+        cls.dir = tempfile.mkdtemp(prefix="kernelserve-cli-test-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.dir)
+
+    def setUp(self):
+        self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
+
+    def cli(self, *args, code=0, target=None):
+        """Runs the tool; checks its exit code; returns the finished process."""
+        proc = subprocess.run([CLI, f"--target={target or self.server.target}", *args],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, code,
+                         f"kernelserve {' '.join(args)}\nstdout:\n{proc.stdout}\n"
+                         f"stderr:\n{proc.stderr}")
+        return proc
+
+    def cli_json(self, *args):
+        return json.loads(self.cli(*args, "--json").stdout)
+
+    def save(self, name, array):
+        path = os.path.join(self.dir, f"{self.id()}.{name}.npy")
+        np.save(path, array)
+        return path
+
+    def out_dir(self):
+        return os.path.join(self.dir, self.id())
+
+
+class CliTest(CliTestBase):
+    def test_health(self):
+        self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
+        self.assertEqual(self.cli_json("health"), {"service": "", "status": "SERVING"})
+
+    def test_info_and_kernels(self):
+        info = self.cli_json("info")
+        self.assertTrue(info["version"])
+        self.assertIn("memory", info["cache_tiers"])
+        self.assertIn("fingerprint", self.cli("info").stdout)
+        names = {k["name"] for k in self.cli_json("kernels")["kernels"]}
+        self.assertTrue({"mean_pooling", "flash_attention"} <= names, names)
+        self.assertIn("cu_seqlens?", self.cli("kernels").stdout)
+
+    def test_run_mean_pooling_from_npy(self):
+        x = uniform(self.rng, (3, 29, 16))
+        proc = self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}",
+                        f"--output-dir={self.out_dir()}", "--param=chunk_size=8")
+        self.assertIn("out.npy", proc.stdout)
+        self.assertIn("kernel", proc.stdout)
+        out = np.load(os.path.join(self.out_dir(), "out.npy"))
+        self.assertEqual(out.dtype, np.float32)
+        np.testing.assert_allclose(out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
+    def test_run_random_shapes_json(self):
+        result = self.cli_json("run", "mean_pooling", "--shape=x=f32:4,32,8", "--seed=5",
+                               f"--output-dir={self.out_dir()}")
+        summary = result["outputs"]["out"]
+        self.assertEqual(summary["shape"], [4, 8])
+        self.assertEqual(summary["dtype"], "f32")
+        out = np.load(summary["file"])
+        self.assertAlmostEqual(summary["mean"], float(out.astype(np.float64).mean()), places=6)
+        self.assertGreater(np.abs(out).max(), 0)  # random inputs, not zeros
+        self.assertIn(result["source"], {"heuristic", "memory", "autotune"})
+        timings = result["timings"]
+        self.assertGreaterEqual(timings["total_us"], timings["kernel_us"])
+        self.assertTrue(result["cache_key"].startswith("mean_pooling"))
+
+    def test_run_varlen_values(self):
+        x = uniform(self.rng, (10, 6))
+        self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}",
+                 "--values=cu_seqlens=i32:0,4,4,10", f"--output-dir={self.out_dir()}")
+        out = np.load(os.path.join(self.out_dir(), "out.npy"))
+        expected = references.mean_pooling(x, cu_seqlens=[0, 4, 4, 10])
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+    def test_run_f16_and_bf16_npy(self):
+        x16 = uniform(self.rng, (2, 24, 32), np.float16)
+        self.cli("run", "mean_pooling", f"--input=x={self.save('x16', x16)}",
+                 f"--output-dir={self.out_dir()}/f16")
+        out16 = np.load(os.path.join(self.out_dir(), "f16", "out.npy"))
+        self.assertEqual(out16.dtype, np.float16)
+        np.testing.assert_allclose(out16.astype(np.float32),
+                                   references.mean_pooling(x16.astype(np.float32)),
+                                   rtol=1e-3, atol=1e-4)
+        bits = kernelserve.to_bf16(uniform(self.rng, (2, 24, 32)))
+        path = self.save("xbf16", bits)
+        # '<u2' is bf16 only when asked.
+        self.cli("run", "mean_pooling", f"--input=x={path}", code=INVALID_ARGUMENT)
+        proc = self.cli("run", "mean_pooling", f"--input=x=bf16:{path}",
+                        f"--output-dir={self.out_dir()}/bf16")
+        self.assertIn("bf16", proc.stderr)
+        out = np.load(os.path.join(self.out_dir(), "bf16", "out.npy"))
+        self.assertEqual(out.dtype, np.uint16)
+        np.testing.assert_allclose(kernelserve.from_bf16(out),
+                                   references.mean_pooling(kernelserve.from_bf16(bits)),
+                                   rtol=2**-8, atol=1e-5)
+
+    def test_run_flash_attention_npy_with_lse(self):
+        q = uniform(self.rng, (2, 10, 4, 16))
+        k = uniform(self.rng, (2, 14, 2, 16))
+        v = uniform(self.rng, (2, 14, 2, 16))
+        paths = [f"--input={n}={self.save(n, a)}" for n, a in (("q", q), ("k", k), ("v", v))]
+        self.cli("run", "flash_attention", *paths, "--param=causal=true",
+                 "--param=window_left=5", "--param=return_lse=true",
+                 f"--output-dir={self.out_dir()}")
+        out, lse = references.attention(q, k, v, causal=True, window_left=5)
+        np.testing.assert_allclose(np.load(os.path.join(self.out_dir(), "out.npy")), out,
+                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.load(os.path.join(self.out_dir(), "lse.npy")), lse,
+                                   rtol=1e-4, atol=1e-5)
+
+    def test_errors_exit_with_the_status_code(self):
+        proc = self.cli("run", "mean_pooling", "--shape=x=f32:4,8", code=INVALID_ARGUMENT)
+        self.assertIn("INVALID_ARGUMENT", proc.stderr)
+        self.assertIn("'x'", proc.stderr)
+        self.cli("run", "no_such_kernel", "--shape=x=f32:1,2,3", code=INVALID_ARGUMENT)
+        self.cli("run", "mean_pooling", code=INVALID_ARGUMENT)  # no inputs
+        self.cli("run", "mean_pooling", "--shape=x=f32:2,2,2", "--param=causal=true",
+                 code=INVALID_ARGUMENT)
+        self.cli("run", "mean_pooling", "--input=x=/nonexistent.npy", code=NOT_FOUND)
+        proc = self.cli("health", target=f"127.0.0.1:{free_port()}", code=UNAVAILABLE)
+        self.assertIn("UNAVAILABLE", proc.stderr)
+
+    def test_bench(self):
+        report = self.cli_json("bench", "mean_pooling", "--shape=x=f32:1,16,64",
+                               "--concurrency=4", "--duration=1s")
+        self.assertGreater(report["ok"], 0)
+        self.assertEqual(report["errors"], 0)
+        self.assertGreater(report["throughput_rps"], 0)
+        lat = report["latency_us"]
+        self.assertLessEqual(lat["p50"], lat["p90"])
+        self.assertLessEqual(lat["p90"], lat["p99"])
+        self.assertLessEqual(lat["p99"], lat["max"])
+        server = report["server_mean"]
+        self.assertGreaterEqual(server["total_us"], server["kernel_us"])
+        text = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=50").stdout
+        for word in ("throughput", "p50", "p99", "queue", "kernel", "total"):
+            self.assertIn(word, text)
+        # Every call failing exits with the server's code.
+        self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--requests=5",
+                 code=INVALID_ARGUMENT)
+
+    def test_tune(self):
+        result = self.cli_json("tune", "mean_pooling", "--shape=x=f32:4,96,32")
+        timed = [c for c in result["candidates"] if c["status"]["code"] == 0]
+        self.assertGreater(len(timed), 0)
+        fastest = min(timed, key=lambda c: c["median_us"])
+        self.assertEqual(result["best"], fastest["config"])
+        self.assertEqual(result["best_us"], fastest["median_us"])
+        text = self.cli("tune", "mean_pooling", "--shape=x=f32:4,96,32").stdout
+        self.assertIn("winner:", text)
+        self.assertEqual(sum(line.endswith("  ok") for line in text.splitlines()), len(timed))
+
+    def test_cache_put_ls_get_rm(self):
+        shape = "--shape=x=f32:3,40,8"
+        put = self.cli_json("cache", "put", "mean_pooling", shape,
+                            "--config=block_size=8,num_warps=1")
+        key = put["cache_key"]
+        entries = self.cli_json("cache", "ls", "mean_pooling")
+        self.assertIn(key, [e["cache_key"] for e in entries])
+        [entry] = self.cli_json("cache", "get", key)
+        self.assertEqual(entry["config"]["block_size"], 8)
+        self.assertIn(key, self.cli("cache", "ls").stdout)
+        run = self.cli_json("run", "mean_pooling", shape)
+        self.assertEqual(run["cache_key"], key)
+        self.assertEqual(run["config"]["block_size"], 8)  # the pinned config ran
+        self.cli("cache", "rm", key)
+        self.cli("cache", "get", key, code=NOT_FOUND)
+        self.cli("cache", "put", "mean_pooling", shape, code=INVALID_ARGUMENT)  # no --config
+        self.cli("cache", "frob", code=INVALID_ARGUMENT)
+
+
+class CliAuthTest(CliTestBase):
+    TOKEN = "cli-test-token"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.token_file = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+        cls.token_file.write(cls.TOKEN + "\n")
+        cls.token_file.close()
+        cls.server_args = (f"--auth-token-file={cls.token_file.name}",)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        os.unlink(cls.token_file.name)
+
+    def test_token_file(self):
+        proc = self.cli("info", code=UNAUTHENTICATED)
+        self.assertIn("UNAUTHENTICATED", proc.stderr)
+        self.cli("health")  # health needs no token
+        self.cli("info", f"--token-file={self.token_file.name}")
+        self.cli("run", "mean_pooling", "--shape=x=f32:1,4,4",
+                 f"--token-file={self.token_file.name}")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,200 @@
+"""The Python package against a real kernelserve-server process (see server_fixture.py)."""
+
+import os
+import tempfile
+import unittest
+
+import grpc
+import numpy as np
+
+import kernelserve
+import references
+from server_fixture import ServerProcess
+
+SOURCES = {"override", "overlay", "memory", "file", "redis", "autotune", "heuristic"}
+
+
+def uniform(rng, shape, dtype=np.float32):
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
+
+    def assertCode(self, code, fn, *args, **kwargs):
+        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+            fn(*args, **kwargs)
+        self.assertEqual(ctx.exception.code, code, ctx.exception.message)
+        return ctx.exception
+
+    def test_health_info_kernels(self):
+        self.assertEqual(self.client.health(), "SERVING")
+        info = self.client.info()
+        self.assertTrue(info.version)
+        self.assertGreaterEqual(len(info.devices), 1)
+        names = {k.name for k in self.client.kernels()}
+        self.assertTrue({"mean_pooling", "flash_attention"} <= names, names)
+
+    def test_mean_pooling_dense_f32(self):
+        x = uniform(self.rng, (3, 37, 24))
+        r = self.client.mean_pooling(x, chunk_size=8)
+        self.assertEqual(r.out.dtype, np.float32)
+        self.assertEqual(r.out.shape, (3, 24))
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        self.assertIn(r.source, SOURCES)
+        self.assertEqual(r.platform, "cpu")
+        self.assertEqual(set(r.timings), {"queue_us", "select_us", "h2d_us", "kernel_us",
+                                          "d2h_us", "total_us"})
+        self.assertTrue(all(v >= 0 for v in r.timings.values()), r.timings)
+        self.assertGreaterEqual(r.timings["total_us"], r.timings["kernel_us"])
+        self.assertTrue(r.cache_key.startswith("mean_pooling"), r.cache_key)
+
+    def test_second_identical_call_reports_memory(self):
+        x = uniform(self.rng, (2, 19, 40))
+        self.client.mean_pooling(x)
+        second = self.client.mean_pooling(uniform(self.rng, (2, 19, 40)))
+        self.assertEqual(second.source, "memory")
+
+    def test_mean_pooling_mask(self):
+        x = uniform(self.rng, (4, 21, 16))
+        mask = self.rng.integers(0, 2, size=(4, 21)).astype(bool)
+        mask[2] = False  # a sequence with no counted row gives zeros
+        r = self.client.mean_pooling(x, mask=mask)
+        np.testing.assert_allclose(r.out, references.mean_pooling(x, mask=mask), rtol=1e-5,
+                                   atol=1e-6)
+        self.assertTrue(np.all(r.out[2] == 0))
+
+    def test_mean_pooling_varlen(self):
+        cu = np.array([0, 5, 5, 17, 30], dtype=np.int32)
+        x = uniform(self.rng, (30, 12))
+        r = self.client.mean_pooling(x, cu_seqlens=cu)
+        self.assertEqual(r.out.shape, (4, 12))
+        np.testing.assert_allclose(r.out, references.mean_pooling(x, cu_seqlens=cu), rtol=1e-5,
+                                   atol=1e-6)
+
+    def test_mean_pooling_f16(self):
+        x = uniform(self.rng, (2, 33, 64), np.float16)
+        r = self.client.mean_pooling(x)
+        self.assertEqual(r.out.dtype, np.float16)
+        expected = references.mean_pooling(x.astype(np.float32))
+        np.testing.assert_allclose(r.out.astype(np.float32), expected, rtol=1e-3, atol=1e-4)
+
+    def test_mean_pooling_bf16(self):
+        values = uniform(self.rng, (3, 16, 32))
+        bits = kernelserve.to_bf16(values)
+        r = self.client.mean_pooling(bits)
+        self.assertEqual(r.out.dtype, np.uint16)  # bf16 comes back as its bits
+        expected = references.mean_pooling(kernelserve.from_bf16(bits))
+        # Within one rounding of bf16 (8 significant bits).
+        np.testing.assert_allclose(kernelserve.from_bf16(r.out), expected, rtol=2**-8, atol=1e-5)
+
+    def test_flash_attention_gqa_with_lse(self):
+        q = uniform(self.rng, (2, 9, 4, 16))
+        k = uniform(self.rng, (2, 11, 2, 16))
+        v = uniform(self.rng, (2, 11, 2, 16))
+        r = self.client.flash_attention(q, k, v, return_lse=True)
+        out, lse = references.attention(q, k, v)
+        self.assertEqual(r.out.shape, q.shape)
+        self.assertEqual(r.lse.shape, (2, 4, 9))
+        np.testing.assert_allclose(r.out, out, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(r.lse, lse, rtol=1e-4, atol=1e-5)
+
+    def test_flash_attention_causal_window_softcap_scale(self):
+        # Sq > Sk: with causal, the first Sq - Sk rows see no key (zeros, lse -inf).
+        q = uniform(self.rng, (1, 12, 2, 8))
+        k = uniform(self.rng, (1, 8, 2, 8))
+        v = uniform(self.rng, (1, 8, 2, 8))
+        params = dict(causal=True, softmax_scale=0.7, window_left=3, logits_soft_cap=2.5)
+        r = self.client.flash_attention(q, k, v, return_lse=True, **params)
+        out, lse = references.attention(q, k, v, **params)
+        np.testing.assert_allclose(r.out, out, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(r.lse, lse, rtol=1e-4, atol=1e-5)
+        self.assertTrue(np.all(np.isneginf(r.lse[0, :, :4])))
+        self.assertIsNone(self.client.flash_attention(q, k, v, **params).lse)
+
+    def test_flash_attention_f16(self):
+        q, k, v = (uniform(self.rng, (1, 16, 2, 32), np.float16) for _ in range(3))
+        r = self.client.flash_attention(q, k, v, window_left=4, window_right=2)
+        self.assertEqual(r.out.dtype, np.float16)
+        out, _ = references.attention(q, k, v, window_left=4, window_right=2)
+        np.testing.assert_allclose(r.out.astype(np.float32), out, rtol=1e-3, atol=1e-4)
+
+    def test_explicit_config_is_an_override(self):
+        x = uniform(self.rng, (2, 64, 8))
+        r = self.client.mean_pooling(x, config={"block_size": 16, "num_warps": 1})
+        self.assertEqual(r.source, "override")
+        self.assertEqual(r.config["block_size"], 16)
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
+    def test_bad_inputs_are_invalid_argument(self):
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        x = uniform(self.rng, (2, 3, 4))
+        err = self.assertCode(bad, self.client.execute, "mean_pooling", {"x": x, "y": x})
+        self.assertIn("'y'", err.message)
+        mask = np.ones((2, 3), dtype=bool)
+        err = self.assertCode(bad, self.client.execute, "mean_pooling", {"mask": mask})
+        self.assertIn("'x'", err.message)
+        self.assertCode(bad, self.client.execute, "no_such_kernel", {"x": x})
+        self.assertCode(bad, self.client.mean_pooling, uniform(self.rng, (2, 3)))
+        q = uniform(self.rng, (1, 4, 3, 8))
+        kv = uniform(self.rng, (1, 4, 2, 8))
+        self.assertCode(bad, self.client.flash_attention, q, kv, kv)  # Hq % Hkv != 0
+        cu = np.array([0, 9], dtype=np.int32)  # ends after T = 6
+        self.assertCode(bad, self.client.mean_pooling, uniform(self.rng, (6, 4)), cu_seqlens=cu)
+
+    def test_client_side_errors(self):
+        with self.assertRaises(TypeError):
+            self.client.mean_pooling(np.zeros((2, 3, 4), dtype=np.float64))
+        with self.assertRaises(ValueError):
+            self.client.flash_attention(*(uniform(self.rng, (1, 2, 1, 4)),) * 3, causl=True)
+
+    def test_bf16_helpers_round_to_nearest_even(self):
+        values = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, np.inf], dtype=np.float32)
+        bits = kernelserve.to_bf16(values)
+        np.testing.assert_array_equal(bits, [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80])
+        np.testing.assert_array_equal(kernelserve.from_bf16(bits),
+                                      [1.0, 1.0, 1.0 + 2**-6, -2.5, np.inf])
+        self.assertTrue(np.isnan(kernelserve.from_bf16(kernelserve.to_bf16([np.nan])))[0])
+
+
+class AuthTest(unittest.TestCase):
+    TOKEN = "client-test-token"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.token_file = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+        cls.token_file.write(cls.TOKEN + "\n")
+        cls.token_file.close()
+        cls.server = ServerProcess(f"--auth-token-file={cls.token_file.name}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        os.unlink(cls.token_file.name)
+
+    def test_token(self):
+        x = np.random.default_rng(3).uniform(-1, 1, (2, 4, 8)).astype(np.float32)
+        for token in (None, "wrong-token"):
+            with kernelserve.Client(self.server.target, token=token) as client:
+                self.assertEqual(client.health(), "SERVING")  # health needs no token
+                with self.assertRaises(kernelserve.KernelServeError) as ctx:
+                    client.mean_pooling(x)
+                self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        with kernelserve.Client(self.server.target, token=self.TOKEN) as client:
+            r = client.mean_pooling(x)
+            np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,181 @@
+#include "proto/convert.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/utils/testing.h"
+#include "gtest/gtest.h"
+
+namespace kernelserve {
+namespace {
+
+v1::Tensor MakeProto(v1::DType dtype, std::initializer_list<int64_t> shape, size_t bytes) {
+  v1::Tensor proto;
+  proto.set_dtype(dtype);
+  for (int64_t d : shape) proto.add_shape(d);
+  proto.set_data(std::string(bytes, '\x5a'));
+  return proto;
+}
+
+TEST(ConvertTest, DTypeRoundTrips) {
+  for (DType dtype :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
+    absl::StatusOr<DType> back = FromProto(ToProto(dtype), "t");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, dtype);
+  }
+}
+
+TEST(ConvertTest, UnspecifiedDTypeIsInvalidAndNamesTheInput) {
+  v1::Tensor proto = MakeProto(v1::DTYPE_UNSPECIFIED, {2}, 8);
+  absl::StatusOr<Tensor> t = TakeTensor(&proto, "input 'x'");
+  ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("input 'x'"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("unspecified"), std::string::npos) << t.status();
+}
+
+TEST(ConvertTest, UnknownDTypeIsInvalid) {
+  absl::StatusOr<DType> d = FromProto(static_cast<v1::DType>(42), "input 'q'");
+  ASSERT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("input 'q'"), std::string::npos);
+}
+
+TEST(ConvertTest, NegativeDimIsInvalid) {
+  v1::Tensor proto = MakeProto(v1::DTYPE_F32, {2, -3}, 0);
+  absl::StatusOr<Tensor> t = TakeTensor(&proto, "input 'k'");
+  ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("input 'k'"), std::string::npos);
+  EXPECT_NE(t.status().message().find("negative"), std::string::npos);
+  EXPECT_EQ(SpecFromProto(proto, "input 'k'").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConvertTest, ShapeOverflowIsInvalid) {
+  const int64_t big = int64_t{1} << 32;
+  v1::Tensor proto = MakeProto(v1::DTYPE_F32, {big, big}, 0);
+  absl::StatusOr<Tensor> t = TakeTensor(&proto, "input 'v'");
+  ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("input 'v'"), std::string::npos);
+  EXPECT_NE(t.status().message().find("overflow"), std::string::npos);
+  // The element count fits but the byte count does not.
+  v1::Tensor bytes_overflow =
+      MakeProto(v1::DTYPE_I64, {std::numeric_limits<int64_t>::max() / 4}, 0);
+  EXPECT_EQ(SpecFromProto(bytes_overflow, "input 'v'").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConvertTest, WrongByteCountIsInvalidAndNamesBothSizes) {
+  v1::Tensor proto = MakeProto(v1::DTYPE_BF16, {2, 3}, 11);
+  absl::StatusOr<Tensor> t = TakeTensor(&proto, "input 'x'");
+  ASSERT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("input 'x'"), std::string::npos);
+  EXPECT_NE(t.status().message().find("12"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("11"), std::string::npos) << t.status();
+  v1::Tensor boolean = MakeProto(v1::DTYPE_BOOL, {5}, 5);
+  EXPECT_TRUE(TakeTensor(&boolean, "input 'mask'").ok());
+}
+
+TEST(ConvertTest, TensorRoundTripKeepsBytes) {
+  Tensor original = RandomTensor(DType::kF16, {3, 4, 5}, 7);
+  const std::string bytes = original.bytes();
+  v1::Tensor proto;
+  PutTensor(original, &proto);
+  EXPECT_EQ(proto.dtype(), v1::DTYPE_F16);
+  ASSERT_EQ(proto.shape_size(), 3);
+  EXPECT_EQ(proto.shape(2), 5);
+  absl::StatusOr<Tensor> back = TakeTensor(&proto, "input 'x'");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->bytes(), bytes);
+  EXPECT_EQ(back->shape(), (Shape{3, 4, 5}));
+  EXPECT_TRUE(proto.data().empty());
+}
+
+TEST(ConvertTest, SpecAllowsEmptyDataButChecksNonEmpty) {
+  v1::Tensor shapes_only = MakeProto(v1::DTYPE_F32, {4, 8}, 0);
+  absl::StatusOr<TensorSpec> spec = SpecFromProto(shapes_only, "input 'x'");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(*spec, (TensorSpec{DType::kF32, {4, 8}}));
+  v1::Tensor short_data = MakeProto(v1::DTYPE_F32, {4, 8}, 100);
+  EXPECT_EQ(SpecFromProto(short_data, "input 'x'").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConvertTest, TakeTensorsNamesTheBadInput) {
+  google::protobuf::Map<std::string, v1::Tensor> inputs;
+  inputs["q"] = MakeProto(v1::DTYPE_F32, {2}, 8);
+  inputs["bias"] = MakeProto(v1::DTYPE_F32, {2}, 7);
+  absl::StatusOr<TensorMap> tensors = TakeTensors(&inputs);
+  ASSERT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tensors.status().message().find("input 'bias'"), std::string::npos);
+}
+
+TEST(ConvertTest, KernelConfigRoundTrips) {
+  KernelConfig config;
+  config.block_q = 64;
+  config.block_k = 32;
+  config.block_d = 16;
+  config.num_warps = 4;
+  config.num_stages = 2;
+  config.block_size = 128;
+  config.platform = "cuda";
+  config.backend = "wmma";
+  config.algorithm = "split";
+  config.priority = 3;
+  EXPECT_EQ(FromProto(ToProto(config)), config);
+  EXPECT_TRUE(IsSet(ToProto(config)));
+  EXPECT_FALSE(IsSet(v1::KernelConfig()));
+  v1::KernelConfig only_platform;
+  only_platform.set_platform("cpu");
+  EXPECT_TRUE(IsSet(only_platform));
+}
+
+TEST(ConvertTest, ParamsBecomeAttributesWithDefaultsLeftOut) {
+  EXPECT_TRUE(MeanPoolingAttributes(v1::MeanPoolingParams()).empty());
+  v1::MeanPoolingParams pool;
+  pool.set_chunk_size(16);
+  EXPECT_EQ(MeanPoolingAttributes(pool), (Attributes{{"chunk_size", int64_t{16}}}));
+
+  EXPECT_TRUE(FlashAttentionAttributes(v1::FlashAttentionParams()).empty());
+  v1::FlashAttentionParams attn;
+  attn.set_causal(true);
+  attn.set_softmax_scale(0.5f);
+  attn.set_window_left(0);
+  attn.set_logits_soft_cap(30.0f);
+  attn.set_return_lse(true);
+  const Attributes expected = {{"causal", true},
+                               {"softmax_scale", 0.5},
+                               {"window_left", int64_t{0}},
+                               {"logits_soft_cap", 30.0},
+                               {"return_lse", true}};
+  EXPECT_EQ(FlashAttentionAttributes(attn), expected);
+}
+
+TEST(ConvertTest, PolicyAndSourcesAndTimings) {
+  v1::TuningPolicy policy;
+  policy.set_allow_autotune(false);
+  PolicyPatch patch = FromProto(policy);
+  EXPECT_EQ(patch.allow_autotune, std::optional<bool>(false));
+  EXPECT_FALSE(patch.allow_heuristics.has_value());
+  EXPECT_FALSE(patch.persist.has_value());
+
+  EXPECT_EQ(ToProto(ConfigSource::kMemory), v1::CONFIG_SOURCE_MEMORY);
+  EXPECT_EQ(ToProto(ConfigSource::kRedis), v1::CONFIG_SOURCE_REDIS);
+  EXPECT_EQ(ToProto(ConfigSource::kFile), v1::CONFIG_SOURCE_FILE);
+  EXPECT_EQ(ToProto(ConfigSource::kAutotune), v1::CONFIG_SOURCE_AUTOTUNE);
+  EXPECT_EQ(ToProto(ConfigSource::kHeuristic), v1::CONFIG_SOURCE_HEURISTIC);
+  EXPECT_EQ(ToProto(ConfigSource::kOverride), v1::CONFIG_SOURCE_OVERRIDE);
+  EXPECT_EQ(ToProto(ConfigSource::kOverlay), v1::CONFIG_SOURCE_OVERLAY);
+
+  Timings timings{1, 2, 3, 4, 15};
+  v1::Timing proto;
+  ToProto(timings, &proto);
+  EXPECT_EQ(proto.select_us(), 1);
+  EXPECT_EQ(proto.h2d_us(), 2);
+  EXPECT_EQ(proto.kernel_us(), 3);
+  EXPECT_EQ(proto.d2h_us(), 4);
+  EXPECT_EQ(proto.total_us(), 15);
+}
+
+}  // namespace
+}  // namespace kernelserve

@@ -1,0 +1,288 @@
+#include "tests/server/server_process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "proto/convert.h"
+
+namespace kernelserve::testing {
+namespace {
+
+// A sync gRPC client reads an idle connection only from its backup poller (every 5 s by
+// default), so a server draining on SIGTERM would wait that long for the client to take its
+// GOAWAY. Tests poll often instead; set before gRPC starts.
+const bool kFastClientPoll = [] {
+  setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "50", /*overwrite=*/0);
+  return true;
+}();
+
+// The number after `marker` ("listening on 127.0.0.1:") up to the next non-digit.
+int PortAfter(const std::string& line, const std::string& marker) {
+  const size_t at = line.find(marker);
+  if (at == std::string::npos) return 0;
+  size_t colon = line.find(':', at + marker.size());
+  if (colon == std::string::npos) return 0;
+  size_t end = colon + 1;
+  while (end < line.size() && std::isdigit(static_cast<unsigned char>(line[end]))) ++end;
+  int port = 0;
+  return absl::SimpleAtoi(line.substr(colon + 1, end - colon - 1), &port) ? port : 0;
+}
+
+bool HasFlag(const std::vector<std::string>& args, const std::string& name) {
+  for (const std::string& a : args) {
+    if (absl::StartsWith(a, name + "=") || a == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string ServerBinary() { return KERNELSERVE_SERVER_BINARY; }
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (stdout_fd_ >= 0) close(stdout_fd_);
+}
+
+absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
+  if (pid_ > 0) return absl::FailedPreconditionError("already running");
+  std::vector<std::string> all = {ServerBinary()};
+  if (!HasFlag(args, "--listen")) all.push_back("--listen=127.0.0.1:0");
+  if (!HasFlag(args, "--metrics-listen")) all.push_back("--metrics-listen=127.0.0.1:0");
+  all.insert(all.end(), args.begin(), args.end());
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  pid_ = fork();
+  if (pid_ < 0) return absl::InternalError("fork failed");
+  if (pid_ == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  if (stdout_fd_ >= 0) close(stdout_fd_);
+  stdout_fd_ = fds[0];
+  std::string text;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buffer[512];
+      const ssize_t n = read(stdout_fd_, buffer, sizeof(buffer));
+      if (n > 0) text.append(buffer, static_cast<size_t>(n));
+    }
+    const size_t newline = text.find('\n');
+    if (newline != std::string::npos) {
+      startup_line_ = text.substr(0, newline);
+      port_ = PortAfter(startup_line_, "listening on ");
+      metrics_port_ = PortAfter(startup_line_, "metrics on ");
+      if (port_ == 0) return absl::InternalError("bad startup line: " + startup_line_);
+      return absl::OkStatus();
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return absl::InternalError(
+          absl::StrCat("the server exited with ", WEXITSTATUS(status), " before starting: ", text));
+    }
+  }
+  return absl::DeadlineExceededError("no startup line within 10 s: " + text);
+}
+
+void ServerProcess::Signal(int signal) const {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
+absl::StatusOr<int> ServerProcess::Stop(int signal, absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("not running");
+  kill(pid_, signal);
+  const absl::Time give_up = absl::Now() + timeout;
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (absl::Now() > give_up) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      return absl::DeadlineExceededError("the server did not exit in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pid_ = -1;
+  if (!WIFEXITED(status)) {
+    return absl::InternalError(absl::StrCat("killed by signal ", WTERMSIG(status)));
+  }
+  return WEXITSTATUS(status);
+}
+
+std::unique_ptr<v1::KernelService::Stub> MakeStub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return v1::KernelService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& service,
+                                 const std::string& token) {
+  // HealthCheckRequest{service = 1} and HealthCheckResponse{status = 1}, encoded by hand.
+  std::string request;
+  if (!service.empty()) {
+    request.push_back('\x0a');
+    request.push_back(static_cast<char>(service.size()));
+    request += service;
+  }
+  grpc::Slice slice(request);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::ByteBuffer response_buffer;
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request_buffer,
+                 &response_buffer, [&done](grpc::Status s) { done.set_value(s); });
+  const grpc::Status status = done.get_future().get();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  std::vector<grpc::Slice> slices;
+  if (!response_buffer.Dump(&slices).ok()) return absl::InternalError("bad response buffer");
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.empty()) return 0;  // UNKNOWN (the default value is not encoded)
+  if (bytes.size() != 2 || bytes[0] != '\x08') return absl::InternalError("unexpected response");
+  return static_cast<int>(bytes[1]);
+}
+
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to port ", port));
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("write failed");
+  }
+  std::string response;
+  char buffer[8192];
+  ssize_t n = 0;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0)
+    response.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (body == std::string::npos) return absl::UnavailableError("no HTTP body: " + response);
+  return response.substr(body + 4);
+}
+
+double MetricSum(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& labels) {
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name)) continue;
+    const absl::string_view rest = line.substr(name.size());
+    if (rest.empty() || (rest[0] != '{' && rest[0] != ' ')) continue;
+    bool match = true;
+    for (const std::string& label : labels) match = match && absl::StrContains(line, label);
+    if (!match) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
+  }
+  return sum;
+}
+
+int PromtoolCheck(const std::string& text, std::string* output) {
+  const std::string dir = MakeTempDir("promtool");
+  const std::string in = dir + "/metrics.txt";
+  const std::string out = dir + "/out.txt";
+  std::ofstream(in) << text;
+  const int rc =
+      std::system(absl::StrCat("promtool check metrics < ", in, " > ", out, " 2>&1").c_str());
+  std::stringstream s;
+  s << std::ifstream(out).rdbuf();
+  *output = s.str();
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+v1::Tensor ToWire(const Tensor& tensor) {
+  v1::Tensor wire;
+  PutTensor(tensor, &wire);
+  return wire;
+}
+
+v1::ExecuteRequest MeanPoolingRequest(const Tensor& x, const std::string& request_id) {
+  v1::ExecuteRequest request;
+  request.set_kernel("mean_pooling");
+  (*request.mutable_inputs())["x"] = ToWire(x);
+  request.set_request_id(request_id);
+  return request;
+}
+
+std::vector<double> MeanPoolingReference(const Tensor& x) {
+  const int64_t B = x.dim(0), S = x.dim(1), H = x.dim(2);
+  const std::vector<double> v = x.ToDoubles();
+  std::vector<double> out(static_cast<size_t>(B * H), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t h = 0; h < H; ++h) out[b * H + h] += v[(b * S + s) * H + h];
+    }
+  }
+  for (double& o : out) o /= static_cast<double>(S);
+  return out;
+}
+
+std::vector<double> WireDoubles(const v1::Tensor& tensor) {
+  std::vector<double> out(tensor.data().size() / sizeof(float));
+  for (size_t i = 0; i < out.size(); ++i) {
+    float f = 0;
+    std::memcpy(&f, tensor.data().data() + i * sizeof(float), sizeof(float));
+    out[i] = f;
+  }
+  return out;
+}
+
+std::string MakeTempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/ks-", name, "-XXXXXX");
+  char* made = mkdtemp(templ.data());
+  return made != nullptr ? std::string(made) : std::string("/tmp");
+}
+
+}  // namespace kernelserve::testing

@@ -1,0 +1,88 @@
+// Test helpers for the server suite: the kernelserve-server binary as a child process, plain
+// gRPC stubs to it, /metrics over HTTP, and request builders.
+#ifndef KERNELSERVE_TESTS_SERVER_SERVER_PROCESS_H_
+#define KERNELSERVE_TESTS_SERVER_SERVER_PROCESS_H_
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/tensor.h"
+#include "kernelserve/v1/kernel_service.grpc.pb.h"
+
+namespace kernelserve::testing {
+
+// Path of the server binary under test (from the build).
+std::string ServerBinary();
+
+// A kernelserve-server child process. Listens on free ports unless `args` name --listen or
+// --metrics-listen. Thread safety: not thread-safe.
+class ServerProcess {
+ public:
+  ServerProcess() = default;
+  // SIGKILL when still running.
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Starts the binary with `args` and waits (10 s) for its startup line. Internal with the
+  // process's exit code when it stops before printing it.
+  absl::Status Start(const std::vector<std::string>& args);
+  // Sends `signal`, waits up to `timeout` for the exit and returns the exit code (SIGKILL and
+  // DeadlineExceeded after the timeout; Internal when killed by a signal).
+  absl::StatusOr<int> Stop(int signal = SIGTERM, absl::Duration timeout = absl::Seconds(30));
+  // Sends `signal` without waiting.
+  void Signal(int signal) const;
+
+  bool running() const { return pid_ > 0; }
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  const std::string& startup_line() const { return startup_line_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  std::string startup_line_;
+};
+
+// A stub on a plaintext channel that sends and receives messages of any size.
+std::unique_ptr<v1::KernelService::Stub> MakeStub(const std::string& address);
+
+// The grpc.health.v1 status of `service` ("" = the whole server): 1 SERVING, 2 NOT_SERVING;
+// the call's error otherwise. `token` non-empty adds "authorization: Bearer <token>".
+absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& service,
+                                 const std::string& token = "");
+
+// The body of GET http://127.0.0.1:<port><path>.
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
+// Sum of the samples of metric `name` whose line contains every one of `labels` (e.g.
+// {"code=\"OK\""}); 0 when there is none.
+double MetricSum(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& labels = {});
+// Runs `promtool check metrics` on `text`; its exit code, with its output in *output.
+int PromtoolCheck(const std::string& text, std::string* output);
+
+// Copies `tensor` into a wire tensor.
+v1::Tensor ToWire(const Tensor& tensor);
+// A mean_pooling request for x (and request_id).
+v1::ExecuteRequest MeanPoolingRequest(const Tensor& x, const std::string& request_id = "");
+// The mean over S of x [B,S,H] in double: [B*H] values.
+std::vector<double> MeanPoolingReference(const Tensor& x);
+// Values of a wire tensor as doubles (f32 only).
+std::vector<double> WireDoubles(const v1::Tensor& tensor);
+
+// A fresh empty directory under the test temp dir.
+std::string MakeTempDir(const std::string& name);
+
+}  // namespace kernelserve::testing
+
+#endif  // KERNELSERVE_TESTS_SERVER_SERVER_PROCESS_H_
