@@ -10,10 +10,13 @@
 #include "bench/bench_fill.h"
 #include "core/status_macros.h"
 #include "core/utils/string_view.h"
+#include "core/utils/testing.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_platform.h"
 #include "kernels/cuda/mean_pooling_config.h"
 #include "kernels/cuda/mean_pooling_dispatch.h"
 #include "kernels/cuda/mean_pooling_space.h"
+#include "kernels/flash_attention_kernel.h"
 
 namespace kernelserve::bench {
 namespace {
@@ -263,6 +266,111 @@ absl::StatusOr<double> MeasureCopyBandwidth(size_t bytes, int iters, cudaStream_
     if (i >= kWarmup) times.push_back(us);
   }
   return 2.0 * static_cast<double>(bytes) / (Median(std::move(times)) * 1e-6);
+}
+
+std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed) {
+  std::vector<AttentionCase> cases;
+  auto dense = [&](int64_t b, int64_t s, int64_t hq, int64_t hkv, int64_t d, bool causal) {
+    AttentionCase c;
+    c.name = absl::StrCat("bf16 D=", d, " [", b, ",", s, "] Hq=", hq,
+                          hkv != hq ? absl::StrCat(" Hkv=", hkv) : "", causal ? " causal" : "");
+    c.batch = b;
+    c.seq_len = s;
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.head_dim = d;
+    c.causal = causal;
+    cases.push_back(c);
+  };
+  for (bool causal : {false, true}) {
+    dense(8, 2048, 16, 16, 128, causal);
+    dense(4, 4096, 16, 16, 128, causal);
+    dense(2, 8192, 16, 16, 128, causal);
+  }
+  dense(16, 1024, 16, 16, 64, false);
+  dense(2, 4096, 32, 8, 128, false);
+  dense(2, 4096, 32, 8, 128, true);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> length(128, 4096);
+  AttentionCase varlen;
+  varlen.batch = 64;
+  varlen.heads_q = varlen.heads_kv = 16;
+  varlen.head_dim = 128;
+  for (int i = 0; i < 64; ++i) varlen.lengths.push_back(length(rng));
+  for (bool causal : {false, true}) {
+    varlen.causal = causal;
+    varlen.name = absl::StrCat("bf16 D=128 varlen 64x[128..4096] Hq=16", causal ? " causal" : "");
+    cases.push_back(varlen);
+  }
+  return cases;
+}
+
+double AttentionFlops(const AttentionCase& c) {
+  double pairs = 0.0;
+  if (c.lengths.empty()) {
+    pairs = static_cast<double>(c.batch) * static_cast<double>(c.seq_len) *
+            static_cast<double>(c.seq_len);
+  } else {
+    for (int64_t n : c.lengths) pairs += static_cast<double>(n) * static_cast<double>(n);
+  }
+  const double flops = 4.0 * pairs * static_cast<double>(c.heads_q * c.head_dim);
+  return c.causal ? flops / 2 : flops;
+}
+
+namespace {
+
+TensorMap AttentionInputs(const AttentionCase& c) {
+  const int64_t d = c.head_dim;
+  if (c.lengths.empty()) {
+    return {{"q", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_q, d}, 11)},
+            {"k", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_kv, d}, 12)},
+            {"v", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_kv, d}, 13)}};
+  }
+  std::vector<int64_t> offsets = {0};
+  for (int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
+  const int64_t total = offsets.back();
+  const Tensor cu = Tensor::FromInts(DType::kI32, {static_cast<int64_t>(offsets.size())}, offsets);
+  return {{"q", RandomTensor(c.dtype, {total, c.heads_q, d}, 11)},
+          {"k", RandomTensor(c.dtype, {total, c.heads_kv, d}, 12)},
+          {"v", RandomTensor(c.dtype, {total, c.heads_kv, d}, 13)},
+          {"cu_seqlens_q", cu},
+          {"cu_seqlens_k", cu}};
+}
+
+absl::StatusOr<double> TimeAttention(PreparedRun& run, const KernelConfig& config, int iters) {
+  for (int i = 0; i < 3; ++i) KS_RETURN_IF_ERROR(run.Launch(config).status());
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    KS_ASSIGN_OR_RETURN(const double seconds, run.Launch(config));
+    us.push_back(seconds * 1e6);
+  }
+  return Median(std::move(us));
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const DeviceInfo& device,
+                                                 int iters, bool tune) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
+  kernel->AddImpl(MakeCudaFlashAttention());
+  const TensorMap inputs = AttentionInputs(c);
+  const Attributes attrs = {{"causal", c.causal}};
+  const TensorSpecMap specs = SpecsOf(inputs);
+  KS_RETURN_IF_ERROR(kernel->Validate(specs, attrs));
+  KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run,
+                      kernel->impl(Platform::kCuda)->Prepare(inputs, attrs, device));
+  AttentionResult result;
+  result.heuristic.config = kernel->HeuristicConfig(specs, attrs, device);
+  KS_ASSIGN_OR_RETURN(result.heuristic.median_us,
+                      TimeAttention(*run, result.heuristic.config, iters));
+  result.tuned = result.heuristic;
+  if (!tune) return result;
+  for (const KernelConfig& config : kernel->CandidateConfigs(specs, attrs, device)) {
+    ++result.candidates;
+    KS_ASSIGN_OR_RETURN(const double us, TimeAttention(*run, config, iters));
+    if (us < result.tuned.median_us) result.tuned = {config, us};
+  }
+  return result;
 }
 
 }  // namespace kernelserve::bench

@@ -61,6 +61,40 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const DeviceInfo& device,
 // median of `iters` copies of `bytes` bytes.
 absl::StatusOr<double> MeasureCopyBandwidth(size_t bytes, int iters, cudaStream_t stream);
 
+// One flash attention forward case (bf16 or f16, head dim 64 or 128). A value type.
+struct AttentionCase {
+  std::string name;  // "bf16 D=128 [4,4096] Hq=16 causal"
+  DType dtype = DType::kBF16;
+  int64_t batch = 0;    // B (dense) or N (varlen)
+  int64_t seq_len = 0;  // S = Sq = Sk (dense)
+  int64_t heads_q = 0;
+  int64_t heads_kv = 0;
+  int64_t head_dim = 0;
+  bool causal = false;
+  std::vector<int64_t> lengths;  // varlen: the sequence lengths (q and k alike); else empty
+};
+
+// The cases of issue 5: bf16, D=128, Hq=16: (B=8,S=2048), (B=4,S=4096), (B=2,S=8192), each
+// non-causal and causal; D=64 (B=16,S=1024); GQA Hq=32, Hkv=8, S=4096 (B=2); varlen of 64
+// sequences of 128..4096 rows (from `seed`), Hq=16, D=128, causal and not.
+std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed);
+
+// Floating-point operations of a case: 4 * Hq * D * sum over sequences of Sq * Sk, halved
+// when causal.
+double AttentionFlops(const AttentionCase& c);
+
+struct AttentionResult {
+  Timing heuristic;  // the config the CUDA heuristic picks
+  Timing tuned;      // the fastest candidate (median of the same iteration count)
+  int candidates = 0;
+};
+
+// Makes random inputs on the host, prepares them with the CUDA flash attention implementation
+// on `device` and times the heuristic config and, when `tune`, every candidate (each the median
+// of `iters` launches timed with CUDA events after 3 warm-up launches).
+absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const DeviceInfo& device,
+                                                 int iters, bool tune);
+
 }  // namespace kernelserve::bench
 
 #endif  // KERNELSERVE_BENCH_BENCH_CASES_H_

@@ -1,9 +1,12 @@
-// kernelserve-gpu-bench: CUDA mean pooling against the GPU's own copy bandwidth.
+// kernelserve-gpu-bench: CUDA mean pooling against the GPU's own copy bandwidth, and CUDA flash
+// attention forward in TFLOP/s.
 //
 // Prints the device-to-device copy bandwidth it measures, then per case the kernel time of the
 // heuristic config and of the fastest candidate, the read bandwidth (bytes of x read once /
 // time) and its ratio to the copy bandwidth. --json writes the same numbers (and the cases'
 // lengths) for bench/peers.py, which times PyTorch on the same cases. See docs/GPU.md.
+// Attention cases print the heuristic and tuned time and TFLOP/s (4*B*Hq*Sq*Sk*D, halved when
+// causal); the JSON's "attention" list carries them for bench/peers.py too.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -24,6 +28,8 @@ ABSL_FLAG(int, iters, 50, "timed runs per config (after 5 warm-up runs); the med
 ABSL_FLAG(bool, tune, true, "also time every candidate config and report the fastest");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
+ABSL_FLAG(bool, pooling, true, "run the mean pooling cases");
+ABSL_FLAG(bool, attention, true, "run the flash attention cases");
 
 namespace ks = kernelserve;
 
@@ -48,6 +54,48 @@ void PrintRow(const char* label, const ks::bench::Timing& t, double x_bytes, dou
   const double bps = x_bytes / (t.median_us * 1e-6);
   std::printf("    %-9s %9.1f us %6.2f TB/s %5.2fx copy  {%s}\n", label, t.median_us, bps / 1e12,
               bps / copy, t.config.DebugString().c_str());
+}
+
+// Times the attention cases and appends them to out["attention"]. Returns the failures.
+int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
+  int failures = 0;
+  out["attention"] = nlohmann::json::array();
+  for (const ks::bench::AttentionCase& c :
+       ks::bench::DefaultAttentionCases(absl::GetFlag(FLAGS_seed))) {
+    const auto r = ks::bench::RunAttentionCase(c, device, absl::GetFlag(FLAGS_iters),
+                                               absl::GetFlag(FLAGS_tune));
+    if (!r.ok()) {
+      std::printf("%s: FAILED %s\n", c.name.c_str(), r.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    const double flops = ks::bench::AttentionFlops(c);
+    auto tflops = [&](const ks::bench::Timing& t) { return flops / (t.median_us * 1e-6) / 1e12; };
+    std::printf("%s: %d candidates\n", c.name.c_str(), r->candidates);
+    for (const auto& [label, t] : {std::pair{"heuristic", r->heuristic}, {"tuned", r->tuned}}) {
+      std::printf("    %-9s %9.1f us %6.1f TFLOP/s  {%s}\n", label, t.median_us, tflops(t),
+                  t.config.DebugString().c_str());
+    }
+    out["attention"].push_back({{"name", c.name},
+                                {"dtype", std::string(ks::DTypeName(c.dtype))},
+                                {"batch", c.batch},
+                                {"seq_len", c.seq_len},
+                                {"heads_q", c.heads_q},
+                                {"heads_kv", c.heads_kv},
+                                {"head_dim", c.head_dim},
+                                {"causal", c.causal},
+                                {"lengths", c.lengths},
+                                {"flops", flops},
+                                {"heuristic",
+                                 {{"config", r->heuristic.config.DebugString()},
+                                  {"us", r->heuristic.median_us},
+                                  {"TFLOPs", tflops(r->heuristic)}}},
+                                {"tuned",
+                                 {{"config", r->tuned.config.DebugString()},
+                                  {"us", r->tuned.median_us},
+                                  {"TFLOPs", tflops(r->tuned)}}}});
+  }
+  return failures;
 }
 
 int Run() {
@@ -78,7 +126,9 @@ int Run() {
                         {"copy_TBps", *copy / 1e12},
                         {"cases", nlohmann::json::array()}};
   int failures = 0;
-  for (const ks::bench::BenchCase& c : ks::bench::DefaultCases(absl::GetFlag(FLAGS_seed))) {
+  std::vector<ks::bench::BenchCase> cases;
+  if (absl::GetFlag(FLAGS_pooling)) cases = ks::bench::DefaultCases(absl::GetFlag(FLAGS_seed));
+  for (const ks::bench::BenchCase& c : cases) {
     const auto r = ks::bench::RunCase(c, device, absl::GetFlag(FLAGS_iters),
                                       absl::GetFlag(FLAGS_tune), stream);
     if (!r.ok()) {
@@ -105,6 +155,7 @@ int Run() {
                             {"heuristic", TimingJson(r->heuristic, x_bytes, *copy)},
                             {"tuned", TimingJson(r->tuned, x_bytes, *copy)}});
   }
+  if (absl::GetFlag(FLAGS_attention)) failures += RunAttention(device, out);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream file(path);
     file << out.dump(1) << "\n";

@@ -5,6 +5,11 @@ Reads the JSON that kernelserve-gpu-bench wrote (--ours), times the same cases w
 (dense: x.mean(1); masked: (x * mask).sum(1) / len; varlen: torch.segment_reduce(x, "mean")),
 with the same lengths and the same number of rotated input copies, and prints one markdown
 table with both sides and their ratios. Writes the table and the numbers under --out.
+
+Flash attention cases (the JSON's "attention" list) are timed with
+torch.nn.functional.scaled_dot_product_attention under its flash and cuDNN backends (varlen: the
+flash backend's varlen entry point when this torch has one), and printed as a second table in
+TFLOP/s (4*B*Hq*Sq*Sk*D, halved when causal).
 """
 import argparse
 import json
@@ -64,6 +69,82 @@ def torch_case(case, iters):
     return name, ms * 1e3
 
 
+def sdpa_ms(case, backend, iters):
+    """Median ms of torch SDPA on the case under `backend`, or None when it cannot run it."""
+    from torch.nn.attention import sdpa_kernel
+    import torch.nn.functional as F
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[case["dtype"]]
+    hq, hkv, d = case["heads_q"], case["heads_kv"], case["head_dim"]
+    if case["lengths"]:
+        return None  # SDPA has no varlen form; see varlen_ms
+    b, s = case["batch"], case["seq_len"]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.rand((b, hq, s, d), generator=g, device="cuda").to(dtype) * 2 - 1
+    k = torch.rand((b, hkv, s, d), generator=g, device="cuda").to(dtype) * 2 - 1
+    v = torch.rand((b, hkv, s, d), generator=g, device="cuda").to(dtype) * 2 - 1
+    if hkv != hq:  # the backends take equal heads; GQA as torch runs it best: expanded K/V
+        k = k.repeat_interleave(hq // hkv, dim=1)
+        v = v.repeat_interleave(hq // hkv, dim=1)
+    try:
+        with sdpa_kernel(backend):
+            return median_ms(lambda i: F.scaled_dot_product_attention(
+                q, k, v, is_causal=case["causal"]), iters)
+    except RuntimeError as e:
+        print(f"{case['name']}: {backend}: {e}", file=sys.stderr)
+        return None
+
+
+def varlen_ms(case, iters):
+    """Median ms of torch's flash varlen forward on the case, or None where torch lacks it."""
+    if not case["lengths"]:
+        return None
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[case["dtype"]]
+    lens = torch.tensor(case["lengths"], device="cuda", dtype=torch.int32)
+    cu = torch.zeros(len(case["lengths"]) + 1, device="cuda", dtype=torch.int32)
+    cu[1:] = torch.cumsum(lens, 0)
+    total, hq, d = int(cu[-1]), case["heads_q"], case["head_dim"]
+    q = (torch.rand((total, hq, d), device="cuda") * 2 - 1).to(dtype)
+    k = (torch.rand((total, case["heads_kv"], d), device="cuda") * 2 - 1).to(dtype)
+    v = (torch.rand((total, case["heads_kv"], d), device="cuda") * 2 - 1).to(dtype)
+    longest = max(case["lengths"])
+    try:
+        op = torch.ops.aten._flash_attention_forward
+        return median_ms(lambda i: op(q, k, v, cu, cu, longest, longest, 0.0, case["causal"],
+                                      False), iters)
+    except (RuntimeError, AttributeError, TypeError) as e:
+        print(f"{case['name']}: varlen flash: {e}", file=sys.stderr)
+        return None
+
+
+def attention_table(ours, iters, result):
+    from torch.nn.attention import SDPBackend
+    lines = ["", "| case | ours heuristic TFLOP/s | ours tuned TFLOP/s | torch flash TFLOP/s | "
+             "torch cuDNN TFLOP/s | tuned / flash | tuned / cuDNN |", "|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.1f}"
+    for case in ours.get("attention", []):
+        flops = case["flops"]
+        tf = lambda ms: None if ms is None else flops / (ms * 1e-3) / 1e12
+        if case["lengths"]:
+            flash, cudnn = tf(varlen_ms(case, iters)), None
+        else:
+            flash = tf(sdpa_ms(case, SDPBackend.FLASH_ATTENTION, iters))
+            cudnn = tf(sdpa_ms(case, SDPBackend.CUDNN_ATTENTION, iters))
+        torch.cuda.empty_cache()
+        ours_h, ours_t = case["heuristic"]["TFLOPs"], case["tuned"]["TFLOPs"]
+        ratio = lambda x: "n/a" if x is None else f"{ours_t / x:.2f}x"
+        result["attention"].append({"name": case["name"], "flash_TFLOPs": flash,
+                                    "cudnn_TFLOPs": cudnn, "ours_heuristic_TFLOPs": ours_h,
+                                    "ours_tuned_TFLOPs": ours_t})
+        lines.append(f"| {case['name']} | {ours_h:.1f} | {ours_t:.1f} | {fmt(flash)} | "
+                     f"{fmt(cudnn)} | {ratio(flash)} | {ratio(cudnn)} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    lines.append("")
+    for case in ours.get("attention", []):
+        lines.append(f"- {case['name']}: heuristic {{{case['heuristic']['config']}}}, "
+                     f"tuned {{{case['tuned']['config']}}}")
+    return lines
+
+
 def copy_tbps(iters):
     n = 1 << 30
     a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
@@ -109,6 +190,8 @@ def main():
     for case in ours["cases"]:
         lines.append(f"- {case['name']}: heuristic {{{case['heuristic']['config']}}}, "
                      f"tuned {{{case['tuned']['config']}}}")
+    result["attention"] = []
+    lines += attention_table(ours, args.iters, result)
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)

@@ -1,5 +1,6 @@
 #include "core/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -18,6 +19,15 @@ int64_t MicrosSince(Clock::time_point start) {
 }
 
 int64_t Micros(double seconds) { return static_cast<int64_t>(seconds * 1e6 + 0.5); }
+
+// True when `platform`'s implementation can run these inputs on `device` with the kernel's
+// heuristic config.
+bool RunsOn(const Kernel& kernel, Platform platform, const TensorSpecMap& specs,
+            const Attributes& attrs, const DeviceInfo& device) {
+  const PlatformImpl* impl = kernel.impl(platform);
+  return impl != nullptr &&
+         impl->Supports(kernel.HeuristicConfig(specs, attrs, device), specs, device);
+}
 
 }  // namespace
 
@@ -46,6 +56,14 @@ absl::StatusOr<Executor::Plan> Executor::MakePlan(std::string_view kernel_name,
   const bool wants_cpu_device = options.device.has_value() && *options.device == -1;
   if (wants_cpu_device && (requested.empty() || requested == "auto")) requested = "cpu";
   KS_ASSIGN_OR_RETURN(plan.platform, plan.kernel->ResolvePlatform(requested, !gpus_.empty()));
+  const bool automatic = requested.empty() || requested == "auto";
+  const size_t probe = static_cast<size_t>(std::max(0, options.device.value_or(0)));
+  if (automatic && plan.platform != Platform::kCpu && probe < gpus_.size() &&
+      !RunsOn(*plan.kernel, plan.platform, specs, attrs, gpus_[probe])) {
+    // "auto" means the best platform that handles these inputs: the CPU reference handles
+    // every valid call (f32 attention, head dims without a GPU kernel...).
+    plan.platform = Platform::kCpu;
+  }
   if (plan.platform == Platform::kCpu) {
     if (options.device.has_value() && *options.device != -1) {
       return absl::InvalidArgumentError(

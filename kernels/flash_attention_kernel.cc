@@ -10,6 +10,7 @@
 #include "core/utils/seqlens.h"
 #include "core/utils/string_view.h"
 #include "kernels/cpu/flash_attention_impl.h"
+#include "kernels/cuda/flash_attention_config.h"
 
 namespace kernelserve {
 namespace {
@@ -342,15 +343,9 @@ KernelConfig CpuFlashAttentionHeuristic(const FlashAttentionProblem& p, const De
   return CpuConfig(block_q, block_k, threads);
 }
 
-KernelConfig CudaFlashAttentionHeuristic(const FlashAttentionProblem& /*problem*/,
-                                         const DeviceInfo& /*device*/) {
-  KernelConfig config;
-  config.block_q = 128;
-  config.block_k = 64;
-  config.num_warps = 4;
-  config.num_stages = 2;
-  config.platform = "cuda";
-  return config;
+KernelConfig CudaFlashAttentionHeuristic(const FlashAttentionProblem& problem,
+                                         const DeviceInfo& device) {
+  return cuda::FlashAttentionHeuristic(problem, device);
 }
 
 KernelConfig FlashAttentionKernel::HeuristicConfig(const TensorSpecMap& inputs,
@@ -367,9 +362,12 @@ KernelConfig FlashAttentionKernel::HeuristicConfig(const TensorSpecMap& inputs,
   }
 }
 
-std::vector<KernelConfig> FlashAttentionKernel::CandidateConfigs(const TensorSpecMap& /*inputs*/,
-                                                                 const Attributes& /*attrs*/,
+std::vector<KernelConfig> FlashAttentionKernel::CandidateConfigs(const TensorSpecMap& inputs,
+                                                                 const Attributes& attrs,
                                                                  const DeviceInfo& device) const {
+  if (device.platform == Platform::kCuda) {
+    return cuda::FlashAttentionCandidates(ProblemOrDefault(inputs, attrs), device);
+  }
   if (device.platform != Platform::kCpu) return {};
   const std::set<int> threads = {1, 2, HardwareThreads(device)};
   std::vector<KernelConfig> configs;

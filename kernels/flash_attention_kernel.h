@@ -72,7 +72,8 @@ class FlashAttentionKernel : public Kernel {
   KernelConfig HeuristicConfig(const TensorSpecMap& inputs, const Attributes& attrs,
                                const DeviceInfo& device) const override;
   // CPU: block_q in {16,32,64} x block_k in {32,64,128} x num_warps in {1, 2, hardware
-  // threads}. Other platforms: none yet.
+  // threads}. CUDA: cuda::FlashAttentionCandidates (compiled configs that fit the device; none
+  // for inputs the CUDA kernel does not handle). Other platforms: none.
   std::vector<KernelConfig> CandidateConfigs(const TensorSpecMap& inputs, const Attributes& attrs,
                                              const DeviceInfo& device) const override;
 };
@@ -82,8 +83,7 @@ class FlashAttentionKernel : public Kernel {
 // tile stay within 16 KiB); one thread below 2^22 multiply-adds, else every hardware thread.
 KernelConfig CpuFlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                         const DeviceInfo& device);
-// The CUDA heuristic until a CUDA implementation exists: block_q 128, block_k 64, 4 warps,
-// 2 stages, platform "cuda".
+// The CUDA heuristic: cuda::FlashAttentionHeuristic (kernels/cuda/flash_attention_config.h).
 KernelConfig CudaFlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                          const DeviceInfo& device);
 

@@ -14,6 +14,7 @@ absl::Status RegisterBuiltinKernels(KernelRegistry* registry) {
   std::unique_ptr<Kernel> attention = MakeFlashAttentionKernel();
 #ifdef KERNELSERVE_WITH_CUDA
   pooling->AddImpl(MakeCudaMeanPooling());
+  attention->AddImpl(MakeCudaFlashAttention());
 #endif
   KS_RETURN_IF_ERROR(registry->Register(std::move(pooling)));
   KS_RETURN_IF_ERROR(registry->Register(std::move(attention)));

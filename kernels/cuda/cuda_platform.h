@@ -34,6 +34,13 @@ absl::StatusOr<std::pair<int64_t, int64_t>> CudaMemoryInfo(int ordinal);
 // caching pool; Launch times the kernel with CUDA events. Thread-safe.
 std::unique_ptr<PlatformImpl> MakeCudaMeanPooling();
 
+// The CUDA implementation of flash_attention forward (platform kCuda), for
+// FlashAttentionKernel::AddImpl. f16 and bf16 at head dims 64 and 128, with every option of the
+// contract, with the configs of kernels/cuda/flash_attention_config.h; other inputs: Supports
+// false and Prepare Unimplemented naming what is missing. Streams, uploads and timing as for
+// mean pooling. Thread-safe.
+std::unique_ptr<PlatformImpl> MakeCudaFlashAttention();
+
 }  // namespace kernelserve
 
 #endif  // KERNELSERVE_KERNELS_CUDA_CUDA_PLATFORM_H_

@@ -83,6 +83,41 @@ TEST_F(ExecutorTest, BadCallsGetTheirCodes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A GPU implementation that handles no input at all.
+class NothingOnGpu : public PlatformImpl {
+ public:
+  Platform platform() const override { return Platform::kCuda; }
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap&, const Attributes&,
+                                                       const DeviceInfo&) override {
+    return absl::UnimplementedError("no GPU kernel for these inputs");
+  }
+  bool Supports(const KernelConfig&, const TensorSpecMap&, const DeviceInfo&) const override {
+    return false;
+  }
+};
+
+TEST(ExecutorRoutingTest, AutoFallsBackToTheCpuWhenTheGpuCannotRunTheInputs) {
+  auto kernel = std::make_unique<FakeKernel>(std::make_shared<FakeCounters>());
+  kernel->AddImpl(std::make_unique<NothingOnGpu>());
+  KernelRegistry registry;
+  ASSERT_TRUE(registry.Register(std::move(kernel)).ok());
+  ConfigCache memory;
+  ConfigSelectorChain chain(&memory, nullptr);
+  DeviceInfo gpu;
+  gpu.platform = Platform::kCuda;
+  gpu.ordinal = 0;
+  gpu.fingerprint.kind = "gpu";
+  Executor executor(&registry, &chain, {gpu});
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {2}, {1, 2})}};
+  absl::StatusOr<ExecuteResult> automatic = executor.Execute("fake_scale", in, {});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->platform, Platform::kCpu);
+  ExecuteOptions cuda;
+  cuda.platform = "cuda";
+  EXPECT_EQ(executor.Execute("fake_scale", in, {}, cuda).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 TEST_F(ExecutorTest, PolicyLayersAndAutotune) {
   ExecutorOptions options;
   options.policy.allow_autotune = false;

@@ -434,18 +434,22 @@ TEST(FlashAttentionKernelTest, CpuHeuristicIsAPureCandidate) {
   EXPECT_EQ(kernel.HeuristicConfig(shapes[2], {}, Cpu(32)).block_q, 16);
 }
 
-TEST(FlashAttentionKernelTest, CudaHeuristicIsFixedWithoutCandidates) {
+TEST(FlashAttentionKernelTest, CudaHeuristicIsOneOfTheCudaCandidates) {
   FlashAttentionKernel kernel;
   DeviceInfo gpu;
   gpu.platform = Platform::kCuda;
   gpu.ordinal = 0;
-  const KernelConfig config = kernel.HeuristicConfig(Qkv(), {}, gpu);
+  gpu.shared_memory_per_block_optin = 227 * 1024;  // an H100's
+  const TensorSpecMap bf16_d64 = {{"q", Spec(DType::kBF16, {2, 5, 6, 64})},
+                                  {"k", Spec(DType::kBF16, {2, 9, 3, 64})},
+                                  {"v", Spec(DType::kBF16, {2, 9, 3, 64})}};
+  const KernelConfig config = kernel.HeuristicConfig(bf16_d64, {}, gpu);
   EXPECT_EQ(config.platform, "cuda");
-  EXPECT_EQ(config.block_q, 128);
-  EXPECT_EQ(config.block_k, 64);
-  EXPECT_EQ(config.num_warps, 4);
-  EXPECT_EQ(config.num_stages, 2);
-  EXPECT_TRUE(kernel.CandidateConfigs(Qkv(), {}, gpu).empty());
+  const std::vector<KernelConfig> candidates = kernel.CandidateConfigs(bf16_d64, {}, gpu);
+  EXPECT_FALSE(candidates.empty());
+  EXPECT_TRUE(kernel.IsCandidate(config, bf16_d64, {}, gpu)) << config.DebugString();
+  // Head dim 16 has no CUDA kernel: no candidates.
+  EXPECT_TRUE(kernel.CandidateConfigs(Qkv(DType::kBF16), {}, gpu).empty());
 }
 
 }  // namespace

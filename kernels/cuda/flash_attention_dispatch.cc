@@ -1,0 +1,48 @@
+#include "kernels/cuda/flash_attention_dispatch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/utils/string_view.h"
+#include "kernels/cuda/flash_attention_instances.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+// One integer per (dtype, head dim, block_q, block_k, warps, stages), for the switch below.
+// REQUIRES: every field below its bound (checked by the caller).
+constexpr int64_t Key(DType dtype, int64_t d, int64_t bq, int64_t bk, int64_t warps,
+                      int64_t stages) {
+  return (((((static_cast<int64_t>(dtype) * 512 + d) * 512 + bq) * 512 + bk) * 64 + warps) * 16) +
+         stages;
+}
+
+}  // namespace
+
+absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
+                                                const KernelConfig& config) {
+  const bool in_range = head_dim > 0 && head_dim < 512 && config.block_q > 0 &&
+                        config.block_q < 512 && config.block_k > 0 && config.block_k < 512 &&
+                        config.num_warps > 0 && config.num_warps < 64 && config.num_stages > 0 &&
+                        config.num_stages < 16;
+  if (in_range) {
+#define KS_FLASH_CASE(DT, CT, D, BQ, BK, WARPS, STAGES) \
+  case Key(DType::DT, D, BQ, BK, WARPS, STAGES):        \
+    return &LaunchFlashAttention<CT, D, BQ, BK, WARPS, STAGES>;
+    switch (
+        Key(dtype, head_dim, config.block_q, config.block_k, config.num_warps, config.num_stages)) {
+      KS_FOR_EACH_FLASH_INSTANCE(KS_FLASH_CASE)
+      default:
+        break;
+    }
+#undef KS_FLASH_CASE
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "flash attention (cuda): no kernel compiled for dtype ", Sv(DTypeName(dtype)), ", head dim ",
+      head_dim, ", block_q ", config.block_q, ", block_k ", config.block_k, ", num_warps ",
+      config.num_warps, ", num_stages ", config.num_stages,
+      " (compiled: f16/bf16, head dims 64 and 128, see kernels/cuda/flash_attention_config.h)"));
+}
+
+}  // namespace kernelserve::cuda

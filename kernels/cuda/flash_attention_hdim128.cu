@@ -1,0 +1,13 @@
+// The compiled LaunchFlashAttention instances of head dim 128.
+#include "kernels/cuda/flash_attention_device.cuh"
+#include "kernels/cuda/flash_attention_instances.h"
+
+namespace kernelserve::cuda {
+
+#define KS_INSTANTIATE_FLASH(DT, CT, D, BQ, BK, WARPS, STAGES)             \
+  template cudaError_t LaunchFlashAttention<CT, D, BQ, BK, WARPS, STAGES>( \
+      const FlashDeviceArgs& args, cudaStream_t stream);
+KS_FLASH_INSTANCES_D128(KS_INSTANTIATE_FLASH)
+#undef KS_INSTANTIATE_FLASH
+
+}  // namespace kernelserve::cuda

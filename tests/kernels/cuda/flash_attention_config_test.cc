@@ -1,0 +1,189 @@
+// Config choice and dispatch of the CUDA flash attention kernel, and what it reports as
+// unsupported. None of these needs a GPU: they run in CI.
+#include "kernels/cuda/flash_attention_config.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_platform.h"
+#include "kernels/cuda/flash_attention_cuda.h"
+#include "kernels/cuda/flash_attention_dispatch.h"
+#include "kernels/flash_attention_kernel.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+using ::testing::HasSubstr;
+
+DeviceInfo Gpu(int sm_count, int64_t shared_optin) {
+  DeviceInfo device;
+  device.platform = Platform::kCuda;
+  device.ordinal = 0;
+  device.fingerprint.kind = "gpu";
+  device.fingerprint.sm_count = sm_count;
+  device.shared_memory_per_block_optin = shared_optin;
+  return device;
+}
+
+FlashAttentionProblem Problem(DType dtype, int64_t b, int64_t s, int64_t hq, int64_t d) {
+  FlashAttentionProblem p;
+  p.dtype = dtype;
+  p.num_sequences = b;
+  p.seq_len_q = s;
+  p.seq_len_k = s;
+  p.total_q = b * s;
+  p.total_k = b * s;
+  p.num_heads_q = hq;
+  p.num_heads_kv = hq;
+  p.head_dim = d;
+  return p;
+}
+
+std::vector<FlashAttentionProblem> Problems() {
+  std::vector<FlashAttentionProblem> out;
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (int64_t d : {64, 128}) {
+      for (int64_t b : {1, 2, 16}) {
+        for (int64_t s : {1, 7, 129, 1000, 8192}) {
+          for (int64_t hq : {1, 8, 32}) out.push_back(Problem(dtype, b, s, hq, d));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(FlashAttentionConfigTest, EveryCompiledConfigHasALauncher) {
+  for (int64_t d : {64, 128}) {
+    const std::vector<KernelConfig> configs = FlashAttentionCompiledConfigs(d);
+    ASSERT_FALSE(configs.empty()) << "head dim " << d;
+    std::set<std::string> seen;
+    for (const KernelConfig& config : configs) {
+      EXPECT_TRUE(IsFlashConfigCompiled(config, d)) << config.DebugString();
+      EXPECT_EQ(config.block_q, 16 * config.num_warps) << config.DebugString();
+      EXPECT_TRUE(seen.insert(config.ToJson()).second) << "duplicate " << config.DebugString();
+      for (DType dtype : {DType::kF16, DType::kBF16}) {
+        EXPECT_TRUE(SelectFlashLaunch(dtype, d, config).ok()) << d << " " << config.DebugString();
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionConfigTest, DispatchRejectsWhatIsNotCompiled) {
+  const KernelConfig config = FlashAttentionCompiledConfigs(128).front();
+  EXPECT_EQ(SelectFlashLaunch(DType::kF32, 128, config).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(SelectFlashLaunch(DType::kBF16, 96, config).status().code(),
+            absl::StatusCode::kUnimplemented);
+  KernelConfig odd = config;
+  odd.block_k = 48;
+  const absl::Status status = SelectFlashLaunch(DType::kBF16, 128, odd).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("block_k 48"));
+  EXPECT_TRUE(FlashAttentionCompiledConfigs(96).empty());
+  EXPECT_FALSE(IsFlashConfigCompiled(odd, 128));
+}
+
+TEST(FlashAttentionConfigTest, HeuristicIsACompiledCandidateThatFits) {
+  for (const DeviceInfo& device : {Gpu(132, 227 * 1024), Gpu(0, 0), Gpu(8, 100 * 1024)}) {
+    for (const FlashAttentionProblem& p : Problems()) {
+      const KernelConfig best = FlashAttentionHeuristic(p, device);
+      EXPECT_EQ(best.platform, "cuda");
+      EXPECT_TRUE(IsFlashConfigCompiled(best, p.head_dim)) << best.DebugString();
+      EXPECT_TRUE(FlashConfigFits(best, p.head_dim, device)) << best.DebugString();
+      const std::vector<KernelConfig> candidates = FlashAttentionCandidates(p, device);
+      ASSERT_FALSE(candidates.empty());
+      EXPECT_EQ(candidates.front(), best);
+      for (const KernelConfig& c : candidates) {
+        EXPECT_TRUE(FlashConfigFits(c, p.head_dim, device)) << c.DebugString();
+        EXPECT_EQ(std::count(candidates.begin(), candidates.end(), c), 1) << c.DebugString();
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionConfigTest, HeuristicPicksTheMeasuredShape) {
+  const DeviceInfo h100 = Gpu(132, 227 * 1024);
+  const KernelConfig d128 = FlashAttentionHeuristic(Problem(DType::kBF16, 4, 4096, 16, 128), h100);
+  EXPECT_EQ(d128.block_q, 64);
+  EXPECT_EQ(d128.block_k, 64);
+  EXPECT_EQ(d128.num_warps, 4);
+  EXPECT_EQ(d128.num_stages, 2);
+  EXPECT_EQ(FlashAttentionHeuristic(Problem(DType::kBF16, 4, 4096, 16, 64), h100).block_k, 128);
+}
+
+TEST(FlashAttentionConfigTest, HeuristicShrinksToTheDevicesSharedMemory) {
+  // 64 x 64 tiles at D = 128 need 80 KiB; with 64 KiB the largest fitting config is taken.
+  const DeviceInfo small = Gpu(132, 64 * 1024);
+  const FlashAttentionProblem p = Problem(DType::kBF16, 4, 4096, 16, 128);
+  const KernelConfig best = FlashAttentionHeuristic(p, small);
+  EXPECT_TRUE(FlashConfigFits(best, 128, small)) << best.DebugString();
+  for (const KernelConfig& c : FlashAttentionCompiledConfigs(128)) {
+    if (FlashConfigFits(c, 128, small)) {
+      EXPECT_LE(FlashConfigSharedBytes(c, 128), FlashConfigSharedBytes(best, 128));
+    }
+  }
+}
+
+TEST(FlashAttentionConfigTest, CandidatesThatDoNotFitSharedMemoryAreLeftOut) {
+  // 128 x 64 tiles at D = 128 need 96 KiB; a device with 80 KiB keeps only smaller ones.
+  const DeviceInfo small = Gpu(132, 80 * 1024);
+  const FlashAttentionProblem p = Problem(DType::kBF16, 4, 4096, 16, 128);
+  for (const KernelConfig& c : FlashAttentionCandidates(p, small)) {
+    EXPECT_LE(FlashConfigSharedBytes(c, 128), 80 * 1024) << c.DebugString();
+  }
+  EXPECT_LT(FlashAttentionCandidates(p, small).size(),
+            FlashAttentionCandidates(p, Gpu(132, 227 * 1024)).size());
+}
+
+TEST(FlashAttentionConfigTest, KernelOffersTheCudaSpace) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
+  const TensorSpecMap specs = {{"q", {DType::kBF16, {2, 256, 8, 128}}},
+                               {"k", {DType::kBF16, {2, 256, 2, 128}}},
+                               {"v", {DType::kBF16, {2, 256, 2, 128}}}};
+  const DeviceInfo gpu = Gpu(132, 227 * 1024);
+  const KernelConfig best = kernel->HeuristicConfig(specs, {}, gpu);
+  const std::vector<KernelConfig> candidates = kernel->CandidateConfigs(specs, {}, gpu);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates.front(), best);
+  EXPECT_TRUE(IsFlashConfigCompiled(best, 128));
+}
+
+TEST(FlashAttentionConfigTest, UnsupportedProblemsAreUnimplemented) {
+  EXPECT_TRUE(CheckFlashProblemSupported(Problem(DType::kBF16, 1, 7, 2, 64)).ok());
+  EXPECT_TRUE(CheckFlashProblemSupported(Problem(DType::kF16, 1, 7, 2, 128)).ok());
+  const absl::Status f32 = CheckFlashProblemSupported(Problem(DType::kF32, 1, 7, 2, 64));
+  EXPECT_EQ(f32.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(f32.message(), HasSubstr("f32"));
+  const absl::Status d96 = CheckFlashProblemSupported(Problem(DType::kBF16, 1, 7, 2, 96));
+  EXPECT_EQ(d96.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(d96.message(), HasSubstr("head dim 96"));
+}
+
+TEST(FlashAttentionConfigTest, SupportsIsFalseForUnsupportedInputs) {
+  std::unique_ptr<PlatformImpl> impl = MakeCudaFlashAttention();
+  const DeviceInfo gpu = Gpu(132, 227 * 1024);
+  // Key tiles of 128 rows are compiled at D = 64 only.
+  KernelConfig config = FlashAttentionCompiledConfigs(64).front();
+  config.block_k = 128;
+  ASSERT_TRUE(IsFlashConfigCompiled(config, 64));
+  auto specs = [](DType dtype, int64_t d) {
+    return TensorSpecMap{{"q", {dtype, {1, 16, 2, d}}},
+                         {"k", {dtype, {1, 16, 2, d}}},
+                         {"v", {dtype, {1, 16, 2, d}}}};
+  };
+  EXPECT_TRUE(impl->Supports(config, specs(DType::kBF16, 64), gpu));
+  EXPECT_FALSE(impl->Supports(config, specs(DType::kF32, 64), gpu));
+  EXPECT_FALSE(impl->Supports(config, specs(DType::kBF16, 96), gpu));
+  EXPECT_FALSE(impl->Supports(config, specs(DType::kBF16, 128), gpu));
+  DeviceInfo cpu = gpu;
+  cpu.platform = Platform::kCpu;
+  EXPECT_FALSE(impl->Supports(config, specs(DType::kBF16, 64), cpu));
+}
+
+}  // namespace
+}  // namespace kernelserve::cuda
