@@ -45,6 +45,27 @@ AutotunePolicy Executor::EffectivePolicy(const PolicyPatch& patch) const {
   return patch.ApplyTo(policy);
 }
 
+absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel,
+                                                  const TensorSpecMap& specs,
+                                                  const Attributes& attrs,
+                                                  const ExecuteOptions& options,
+                                                  bool gpu_present) const {
+  std::string_view requested = options.platform;
+  const bool wants_cpu_device = options.device.has_value() && *options.device == -1;
+  if (wants_cpu_device && (requested.empty() || requested == "auto")) requested = "cpu";
+  KS_ASSIGN_OR_RETURN(Platform platform, kernel.ResolvePlatform(requested, gpu_present));
+  const bool automatic = requested.empty() || requested == "auto";
+  const size_t probe = static_cast<size_t>(std::max(0, options.device.value_or(0)));
+  if (automatic && platform != Platform::kCpu && probe < gpus_.size() &&
+      kernel.Validate(specs, attrs).ok() &&
+      !RunsOn(kernel, platform, specs, attrs, gpus_[probe])) {
+    // "auto" means the best platform that handles these inputs: the CPU reference handles
+    // every valid call (f32 attention, head dims without a GPU kernel...).
+    platform = Platform::kCpu;
+  }
+  return platform;
+}
+
 absl::StatusOr<Executor::Plan> Executor::MakePlan(std::string_view kernel_name,
                                                   const TensorSpecMap& specs,
                                                   const Attributes& attrs,
@@ -52,18 +73,8 @@ absl::StatusOr<Executor::Plan> Executor::MakePlan(std::string_view kernel_name,
   Plan plan;
   KS_ASSIGN_OR_RETURN(plan.kernel, registry_->Find(kernel_name));
   KS_RETURN_IF_ERROR(plan.kernel->Validate(specs, attrs));
-  std::string_view requested = options.platform;
-  const bool wants_cpu_device = options.device.has_value() && *options.device == -1;
-  if (wants_cpu_device && (requested.empty() || requested == "auto")) requested = "cpu";
-  KS_ASSIGN_OR_RETURN(plan.platform, plan.kernel->ResolvePlatform(requested, !gpus_.empty()));
-  const bool automatic = requested.empty() || requested == "auto";
-  const size_t probe = static_cast<size_t>(std::max(0, options.device.value_or(0)));
-  if (automatic && plan.platform != Platform::kCpu && probe < gpus_.size() &&
-      !RunsOn(*plan.kernel, plan.platform, specs, attrs, gpus_[probe])) {
-    // "auto" means the best platform that handles these inputs: the CPU reference handles
-    // every valid call (f32 attention, head dims without a GPU kernel...).
-    plan.platform = Platform::kCpu;
-  }
+  KS_ASSIGN_OR_RETURN(plan.platform,
+                      ChoosePlatform(*plan.kernel, specs, attrs, options, !gpus_.empty()));
   if (plan.platform == Platform::kCpu) {
     if (options.device.has_value() && *options.device != -1) {
       return absl::InvalidArgumentError(

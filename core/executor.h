@@ -96,6 +96,14 @@ class Executor {
                                       const Attributes& attrs,
                                       const ExecuteOptions& options = {}) const;
 
+  // The platform a call runs on: the requested one, or for "auto"/"" the best one present
+  // (`gpu_present`) whose implementation runs these inputs, the CPU otherwise. A device of -1
+  // asks for the CPU. InvalidArgument for an unknown platform, Unimplemented for one the
+  // kernel lacks.
+  absl::StatusOr<Platform> ChoosePlatform(const Kernel& kernel, const TensorSpecMap& specs,
+                                          const Attributes& attrs, const ExecuteOptions& options,
+                                          bool gpu_present) const;
+
   // The policy a call on this thread starts from (options, then ScopedPolicyOverride).
   AutotunePolicy EffectivePolicy(const PolicyPatch& patch) const;
 

@@ -45,11 +45,12 @@ absl::StatusOr<PlannedCall> PlanCall(const Executor& executor, const WorkerPool&
   PlannedCall call;
   KS_ASSIGN_OR_RETURN(call.kernel, executor.registry().Find(params.kernel));
   KS_ASSIGN_OR_RETURN(call.attrs, AttributesOf(*call.kernel, params));
-  std::string requested = params.platform;
-  const bool wants_cpu = params.device.has_value() && *params.device == -1;
-  if (wants_cpu && (requested.empty() || requested == "auto")) requested = "cpu";
+  ExecuteOptions route;
+  route.platform = params.platform;
+  route.device = params.device;
   KS_ASSIGN_OR_RETURN(const Platform platform,
-                      call.kernel->ResolvePlatform(requested, !GpuWorkers(pool).empty()));
+                      executor.ChoosePlatform(*call.kernel, params.specs, call.attrs, route,
+                                              !GpuWorkers(pool).empty()));
   call.platform = std::string(PlatformName(platform));
   call.options.platform = call.platform;
   call.options.policy = params.policy;

@@ -38,6 +38,7 @@ struct CallParams {
   std::string platform;
   std::optional<int> device;
   PolicyPatch policy;
+  TensorSpecMap specs;  // input shapes when known (auto routing looks at them); may be empty
 };
 
 // The CallParams of ExecuteRequest, ExecuteBatchRequest, AutotuneRequest, PutConfigRequest.
@@ -52,6 +53,11 @@ CallParams ParamsOf(const Request& request) {
     if (request.has_device()) params.device = request.device();
   }
   if constexpr (requires { request.policy(); }) params.policy = FromProto(request.policy());
+  if constexpr (requires { request.inputs(); }) {
+    // Bad shapes are reported later, by the kernel's validation: routing just skips them.
+    absl::StatusOr<TensorSpecMap> specs = SpecsFromProto(request.inputs());
+    if (specs.ok()) params.specs = *std::move(specs);
+  }
   return params;
 }
 
