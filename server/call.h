@@ -53,11 +53,14 @@ CallParams ParamsOf(const Request& request) {
     if (request.has_device()) params.device = request.device();
   }
   if constexpr (requires { request.policy(); }) params.policy = FromProto(request.policy());
-  if constexpr (requires { request.inputs(); }) {
-    // Bad shapes are reported later, by the kernel's validation: routing just skips them.
-    absl::StatusOr<TensorSpecMap> specs = SpecsFromProto(request.inputs());
-    if (specs.ok()) params.specs = *std::move(specs);
+  // Bad shapes are reported later, by the kernel's validation: routing just skips them. A
+  // batch is routed by its first item, as its config is chosen.
+  absl::StatusOr<TensorSpecMap> specs = absl::NotFoundError("no inputs");
+  if constexpr (requires { request.inputs(); }) specs = SpecsFromProto(request.inputs());
+  if constexpr (requires { request.items(); }) {
+    if (!request.items().empty()) specs = SpecsFromProto(request.items(0).inputs());
   }
+  if (specs.ok()) params.specs = *std::move(specs);
   return params;
 }
 
