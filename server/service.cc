@@ -118,22 +118,29 @@ void KernelServiceImpl::Finish(grpc::ServerUnaryReactor* reactor, const absl::St
   reactor->Finish(ToGrpcStatus(status));
 }
 
+template <typename Request>
+absl::StatusOr<PlannedCall> KernelServiceImpl::Begin(const grpc::CallbackServerContext& context,
+                                                     const Request& request, Labels* labels) {
+  deps_.metrics->Received(static_cast<int64_t>(request.ByteSizeLong()));
+  KS_RETURN_IF_ERROR(Authorize(context));
+  labels->kernel = KernelLabel(*deps_.executor, request.kernel());
+  KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(*deps_.executor, *deps_.pool, ParamsOf(request)));
+  labels->platform = call.platform;
+  if constexpr (requires { request.config(); }) {
+    if (IsSet(request.config())) call.options.config = FromProto(request.config());
+  }
+  return call;
+}
+
 grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext* context,
                                                      const v1::ExecuteRequest* request,
                                                      v1::ExecuteResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  deps_.metrics->Received(static_cast<int64_t>(request->ByteSizeLong()));
   response->set_request_id(request->request_id());
-  std::string kernel = std::string(kUnknown);
-  std::string platform = std::string(kUnknown);
+  Labels labels;
   absl::Status status = [&]() -> absl::Status {
-    KS_RETURN_IF_ERROR(Authorize(*context));
-    kernel = KernelLabel(*deps_.executor, request->kernel());
-    KS_ASSIGN_OR_RETURN(PlannedCall call,
-                        PlanCall(*deps_.executor, *deps_.pool, ParamsOf(*request)));
-    platform = call.platform;
-    if (IsSet(request->config())) call.options.config = FromProto(request->config());
+    KS_ASSIGN_OR_RETURN(PlannedCall call, Begin(*context, *request, &labels));
     // gRPC owns the request until Finish; its tensor bytes are moved out rather than copied.
     auto* owned = const_cast<v1::ExecuteRequest*>(request);
     KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(owned->mutable_inputs()));
@@ -148,7 +155,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
                              static_cast<int64_t>(response->ByteSizeLong()));
                     });
   }();
-  if (!status.ok()) Finish(reactor, status, kernel, platform, start, 0);
+  if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
   return reactor;
 }
 
@@ -157,17 +164,10 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
                                                           v1::ExecuteBatchResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  deps_.metrics->Received(static_cast<int64_t>(request->ByteSizeLong()));
   response->set_request_id(request->request_id());
-  std::string kernel = std::string(kUnknown);
-  std::string platform = std::string(kUnknown);
+  Labels labels;
   absl::Status status = [&]() -> absl::Status {
-    KS_RETURN_IF_ERROR(Authorize(*context));
-    kernel = KernelLabel(*deps_.executor, request->kernel());
-    KS_ASSIGN_OR_RETURN(PlannedCall call,
-                        PlanCall(*deps_.executor, *deps_.pool, ParamsOf(*request)));
-    platform = call.platform;
-    if (IsSet(request->config())) call.options.config = FromProto(request->config());
+    KS_ASSIGN_OR_RETURN(PlannedCall call, Begin(*context, *request, &labels));
     if (request->items().empty()) {
       return absl::InvalidArgumentError("items: expected at least one item");
     }
@@ -236,7 +236,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
                  static_cast<int64_t>(response->ByteSizeLong()));
         });
   }();
-  if (!status.ok()) Finish(reactor, status, kernel, platform, start, 0);
+  if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
   return reactor;
 }
 
@@ -245,15 +245,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
                                                       v1::AutotuneResponse* response) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  deps_.metrics->Received(static_cast<int64_t>(request->ByteSizeLong()));
-  std::string kernel = std::string(kUnknown);
-  std::string platform = std::string(kUnknown);
+  Labels labels;
   absl::Status status = [&]() -> absl::Status {
-    KS_RETURN_IF_ERROR(Authorize(*context));
-    kernel = KernelLabel(*deps_.executor, request->kernel());
-    KS_ASSIGN_OR_RETURN(PlannedCall call,
-                        PlanCall(*deps_.executor, *deps_.pool, ParamsOf(*request)));
-    platform = call.platform;
+    KS_ASSIGN_OR_RETURN(PlannedCall call, Begin(*context, *request, &labels));
     KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request->inputs()));
     std::optional<TensorMap> inputs;
     if (AllHaveData(request->inputs())) {
@@ -284,7 +278,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
                  static_cast<int64_t>(response->ByteSizeLong()));
         });
   }();
-  if (!status.ok()) Finish(reactor, status, kernel, platform, start, 0);
+  if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
   return reactor;
 }
 

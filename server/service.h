@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -61,6 +62,17 @@ class KernelServiceImpl final : public v1::KernelService::CallbackService {
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status,
               std::string_view kernel, std::string_view platform, Clock::time_point start,
               int64_t response_bytes);
+  // Metric labels of a call, known as far as the call got.
+  struct Labels {
+    std::string kernel = "unknown";
+    std::string platform = "unknown";
+  };
+  // The first steps of every kernel call: counts the received bytes, authorizes, plans the
+  // call (kernel, attributes, platform, worker) and takes an explicit config from the request
+  // when it has one. Fills `labels` as it goes, for the metrics of a call that fails here.
+  template <typename Request>
+  absl::StatusOr<PlannedCall> Begin(const grpc::CallbackServerContext& context,
+                                    const Request& request, Labels* labels);
   // Admin calls that run on gRPC's thread: authorize, run `body`, finish.
   grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
                                    const std::function<absl::Status()>& body);
