@@ -11,37 +11,18 @@
 #include "core/utils/testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/kernel_run.h"
 
 namespace kernelserve {
 namespace {
 
+using ::kernelserve::testing::CpuDevice;
+using ::kernelserve::testing::RunOnCpu;
 using ::testing::HasSubstr;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TensorSpec Spec(DType dtype, Shape shape) { return TensorSpec{dtype, std::move(shape)}; }
-
-DeviceInfo Cpu(int threads) {
-  DeviceInfo device;
-  device.platform = Platform::kCpu;
-  device.num_threads = threads;
-  return device;
-}
-
-// Runs the kernel's CPU implementation the way the executor does.
-absl::StatusOr<TensorMap> RunCpu(const Kernel& kernel, const TensorMap& inputs,
-                                 const Attributes& attrs, const KernelConfig& config) {
-  absl::Status status = kernel.Validate(SpecsOf(inputs), attrs);
-  if (status.ok()) status = kernel.ValidateData(inputs, attrs);
-  if (!status.ok()) return status;
-  absl::StatusOr<std::unique_ptr<PreparedRun>> run =
-      kernel.impl(Platform::kCpu)->Prepare(inputs, attrs, Cpu(2));
-  if (!run.ok()) return run.status();
-  absl::StatusOr<double> seconds = (*run)->Launch(config);
-  if (!seconds.ok()) return seconds.status();
-  if (*seconds < 0) return absl::InternalError("negative time");
-  return (*run)->Fetch();
-}
 
 // The attribute values the reference reads.
 struct Options {
@@ -337,7 +318,7 @@ TEST(FlashAttentionKernelTest, CpuRunAppliesEveryAttributeAndOptionalInput) {
     const Attributes attrs = {{"causal", o.causal},       {"softmax_scale", o.scale},
                               {"window_left", o.left},    {"window_right", o.right},
                               {"logits_soft_cap", o.cap}, {"return_lse", true}};
-    absl::StatusOr<TensorMap> got = RunCpu(*kernel, in, attrs, KernelConfig{});
+    absl::StatusOr<TensorMap> got = RunOnCpu(*kernel, in, attrs, KernelConfig{});
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->at("out").spec(), in.at("q").spec());
     EXPECT_EQ(got->at("lse").spec(), Spec(DType::kF32, {b, hq, sq}));
@@ -360,7 +341,7 @@ TEST(FlashAttentionKernelTest, CpuRunVarlenWithEmptySequence) {
                             {"cu_seqlens_q", Tensor::FromInts(cu_dtype, {5}, cu_q)},
                             {"cu_seqlens_k", Tensor::FromInts(cu_dtype, {5}, cu_k)}};
       const Attributes attrs = {{"causal", true}, {"return_lse", true}};
-      absl::StatusOr<TensorMap> got = RunCpu(*kernel, in, attrs, KernelConfig{});
+      absl::StatusOr<TensorMap> got = RunOnCpu(*kernel, in, attrs, KernelConfig{});
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_EQ(got->at("out").shape(), q_shape);
       EXPECT_EQ(got->at("lse").shape(), (Shape{hq, 30}));
@@ -382,16 +363,16 @@ TEST(FlashAttentionKernelTest, NoLseUnlessAskedAndForeignConfigsFail) {
   const TensorMap in = {{"q", RandomTensor(DType::kF32, {1, 3, 2, 8}, 70)},
                         {"k", RandomTensor(DType::kF32, {1, 4, 2, 8}, 71)},
                         {"v", RandomTensor(DType::kF32, {1, 4, 2, 8}, 72)}};
-  absl::StatusOr<TensorMap> got = RunCpu(*kernel, in, {}, KernelConfig{});
+  absl::StatusOr<TensorMap> got = RunOnCpu(*kernel, in, {}, KernelConfig{});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->size(), 1u);
   EXPECT_TRUE(got->contains("out"));
   PlatformImpl* impl = kernel->impl(Platform::kCpu);
-  absl::StatusOr<std::unique_ptr<PreparedRun>> run = impl->Prepare(in, {}, Cpu(1));
+  absl::StatusOr<std::unique_ptr<PreparedRun>> run = impl->Prepare(in, {}, CpuDevice(1));
   ASSERT_TRUE(run.ok());
   EXPECT_EQ((*run)->Fetch().status().code(), absl::StatusCode::kFailedPrecondition);
-  KernelConfig cuda = CudaFlashAttentionHeuristic(FlashAttentionProblem{}, Cpu(1));
-  EXPECT_FALSE(impl->Supports(cuda, SpecsOf(in), Cpu(1)));
+  KernelConfig cuda = CudaFlashAttentionHeuristic(FlashAttentionProblem{}, CpuDevice(1));
+  EXPECT_FALSE(impl->Supports(cuda, SpecsOf(in), CpuDevice(1)));
   EXPECT_EQ((*run)->Launch(cuda).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -410,28 +391,28 @@ TEST(FlashAttentionKernelTest, CpuHeuristicIsAPureCandidate) {
                                              Varlen()};
   for (const TensorSpecMap& inputs : shapes) {
     for (int threads : {1, 2, 32}) {
-      const KernelConfig heuristic = kernel.HeuristicConfig(inputs, {}, Cpu(threads));
+      const KernelConfig heuristic = kernel.HeuristicConfig(inputs, {}, CpuDevice(threads));
       SCOPED_TRACE(heuristic.DebugString());
-      EXPECT_EQ(heuristic, kernel.HeuristicConfig(inputs, {}, Cpu(threads)));
+      EXPECT_EQ(heuristic, kernel.HeuristicConfig(inputs, {}, CpuDevice(threads)));
       EXPECT_EQ(heuristic.platform, "cpu");
-      EXPECT_TRUE(kernel.IsCandidate(heuristic, inputs, {}, Cpu(threads)));
+      EXPECT_TRUE(kernel.IsCandidate(heuristic, inputs, {}, CpuDevice(threads)));
       const std::vector<KernelConfig> candidates =
-          kernel.CandidateConfigs(inputs, {}, Cpu(threads));
+          kernel.CandidateConfigs(inputs, {}, CpuDevice(threads));
       std::set<std::string> distinct;
       for (const KernelConfig& c : candidates) {
         EXPECT_EQ(c.platform, "cpu");
         EXPECT_GT(c.block_q, 0);
         EXPECT_GT(c.block_k, 0);
         EXPECT_GE(c.num_warps, 1);
-        EXPECT_TRUE(made->impl(Platform::kCpu)->Supports(c, inputs, Cpu(threads)));
+        EXPECT_TRUE(made->impl(Platform::kCpu)->Supports(c, inputs, CpuDevice(threads)));
         distinct.insert(c.ToJson());
       }
       EXPECT_EQ(distinct.size(), candidates.size());
     }
   }
-  EXPECT_EQ(kernel.HeuristicConfig(shapes[0], {}, Cpu(32)).num_warps, 1);
-  EXPECT_EQ(kernel.HeuristicConfig(shapes[1], {}, Cpu(32)).num_warps, 32);
-  EXPECT_EQ(kernel.HeuristicConfig(shapes[2], {}, Cpu(32)).block_q, 16);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[0], {}, CpuDevice(32)).num_warps, 1);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[1], {}, CpuDevice(32)).num_warps, 32);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[2], {}, CpuDevice(32)).block_q, 16);
 }
 
 TEST(FlashAttentionKernelTest, CudaHeuristicIsOneOfTheCudaCandidates) {

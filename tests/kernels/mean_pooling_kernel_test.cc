@@ -10,34 +10,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/mean_pooling_config.h"
+#include "tests/support/kernel_run.h"
 
 namespace kernelserve {
 namespace {
 
+using ::kernelserve::testing::CpuDevice;
 using ::testing::HasSubstr;
 
 TensorSpec Spec(DType dtype, Shape shape) { return TensorSpec{dtype, std::move(shape)}; }
 
-DeviceInfo Cpu(int threads) {
-  DeviceInfo device;
-  device.platform = Platform::kCpu;
-  device.num_threads = threads;
-  return device;
-}
-
-// Runs the kernel's CPU implementation the way the executor does.
+// Runs the kernel's CPU implementation the way the executor does; its one output `out`.
 absl::StatusOr<Tensor> RunCpu(const Kernel& kernel, const TensorMap& inputs,
                               const Attributes& attrs, const KernelConfig& config) {
-  absl::Status status = kernel.Validate(SpecsOf(inputs), attrs);
-  if (status.ok()) status = kernel.ValidateData(inputs, attrs);
-  if (!status.ok()) return status;
-  absl::StatusOr<std::unique_ptr<PreparedRun>> run =
-      kernel.impl(Platform::kCpu)->Prepare(inputs, attrs, Cpu(2));
-  if (!run.ok()) return run.status();
-  absl::StatusOr<double> seconds = (*run)->Launch(config);
-  if (!seconds.ok()) return seconds.status();
-  if (*seconds < 0) return absl::InternalError("negative time");
-  absl::StatusOr<TensorMap> outputs = (*run)->Fetch();
+  absl::StatusOr<TensorMap> outputs =
+      ::kernelserve::testing::RunOnCpu(kernel, inputs, attrs, config);
   if (!outputs.ok()) return outputs.status();
   if (outputs->size() != 1 || !outputs->contains("out")) return absl::InternalError("outputs");
   return outputs->at("out");
@@ -214,7 +201,7 @@ TEST(MeanPoolingKernelTest, ChunkSizeAttributeAndConfigsKeepTheBits) {
   for (int64_t chunk : {1, 5, 64, 1000}) {
     const Attributes attrs = {{"chunk_size", chunk}};
     for (const KernelConfig& config :
-         kernel->CandidateConfigs(SpecsOf({{"x", x}}), attrs, Cpu(4))) {
+         kernel->CandidateConfigs(SpecsOf({{"x", x}}), attrs, CpuDevice(4))) {
       SCOPED_TRACE(config.DebugString());
       absl::StatusOr<Tensor> out = RunCpu(*kernel, {{"x", x}}, attrs, config);
       ASSERT_TRUE(out.ok()) << out.status();
@@ -230,16 +217,17 @@ TEST(MeanPoolingKernelTest, RunRejectsForeignConfigsAndEarlyFetch) {
   std::unique_ptr<Kernel> kernel = MakeMeanPoolingKernel();
   const TensorMap inputs = {{"x", RandomTensor(DType::kF32, {2, 3, 4}, 5)}};
   PlatformImpl* impl = kernel->impl(Platform::kCpu);
-  absl::StatusOr<std::unique_ptr<PreparedRun>> run = impl->Prepare(inputs, {}, Cpu(2));
+  absl::StatusOr<std::unique_ptr<PreparedRun>> run = impl->Prepare(inputs, {}, CpuDevice(2));
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ((*run)->Fetch().status().code(), absl::StatusCode::kFailedPrecondition);
   KernelConfig cuda;
   cuda.platform = "cuda";
-  EXPECT_FALSE(impl->Supports(cuda, SpecsOf(inputs), Cpu(2)));
+  EXPECT_FALSE(impl->Supports(cuda, SpecsOf(inputs), CpuDevice(2)));
   EXPECT_EQ((*run)->Launch(cuda).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      impl->Prepare({{"x", RandomTensor(DType::kI32, {2, 3, 4}, 5)}}, {}, Cpu(2)).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(impl->Prepare({{"x", RandomTensor(DType::kI32, {2, 3, 4}, 5)}}, {}, CpuDevice(2))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MeanPoolingKernelTest, CpuHeuristicIsAPureCandidate) {
@@ -253,14 +241,14 @@ TEST(MeanPoolingKernelTest, CpuHeuristicIsAPureCandidate) {
     for (int threads : {1, 2, 16}) {
       for (int64_t chunk : {1, 32, 777}) {
         const Attributes attrs = {{"chunk_size", chunk}};
-        const KernelConfig heuristic = kernel.HeuristicConfig(inputs, attrs, Cpu(threads));
+        const KernelConfig heuristic = kernel.HeuristicConfig(inputs, attrs, CpuDevice(threads));
         SCOPED_TRACE(heuristic.DebugString());
-        EXPECT_EQ(heuristic, kernel.HeuristicConfig(inputs, attrs, Cpu(threads)));
+        EXPECT_EQ(heuristic, kernel.HeuristicConfig(inputs, attrs, CpuDevice(threads)));
         EXPECT_EQ(heuristic.platform, "cpu");
         EXPECT_EQ(heuristic.block_size, chunk);
-        EXPECT_TRUE(kernel.IsCandidate(heuristic, inputs, attrs, Cpu(threads)));
+        EXPECT_TRUE(kernel.IsCandidate(heuristic, inputs, attrs, CpuDevice(threads)));
         const std::vector<KernelConfig> candidates =
-            kernel.CandidateConfigs(inputs, attrs, Cpu(threads));
+            kernel.CandidateConfigs(inputs, attrs, CpuDevice(threads));
         std::set<std::string> distinct;
         for (const KernelConfig& c : candidates) {
           EXPECT_EQ(c.platform, "cpu");
@@ -274,8 +262,8 @@ TEST(MeanPoolingKernelTest, CpuHeuristicIsAPureCandidate) {
     }
   }
   // Small inputs stay on one thread; large ones use every hardware thread.
-  EXPECT_EQ(kernel.HeuristicConfig(shapes[0], {}, Cpu(16)).num_warps, 1);
-  EXPECT_EQ(kernel.HeuristicConfig(shapes[1], {}, Cpu(16)).num_warps, 16);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[0], {}, CpuDevice(16)).num_warps, 1);
+  EXPECT_EQ(kernel.HeuristicConfig(shapes[1], {}, CpuDevice(16)).num_warps, 16);
 }
 
 TEST(MeanPoolingKernelTest, CudaConfigsComeFromTheCudaConfigSpace) {
