@@ -168,6 +168,90 @@ class PythonClientTest(unittest.TestCase):
         self.assertTrue(np.isnan(kernelserve.from_bf16(kernelserve.to_bf16([np.nan])))[0])
 
 
+class TuneAndCacheTest(unittest.TestCase):
+    """autotune, list_configs, put_config and delete_config against one server."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def entries(self, kernel, key):
+        return [e for e in self.client.list_configs(kernel) if e.cache_key == key]
+
+    def test_autotune_shapes_only_then_execute_uses_the_winner(self):
+        spec = kernelserve.TensorSpec((2, 64, 16), np.float32)
+        tuned = self.client.autotune("mean_pooling", {"x": spec}, {"chunk_size": 16})
+        self.assertEqual(tuned.source, "autotune")
+        self.assertTrue(tuned.cache_key.startswith("mean_pooling@v1:"), tuned.cache_key)
+        self.assertEqual(tuned.platform, "cpu")
+        self.assertGreater(len(tuned.candidates), 1)
+        timed = [c for c in tuned.candidates if c.error is None]
+        self.assertTrue(timed)
+        self.assertTrue(all(c.median_us > 0 for c in timed), timed)
+        self.assertIn(tuned.best, [c.config for c in timed])
+        self.assertAlmostEqual(tuned.best_us, min(c.median_us for c in timed), delta=1e-6)
+
+        x = np.random.default_rng(5).uniform(-1, 1, (2, 64, 16)).astype(np.float32)
+        r = self.client.mean_pooling(x, chunk_size=16)
+        self.assertEqual(r.source, "memory")
+        self.assertEqual(r.config, tuned.best)
+        self.assertEqual(r.cache_key, tuned.cache_key)
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        [entry] = self.entries("mean_pooling", tuned.cache_key)
+        self.assertEqual((entry.tier, entry.kernel, entry.config),
+                         ("memory", "mean_pooling@v1", tuned.best))
+
+    def test_autotune_with_data_and_params(self):
+        rng = np.random.default_rng(6)
+        q, k, v = (rng.uniform(-1, 1, (1, 24, 2, 16)).astype(np.float32) for _ in range(3))
+        tuned = self.client.autotune("flash_attention", {"q": q, "k": k, "v": v},
+                                     {"causal": True})
+        self.assertEqual(tuned.source, "autotune")
+        self.assertTrue(tuned.cache_key.startswith("flash_attention@v1:"), tuned.cache_key)
+        r = self.client.flash_attention(q, k, v, causal=True)
+        self.assertEqual((r.source, r.config), ("memory", tuned.best))
+        np.testing.assert_allclose(r.out, references.attention(q, k, v, causal=True)[0],
+                                   rtol=1e-4, atol=1e-5)
+
+    def test_put_list_delete_config(self):
+        spec = {"x": kernelserve.TensorSpec((3, 40, 8), np.float32)}
+        pinned = {"block_size": 8, "num_warps": 1}
+        key, fingerprint = self.client.put_config("mean_pooling", spec, pinned)
+        self.assertTrue(key.startswith("mean_pooling@v1:"), key)
+        self.assertTrue(fingerprint)
+        [entry] = self.entries("mean_pooling", key)
+        self.assertEqual(entry.tier, "memory")
+        self.assertEqual((entry.config["block_size"], entry.config["num_warps"]), (8, 1))
+        self.assertEqual(self.entries("flash_attention", key), [])  # filtered by kernel
+
+        x = np.random.default_rng(7).uniform(-1, 1, (3, 40, 8)).astype(np.float32)
+        r = self.client.mean_pooling(x)
+        self.assertEqual((r.source, r.cache_key, r.config["block_size"]), ("memory", key, 8))
+
+        self.client.delete_config(key, fingerprint)
+        self.assertEqual(self.entries("mean_pooling", key), [])
+        self.assertEqual(self.client.mean_pooling(x).source, "heuristic")
+        self.client.delete_config(key)  # the heuristic answer was cached; the default device
+        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+            self.client.delete_config(key)
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_put_config_that_cannot_run_is_invalid_argument(self):
+        spec = {"x": kernelserve.TensorSpec((2, 8, 4), np.float32)}
+        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+            self.client.put_config("mean_pooling", spec, {"block_size": 8, "platform": "cuda"})
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+            self.client.put_config("no_such_kernel", spec, {"block_size": 8})
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
+
 class AuthTest(unittest.TestCase):
     TOKEN = "client-test-token"
 

@@ -3,55 +3,22 @@
     with kernelserve.Client("127.0.0.1:50051") as client:
         result = client.mean_pooling(x)          # x: float32 [B, S, H]
         result.out, result.timings["kernel_us"]
+        tuned = client.autotune("mean_pooling", {"x": kernelserve.TensorSpec((8, 512, 64))})
+        client.list_configs("mean_pooling"), client.delete_config(tuned.cache_key)
 
 Calls raise KernelServeError carrying the server's status code and message.
 """
 
-import dataclasses
-
 import grpc
-import numpy as np
 
+from kernelserve import results
 from kernelserve import tensors
+from kernelserve.results import KernelServeError
 from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
 
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _HEALTH = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"]
 _FLASH_INPUTS = ("cu_seqlens_q", "cu_seqlens_k", "q_segment_ids", "kv_segment_ids", "bias")
-_TIMINGS = ("queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us", "total_us")
-
-
-class KernelServeError(Exception):
-    """A failed call: `code` is a grpc.StatusCode, `message` the server's text."""
-
-    def __init__(self, code, message):
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
-
-
-@dataclasses.dataclass
-class Result:
-    """The answer to one kernel call."""
-
-    outputs: dict  # name -> numpy array (read-only; bf16 as uint16 bits)
-    timings: dict  # queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
-    config: dict  # the KernelConfig that ran, by field name
-    source: str  # "memory", "heuristic", "autotune", "override", ...
-    platform: str
-    device: int  # -1 = CPU
-    device_fingerprint: str
-    cache_key: str
-    warnings: list
-
-    @property
-    def out(self):
-        return self.outputs["out"]
-
-    @property
-    def lse(self):
-        return self.outputs.get("lse")
 
 
 def _varint(value):
@@ -90,23 +57,18 @@ def _decode_health_response(data):
     return status
 
 
-def _to_result(response):
-    if response.status.code != 0:
-        raise KernelServeError(_CODES.get(response.status.code, grpc.StatusCode.UNKNOWN),
-                               response.status.message)
-    source = pb.ConfigSource.Name(response.config_source).removeprefix("CONFIG_SOURCE_")
-    return Result(
-        outputs={name: tensors.from_proto(t) for name, t in response.outputs.items()},
-        timings={name: getattr(response.timing, name) for name in _TIMINGS},
-        config={f.name: getattr(response.config, f.name)
-                for f in response.config.DESCRIPTOR.fields},
-        source=source.lower(),
-        platform=response.platform,
-        device=response.device,
-        device_fingerprint=response.device_fingerprint,
-        cache_key=response.cache_key,
-        warnings=list(response.warnings),
-    )
+def _fill_call(request, kernel, inputs, params):
+    """Sets the kernel, inputs (name -> array or TensorSpec) and params (dict) of `request`
+    (ExecuteRequest, AutotuneRequest or PutConfigRequest)."""
+    request.kernel = kernel
+    for name, array in inputs.items():
+        tensors.to_proto(array, request.inputs[name])
+    if kernel == "mean_pooling":
+        request.mean_pooling.CopyFrom(pb.MeanPoolingParams(**(params or {})))
+    elif kernel == "flash_attention":
+        request.flash_attention.CopyFrom(pb.FlashAttentionParams(**(params or {})))
+    elif params:
+        raise TypeError(f"params are known for mean_pooling and flash_attention, not {kernel}")
 
 
 class Client:
@@ -151,22 +113,15 @@ class Client:
                 allow_autotune=None, request_id="", timeout=None):
         """Runs `kernel` on `inputs` (name -> array). params: the kernel's params (dict).
         config: an explicit KernelConfig (dict of its fields)."""
-        request = pb.ExecuteRequest(kernel=kernel, platform=platform, request_id=request_id)
-        for name, array in inputs.items():
-            tensors.to_proto(array, request.inputs[name])
-        if kernel == "mean_pooling":
-            request.mean_pooling.CopyFrom(pb.MeanPoolingParams(**(params or {})))
-        elif kernel == "flash_attention":
-            request.flash_attention.CopyFrom(pb.FlashAttentionParams(**(params or {})))
-        elif params:
-            raise TypeError(f"params are known for mean_pooling and flash_attention, not {kernel}")
+        request = pb.ExecuteRequest(platform=platform, request_id=request_id)
+        _fill_call(request, kernel, inputs, params)
         if config:
             request.config.CopyFrom(pb.KernelConfig(**config))
         if device is not None:
             request.device = device
         if allow_autotune is not None:
             request.policy.allow_autotune = allow_autotune
-        return _to_result(self._call(self._stub.Execute, request, timeout))
+        return results.result_of(self._call(self._stub.Execute, request, timeout))
 
     def mean_pooling(self, x, cu_seqlens=None, mask=None, chunk_size=0, **run):
         """The mean over the rows of each sequence: x [B,S,H] -> out [B,H]; with mask [B,S]
@@ -208,3 +163,41 @@ class Client:
     def kernels(self):
         """The server's kernels: a list of pb.KernelInfo."""
         return list(self._call(self._stub.ListKernels, pb.ListKernelsRequest()).kernels)
+
+    def autotune(self, kernel, inputs, params=None, *, platform="", device=None, persist=None,
+                 timeout=None):
+        """Times every candidate config of `kernel` for these inputs and stores the winner
+        (memory, and the server's store unless persist=False). inputs: name -> array, or
+        name -> TensorSpec for shapes only (the server then makes up random inputs).
+        Returns a TuneResult."""
+        request = pb.AutotuneRequest(platform=platform)
+        _fill_call(request, kernel, inputs, params)
+        if device is not None:
+            request.device = device
+        if persist is not None:
+            request.policy.persist = persist
+        return results.tune_result_of(self._call(self._stub.Autotune, request, timeout))
+
+    def list_configs(self, kernel=""):
+        """The server's cached configs (memory tier, then its store) whose key starts with
+        `kernel` ("" = all): a list of ConfigEntry."""
+        response = self._call(self._stub.ListConfigs, pb.ListConfigsRequest(kernel=kernel))
+        return [results.entry_of(entry) for entry in response.entries]
+
+    def put_config(self, kernel, inputs, config, params=None, *, platform="", device=None):
+        """Pins `config` (dict of KernelConfig fields) for the key of this call (inputs may be
+        TensorSpecs). Returns (cache_key, device_fingerprint). INVALID_ARGUMENT when the config
+        does not run on these inputs."""
+        request = pb.PutConfigRequest(platform=platform, config=pb.KernelConfig(**config))
+        _fill_call(request, kernel, inputs, params)
+        if device is not None:
+            request.device = device
+        response = self._call(self._stub.PutConfig, request)
+        return response.cache_key, response.device_fingerprint
+
+    def delete_config(self, cache_key, device_fingerprint=""):
+        """Removes `cache_key` from the server's memory and store (device_fingerprint "" = the
+        server's default device). NOT_FOUND when neither held it."""
+        self._call(self._stub.DeleteConfig,
+                   pb.DeleteConfigRequest(cache_key=cache_key,
+                                          device_fingerprint=device_fingerprint))

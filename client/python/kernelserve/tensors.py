@@ -2,8 +2,11 @@
 
 numpy has no bfloat16, so bf16 tensors travel as uint16 arrays holding the raw bits: a uint16
 array is sent as DTYPE_BF16 and a DTYPE_BF16 output comes back as uint16. Use to_bf16 and
-from_bf16 to convert from and to float32.
+from_bf16 to convert from and to float32. A TensorSpec stands for a tensor by its shape alone,
+for the calls that need no data (autotune, put_config).
 """
+
+import dataclasses
 
 import numpy as np
 
@@ -21,14 +24,31 @@ _TO_WIRE = {
 _FROM_WIRE = {wire: dtype for dtype, wire in _TO_WIRE.items()}
 
 
-def to_proto(array, out):
-    """Writes `array` (array-like) into the pb.Tensor `out`."""
-    array = np.asarray(array)
-    wire = _TO_WIRE.get(array.dtype.newbyteorder("<"))
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A tensor without data: its shape and numpy dtype (np.uint16 = bf16)."""
+
+    shape: tuple
+    dtype: object = np.float32
+
+
+def _wire_dtype(dtype):
+    wire = _TO_WIRE.get(np.dtype(dtype).newbyteorder("<"))
     if wire is None:
         raise TypeError(
-            f"dtype {array.dtype} is not sent: use float32, float16, uint16 (bf16 bits), "
+            f"dtype {np.dtype(dtype)} is not sent: use float32, float16, uint16 (bf16 bits), "
             "int32, int64 or bool (e.g. .astype(np.float32))")
+    return wire
+
+
+def to_proto(array, out):
+    """Writes `array` (array-like, or a TensorSpec: shape only) into the pb.Tensor `out`."""
+    if isinstance(array, TensorSpec):
+        out.dtype = _wire_dtype(array.dtype)
+        out.shape[:] = array.shape
+        return
+    array = np.asarray(array)
+    wire = _wire_dtype(array.dtype)
     out.dtype = wire
     out.shape[:] = array.shape
     out.data = np.ascontiguousarray(array, dtype=_FROM_WIRE[wire]).tobytes()
