@@ -63,6 +63,63 @@ void SetStatus(const absl::Status& status, v1::RpcStatus* out) {
   out->set_message(std::string(status.message()));
 }
 
+// The items of a batch request with their tensors moved out. An item whose tensors do not
+// convert keeps its error and does not run; the others run as one batch.
+struct BatchItems {
+  std::vector<TensorMap> inputs;     // the items that run
+  std::vector<size_t> index;         // inputs[j] is request item index[j]
+  std::vector<absl::Status> status;  // per request item: OK, or why it does not run
+  int64_t bytes = 0;                 // tensor bytes of `inputs`
+};
+
+BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request) {
+  BatchItems items;
+  items.status.resize(static_cast<size_t>(request->items_size()));
+  for (int i = 0; i < request->items_size(); ++i) {
+    absl::StatusOr<TensorMap> inputs = TakeTensors(request->mutable_items(i)->mutable_inputs());
+    if (!inputs.ok()) {
+      items.status[static_cast<size_t>(i)] =
+          absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", inputs.status().message()));
+      continue;
+    }
+    items.bytes += TensorBytes(*inputs);
+    items.inputs.push_back(*std::move(inputs));
+    items.index.push_back(static_cast<size_t>(i));
+  }
+  return items;
+}
+
+// Fills `response` from `batch`: the shared config and source, then one item per request item
+// in request order, each with its request_id, queue_us and either its outputs or its in-band
+// error. Records the selection and the kernel time of every item that ran.
+void FillBatchResponse(const v1::ExecuteBatchRequest& request, const BatchItems& items,
+                       BatchResult batch, const PlannedCall& call, int64_t queue_us,
+                       Metrics& metrics, v1::ExecuteBatchResponse* response) {
+  const std::string& kernel = call.kernel->name();
+  *response->mutable_config() = ToProto(batch.config);
+  response->set_config_source(ToProto(batch.source));
+  RecordSelection(metrics, kernel, batch.source, 0.0);
+  for (size_t i = 0; i < items.status.size(); ++i) {
+    v1::ExecuteResponse* item = response->add_items();
+    item->set_request_id(request.items(static_cast<int>(i)).request_id());
+    if (!items.status[i].ok()) SetStatus(items.status[i], item->mutable_status());
+  }
+  for (size_t j = 0; j < items.index.size(); ++j) {
+    v1::ExecuteResponse* item = response->mutable_items(static_cast<int>(items.index[j]));
+    absl::StatusOr<ExecuteResult>& result = batch.items[j];
+    if (!result.ok()) {
+      SetStatus(result.status(), item->mutable_status());
+      continue;
+    }
+    metrics.KernelRun(kernel, call.platform, DeviceLabel(result->device),
+                      static_cast<double>(result->timings.kernel_us) * 1e-6);
+    FillResponse(*std::move(result), item);
+  }
+  for (v1::ExecuteResponse& item : *response->mutable_items()) {
+    item.mutable_timing()->set_queue_us(queue_us);
+  }
+}
+
 }  // namespace
 
 absl::Status KernelServiceImpl::Authorize(const grpc::CallbackServerContext& context) const {
@@ -180,61 +237,27 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
       }
       options.devices.push_back(device);
     }
-    // Items whose tensors do not convert fail alone; the others run as one batch.
     auto* owned = const_cast<v1::ExecuteBatchRequest*>(request);
-    std::vector<absl::Status> item_status(static_cast<size_t>(request->items_size()));
-    std::vector<TensorMap> items;
-    std::vector<size_t> index;  // items[j] is request item index[j]
-    int64_t bytes = 0;
-    for (int i = 0; i < owned->items_size(); ++i) {
-      absl::StatusOr<TensorMap> inputs = TakeTensors(owned->mutable_items(i)->mutable_inputs());
-      if (!inputs.ok()) {
-        item_status[static_cast<size_t>(i)] =
-            absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", inputs.status().message()));
-        continue;
-      }
-      bytes += TensorBytes(*inputs);
-      items.push_back(*std::move(inputs));
-      index.push_back(static_cast<size_t>(i));
-    }
-    if (items.empty()) return item_status.front();
+    BatchItems items = TakeBatchItems(owned);
+    if (items.inputs.empty()) return items.status.front();
     const int worker = options.devices.empty() ? call.worker : options.devices.front();
-    return Dispatch(
-        context, worker, bytes,
-        [this, reactor, request, response, start, call = std::move(call),
-         options = std::move(options), items = std::move(items), index = std::move(index),
-         item_status = std::move(item_status)](absl::Status status, int64_t queue_us) {
-          absl::StatusOr<BatchResult> batch =
-              status.ok() ? kernelserve::ExecuteBatch(*deps_.executor, call.kernel->name(), items,
-                                                      call.attrs, options)
-                          : absl::StatusOr<BatchResult>(status);
-          if (batch.ok()) {
-            *response->mutable_config() = ToProto(batch->config);
-            response->set_config_source(ToProto(batch->source));
-            RecordSelection(*deps_.metrics, call.kernel->name(), batch->source, 0.0);
-            for (size_t i = 0; i < item_status.size(); ++i) {
-              v1::ExecuteResponse* item = response->add_items();
-              item->set_request_id(request->items(static_cast<int>(i)).request_id());
-              item->mutable_timing()->set_queue_us(queue_us);
-              if (!item_status[i].ok()) SetStatus(item_status[i], item->mutable_status());
-            }
-            for (size_t j = 0; j < index.size(); ++j) {
-              v1::ExecuteResponse* item = response->mutable_items(static_cast<int>(index[j]));
-              absl::StatusOr<ExecuteResult>& result = batch->items[j];
-              if (!result.ok()) {
-                SetStatus(result.status(), item->mutable_status());
-                continue;
-              }
-              deps_.metrics->KernelRun(call.kernel->name(), call.platform,
-                                       DeviceLabel(result->device),
-                                       static_cast<double>(result->timings.kernel_us) * 1e-6);
-              FillResponse(*std::move(result), item);
-              item->mutable_timing()->set_queue_us(queue_us);
-            }
-          }
-          Finish(reactor, batch.status(), call.kernel->name(), call.platform, start,
-                 static_cast<int64_t>(response->ByteSizeLong()));
-        });
+    const int64_t bytes = items.bytes;
+    return Dispatch(context, worker, bytes,
+                    [this, reactor, request, response, start, call = std::move(call),
+                     options = std::move(options),
+                     items = std::move(items)](absl::Status status, int64_t queue_us) {
+                      absl::StatusOr<BatchResult> batch =
+                          status.ok()
+                              ? kernelserve::ExecuteBatch(*deps_.executor, call.kernel->name(),
+                                                          items.inputs, call.attrs, options)
+                              : absl::StatusOr<BatchResult>(status);
+                      if (batch.ok()) {
+                        FillBatchResponse(*request, items, *std::move(batch), call, queue_us,
+                                          *deps_.metrics, response);
+                      }
+                      Finish(reactor, batch.status(), call.kernel->name(), call.platform, start,
+                             static_cast<int64_t>(response->ByteSizeLong()));
+                    });
   }();
   if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
   return reactor;
