@@ -12,8 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/config_tiers.h"
 #include "core/status_macros.h"
-#include "core/store/store_factory.h"
 #include "kernels/register.h"
 #include "server/device_memory.h"
 
@@ -84,22 +84,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 }
 
 absl::Status Server::Init() {
-  KS_ASSIGN_OR_RETURN(store_, OpenStore(options_.cache));
+  ChainOptions chain_options;
+  chain_options.on_store_error = [this](std::string_view store, std::string_view op) {
+    metrics_.StoreError(store, op);
+  };
+  KS_ASSIGN_OR_RETURN(tiers_, OpenConfigTiers(options_.cache, std::move(chain_options)));
   KS_RETURN_IF_ERROR(RegisterBuiltinKernels(&registry_));
   std::vector<DeviceInfo> detected = DetectGpus();
   KS_ASSIGN_OR_RETURN(std::vector<int> gpus,
                       ParseDevices(options_.devices, static_cast<int>(detected.size())));
   if (gpus.empty()) detected.clear();  // CPU only: "auto" then resolves to the cpu
 
-  ChainOptions chain_options;
-  chain_options.on_store_error = [this](std::string_view store, std::string_view op) {
-    metrics_.StoreError(store, op);
-  };
-  chain_ = std::make_unique<ConfigSelectorChain>(&memory_, store_.get(), chain_options);
   ExecutorOptions executor_options;
   executor_options.policy.allow_autotune = options_.autotune;
-  executor_ =
-      std::make_unique<Executor>(&registry_, chain_.get(), std::move(detected), executor_options);
+  executor_ = std::make_unique<Executor>(&registry_, tiers_.chain.get(), std::move(detected),
+                                         executor_options);
 
   devices_ = {-1};
   devices_.insert(devices_.end(), gpus.begin(), gpus.end());
@@ -130,7 +129,7 @@ absl::Status Server::StartGrpc() {
   deps.metrics = &metrics_;
   deps.budget = budget_.get();
   deps.options = &options_;
-  deps.store_location = store_ ? store_->location() : "memory (none)";
+  deps.store_location = tiers_.StoreLocation();
   deps.built_with_cuda = BuiltWithCuda();
   if (!options_.auth_token_file.empty()) {
     KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
@@ -178,8 +177,7 @@ std::string Server::StartupLine() const {
       metrics_port_ > 0
           ? absl::StrCat(", metrics on ", WithPort(options_.metrics_listen, metrics_port_))
           : std::string(", metrics off"),
-      ", devices ", absl::StrJoin(devices, ","), ", store ",
-      store_ ? store_->location() : "memory (none)", ", autotune ",
+      ", devices ", absl::StrJoin(devices, ","), ", store ", tiers_.StoreLocation(), ", autotune ",
       options_.autotune ? "on" : "off", options_.auth_token_file.empty() ? "" : ", auth on",
       options_.tls_cert.empty() ? "" : (options_.tls_client_ca.empty() ? ", tls on" : ", mtls on"),
       options_.reflection ? ", reflection on" : "");
@@ -199,7 +197,7 @@ absl::Status Server::Shutdown() {
   if (grpc_server_ != nullptr) grpc_server_->Wait();
   stop_sampler_.Notify();
   if (sampler_.joinable()) sampler_.join();
-  return store_ != nullptr ? store_->Flush() : absl::OkStatus();
+  return tiers_.store != nullptr ? tiers_.store->Flush() : absl::OkStatus();
 }
 
 Server::~Server() { (void)Shutdown(); }

@@ -12,11 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "core/config_tiers.h"
 #include "core/executor.h"
 #include "core/registry.h"
-#include "core/selector_chain.h"
-#include "core/store/config_cache.h"
-#include "core/store/persistent_store.h"
 #include "server/budget.h"
 #include "server/metrics.h"
 #include "server/options.h"
@@ -54,11 +52,9 @@ class Server {
   void SampleDevices();
 
   const ServerOptions options_;
-  std::unique_ptr<PersistentStore> store_;  // null = no persistent tier
   KernelRegistry registry_;
-  ConfigCache memory_;
   Metrics metrics_;
-  std::unique_ptr<ConfigSelectorChain> chain_;
+  ConfigTiers tiers_;  // store (null = no persistent tier), memory cache, chain
   std::unique_ptr<Executor> executor_;
   std::vector<int> devices_;  // served: -1 (the CPU) then GPU ordinals
   std::unique_ptr<WorkerPool> pool_;

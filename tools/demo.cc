@@ -8,9 +8,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "core/config_tiers.h"
 #include "core/executor.h"
-#include "core/store/config_cache.h"
-#include "core/store/store_factory.h"
 #include "core/utils/testing.h"
 #include "kernels/register.h"
 
@@ -28,8 +27,8 @@ void Print(const char* what, const ks::ExecuteResult& r) {
   for (const auto& [name, t] : r.outputs) {
     std::printf("  output %-4s %s\n", name.c_str(), t.spec().DebugString().c_str());
   }
-  std::printf("  platform %s, device %d, key %s\n", std::string(ks::PlatformName(r.platform)).c_str(),
-              r.device, r.cache_key.c_str());
+  std::printf("  platform %s, device %d, key %s\n",
+              std::string(ks::PlatformName(r.platform)).c_str(), r.device, r.cache_key.c_str());
   std::printf("  config  {%s}\n  source  %s\n", r.config.DebugString().c_str(),
               std::string(ks::ConfigSourceName(r.source)).c_str());
   std::printf("  timing  select %lld us, h2d %lld us, kernel %lld us, d2h %lld us, total %lld us\n",
@@ -40,10 +39,9 @@ void Print(const char* what, const ks::ExecuteResult& r) {
 }
 
 int Run() {
-  absl::StatusOr<std::unique_ptr<ks::PersistentStore>> store =
-      ks::OpenStore(absl::GetFlag(FLAGS_cache));
-  if (!store.ok()) {
-    std::fprintf(stderr, "kernelserve-demo: --cache: %s\n", store.status().ToString().c_str());
+  absl::StatusOr<ks::ConfigTiers> tiers = ks::OpenConfigTiers(absl::GetFlag(FLAGS_cache));
+  if (!tiers.ok()) {
+    std::fprintf(stderr, "kernelserve-demo: --cache: %s\n", tiers.status().ToString().c_str());
     return 2;
   }
   ks::KernelRegistry registry;
@@ -51,13 +49,11 @@ int Run() {
     std::fprintf(stderr, "kernelserve-demo: %s\n", s.ToString().c_str());
     return 1;
   }
-  ks::ConfigCache memory;
-  ks::ConfigSelectorChain chain(&memory, store->get());
   ks::ExecutorOptions options;
   options.policy.allow_autotune = absl::GetFlag(FLAGS_autotune);
-  ks::Executor executor(&registry, &chain, ks::DetectGpus(), options);
-  std::printf("kernelserve-demo: config store %s, %zu GPU(s)\n",
-              *store ? (*store)->location().c_str() : "memory (none)", executor.gpus().size());
+  ks::Executor executor(&registry, tiers->chain.get(), ks::DetectGpus(), options);
+  std::printf("kernelserve-demo: config store %s, %zu GPU(s)\n", tiers->StoreLocation().c_str(),
+              executor.gpus().size());
 
   ks::ExecuteOptions call;
   call.platform = absl::GetFlag(FLAGS_platform);
@@ -82,7 +78,7 @@ int Run() {
     Print("mean_pooling x bf16[4,256,512]", *pool);
     Print("flash_attention q bf16[2,128,8,64] k,v bf16[2,256,2,64] causal", *attn);
   }
-  if (*store) (void)(*store)->Flush();
+  if (tiers->store != nullptr) (void)tiers->store->Flush();
   return 0;
 }
 

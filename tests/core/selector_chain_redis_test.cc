@@ -6,50 +6,26 @@
 #include "core/selector_chain.h"
 #include "core/store/store_factory.h"
 #include "gtest/gtest.h"
-#include "tests/support/fake_kernel.h"
+#include "tests/support/chain_fixture.h"
 #include "tests/support/redis_server.h"
 
 namespace kernelserve {
 namespace {
 
 using ::kernelserve::testing::FakeConfig;
-using ::kernelserve::testing::FakeCounters;
-using ::kernelserve::testing::FakeKernel;
 
-class ChainRedisTest : public ::testing::Test {
+class ChainRedisTest : public ::kernelserve::testing::ChainFixture {
  protected:
   void SetUp() override {
     absl::Status started = redis_.Start();
     if (absl::IsNotFound(started)) GTEST_SKIP() << started.message();
     ASSERT_TRUE(started.ok()) << started;
-    inputs_["x"] = Tensor::FromFloats(DType::kF32, {4}, {0.5f, -1.5f, 2.5f, 3.0f});
-    invocation_.kernel_id = kernel_.id();
-    invocation_.inputs = SpecsOf(inputs_);
-    invocation_.platform = "cpu";
-    invocation_.device = device_.fingerprint;
   }
 
   std::unique_ptr<PersistentStore> Connect() {
     absl::StatusOr<std::unique_ptr<PersistentStore>> s = OpenStore(redis_.url());
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
-  }
-
-  SelectRequest Request() {
-    SelectRequest r;
-    r.kernel = &kernel_;
-    r.invocation = &invocation_;
-    r.device = &device_;
-    r.policy.allow_autotune = true;
-    r.tune = [this](const KernelConfig& heuristic,
-                    const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
-      ++tunes_;
-      absl::StatusOr<std::unique_ptr<PreparedRun>> run =
-          kernel_.impl(Platform::kCpu)->Prepare(inputs_, {}, device_);
-      if (!run.ok()) return run.status();
-      return Autotune(**run, heuristic, candidates, TuneOptions{0, 2, absl::Seconds(10)});
-    };
-    return r;
   }
 
   ChainOptions CountingOptions() {
@@ -61,12 +37,6 @@ class ChainRedisTest : public ::testing::Test {
   }
 
   ::kernelserve::testing::RedisServerProcess redis_;
-  std::shared_ptr<FakeCounters> counters_ = std::make_shared<FakeCounters>();
-  FakeKernel kernel_{counters_};
-  DeviceInfo device_ = CpuDeviceInfo();
-  TensorMap inputs_;
-  Invocation invocation_;
-  std::atomic<int> tunes_{0};
   std::atomic<int> store_errors_{0};
 };
 

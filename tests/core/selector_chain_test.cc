@@ -9,17 +9,15 @@
 
 #include "core/store/store_factory.h"
 #include "gtest/gtest.h"
-#include "tests/support/fake_kernel.h"
+#include "tests/support/chain_fixture.h"
 
 namespace kernelserve {
 namespace {
 
 using ::kernelserve::testing::FakeConfig;
-using ::kernelserve::testing::FakeCounters;
-using ::kernelserve::testing::FakeKernel;
 
-// One call of the fake kernel: x f32[n], with a tune function that times candidates on it.
-class ChainTest : public ::testing::Test {
+// The chain over a file store in a fresh directory.
+class ChainTest : public ::kernelserve::testing::ChainFixture {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
@@ -27,11 +25,6 @@ class ChainTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     store_ = OpenFile();
-    x_ = Tensor::FromFloats(DType::kF32, {8}, {1, -2, 3, -4, 5, -6, 7, -8});
-    invocation_.kernel_id = kernel_.id();
-    invocation_.inputs = {{"x", x_.spec()}};
-    invocation_.platform = "cpu";
-    invocation_.device = device_.fingerprint;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -42,33 +35,8 @@ class ChainTest : public ::testing::Test {
     return s.ok() ? *std::move(s) : nullptr;
   }
 
-  SelectRequest Request(bool autotune) {
-    SelectRequest r;
-    r.kernel = &kernel_;
-    r.invocation = &invocation_;
-    r.device = &device_;
-    r.policy.allow_autotune = autotune;
-    r.tune = [this](const KernelConfig& heuristic,
-                    const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
-      ++tunes_;
-      absl::StatusOr<std::unique_ptr<PreparedRun>> run =
-          kernel_.impl(Platform::kCpu)->Prepare(inputs_, {}, device_);
-      if (!run.ok()) return run.status();
-      return Autotune(**run, heuristic, candidates, TuneOptions{0, 3, absl::Seconds(10)});
-    };
-    return r;
-  }
-
   std::filesystem::path dir_;
-  std::shared_ptr<FakeCounters> counters_ = std::make_shared<FakeCounters>();
-  FakeKernel kernel_{counters_};
-  DeviceInfo device_ = CpuDeviceInfo();
-  Tensor x_;
-  TensorMap inputs_{{"x", Tensor()}};
-  Invocation invocation_;
   std::unique_ptr<PersistentStore> store_;
-  std::atomic<int> tunes_{0};
-  int store_errors_ = 0;
 };
 
 TEST_F(ChainTest, HeuristicThenMemoryThenFile) {
@@ -147,7 +115,6 @@ TEST_F(ChainTest, OverlayIsPerThread) {
 }
 
 TEST_F(ChainTest, AutotunePicksFastestCorrectCandidateAndPersists) {
-  inputs_["x"] = x_;
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, store_.get());
   absl::StatusOr<Selection> s = chain.Select(Request(true));
@@ -170,7 +137,6 @@ TEST_F(ChainTest, AutotunePicksFastestCorrectCandidateAndPersists) {
 }
 
 TEST_F(ChainTest, ConcurrentMissesTuneOnce) {
-  inputs_["x"] = x_;
   counters_->launch_delay_ms = 2;
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, nullptr);
@@ -188,7 +154,6 @@ TEST_F(ChainTest, ConcurrentMissesTuneOnce) {
 }
 
 TEST_F(ChainTest, AllCandidatesFailGivesHeuristicAndCachesNothing) {
-  inputs_["x"] = x_;
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, store_.get());
   SelectRequest r = Request(true);
@@ -246,7 +211,6 @@ TEST_F(ChainTest, StoredConfigOutsideCandidateSpaceIsAMiss) {
 }
 
 TEST_F(ChainTest, StoredHeuristicIsTunedWhenAutotuneIsAllowed) {
-  inputs_["x"] = x_;
   {
     ConfigCache memory;
     ConfigSelectorChain chain(&memory, store_.get());
