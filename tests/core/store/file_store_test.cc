@@ -12,29 +12,15 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/support/stored_config.h"
 
 namespace kernelserve {
 namespace {
 
 namespace fs = std::filesystem;
 
-StoredConfig MakeConfig(std::mt19937& rng, const std::string& kernel, const std::string& fp) {
-  std::uniform_int_distribution<int> small(1, 512);
-  StoredConfig value;
-  value.config.block_size = small(rng);
-  value.config.num_warps = small(rng) % 8 + 1;
-  value.config.platform = "cpu";
-  value.kernel_id = kernel;
-  value.fingerprint_hash = fp;
-  value.cache_key = absl::StrFormat("%s:%016x", kernel, static_cast<uint64_t>(rng()));
-  value.measured_seconds = std::uniform_real_distribution<double>(1e-6, 1e-3)(rng);
-  value.origin = "autotune";
-  value.host = "test-host";
-  value.stored_at_unix_ms = 1700000000000 + small(rng);
-  return value;
-}
+using ::kernelserve::testing::SampleStoredConfig;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -88,7 +74,7 @@ TEST_F(FileStoreTest, NamesItself) {
 TEST_F(FileStoreTest, PutGetDeleteRoundTrip) {
   auto store = OpenOrDie();
   ASSERT_NE(store, nullptr);
-  const StoredConfig value = MakeConfig(rng_, "mean_pooling@v1", "aaaaaaaaaaaaaaaa");
+  const StoredConfig value = SampleStoredConfig(rng_, "mean_pooling@v1", "aaaaaaaaaaaaaaaa");
   EXPECT_EQ(store->Get(value.fingerprint_hash, value.cache_key).status().code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(store->Put(value).ok());
@@ -116,7 +102,7 @@ TEST_F(FileStoreTest, SurvivesReopen) {
     auto store = OpenOrDie();
     ASSERT_NE(store, nullptr);
     for (int i = 0; i < 5; ++i) {
-      values.push_back(MakeConfig(rng_, "mean_pooling@v1", "cccccccccccccccc"));
+      values.push_back(SampleStoredConfig(rng_, "mean_pooling@v1", "cccccccccccccccc"));
       ASSERT_TRUE(store->Put(values.back()).ok());
     }
     ASSERT_TRUE(store->Flush().ok());
@@ -136,7 +122,7 @@ TEST_F(FileStoreTest, FileIsValidJsonAfterEveryWrite) {
   ASSERT_NE(store, nullptr);
   std::vector<StoredConfig> values;
   for (int i = 0; i < 6; ++i) {
-    values.push_back(MakeConfig(rng_, "flash_attention@v1", "dddddddddddddddd"));
+    values.push_back(SampleStoredConfig(rng_, "flash_attention@v1", "dddddddddddddddd"));
     ASSERT_TRUE(store->Put(values.back()).ok());
     nlohmann::json j = FileJson();
     EXPECT_EQ(j["entries"].size(), values.size());
@@ -176,7 +162,7 @@ TEST_F(FileStoreTest, CorruptFileIsRenamedAside) {
   ASSERT_TRUE(all.ok());
   EXPECT_TRUE(all->empty());
   // The store works afterwards.
-  const StoredConfig value = MakeConfig(rng_, "mean_pooling@v1", "eeeeeeeeeeeeeeee");
+  const StoredConfig value = SampleStoredConfig(rng_, "mean_pooling@v1", "eeeeeeeeeeeeeeee");
   ASSERT_TRUE(store->Put(value).ok());
   EXPECT_TRUE(store->Get(value.fingerprint_hash, value.cache_key).ok());
 }
@@ -193,7 +179,7 @@ TEST_F(FileStoreTest, OtherSchemaIsTreatedAsCorrupt) {
 TEST_F(FileStoreTest, EntryThatDoesNotDecodeIsDataLoss) {
   auto store = OpenOrDie();
   ASSERT_NE(store, nullptr);
-  const StoredConfig good = MakeConfig(rng_, "mean_pooling@v1", "ffffffffffffffff");
+  const StoredConfig good = SampleStoredConfig(rng_, "mean_pooling@v1", "ffffffffffffffff");
   ASSERT_TRUE(store->Put(good).ok());
   nlohmann::json j = FileJson();
   j["entries"]["ffffffffffffffff/mean_pooling@v1:bad"] = {{"schema", 99}};
@@ -211,9 +197,9 @@ TEST_F(FileStoreTest, EntryThatDoesNotDecodeIsDataLoss) {
 TEST_F(FileStoreTest, ListFiltersByKernelPrefix) {
   auto store = OpenOrDie();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->Put(MakeConfig(rng_, "mean_pooling@v1", "1111111111111111")).ok());
-  ASSERT_TRUE(store->Put(MakeConfig(rng_, "mean_pooling@v1", "2222222222222222")).ok());
-  ASSERT_TRUE(store->Put(MakeConfig(rng_, "flash_attention@v1", "1111111111111111")).ok());
+  ASSERT_TRUE(store->Put(SampleStoredConfig(rng_, "mean_pooling@v1", "1111111111111111")).ok());
+  ASSERT_TRUE(store->Put(SampleStoredConfig(rng_, "mean_pooling@v1", "2222222222222222")).ok());
+  ASSERT_TRUE(store->Put(SampleStoredConfig(rng_, "flash_attention@v1", "1111111111111111")).ok());
   EXPECT_EQ(store->List("")->size(), 3u);
   EXPECT_EQ(store->List("mean")->size(), 2u);
   EXPECT_EQ(store->List("flash_attention@v1")->size(), 1u);
@@ -230,7 +216,7 @@ TEST_F(FileStoreTest, TwoInstancesSeeEachOthersWrites) {
   ASSERT_NE(b, nullptr);
   // Same-sized values written back to back: the change must be noticed even when size and
   // mtime happen to match.
-  StoredConfig value = MakeConfig(rng_, "mean_pooling@v1", "9999999999999999");
+  StoredConfig value = SampleStoredConfig(rng_, "mean_pooling@v1", "9999999999999999");
   for (int round = 0; round < 50; ++round) {
     value.config.block_size = 100 + round % 10;
     FileStore* writer = round % 2 == 0 ? a.get() : b.get();
@@ -241,8 +227,8 @@ TEST_F(FileStoreTest, TwoInstancesSeeEachOthersWrites) {
     ASSERT_EQ(got->config.block_size, value.config.block_size) << "round " << round;
   }
   // Writes of different keys from both instances are all kept.
-  const StoredConfig from_a = MakeConfig(rng_, "mean_pooling@v1", "8888888888888888");
-  const StoredConfig from_b = MakeConfig(rng_, "mean_pooling@v1", "7777777777777777");
+  const StoredConfig from_a = SampleStoredConfig(rng_, "mean_pooling@v1", "8888888888888888");
+  const StoredConfig from_b = SampleStoredConfig(rng_, "mean_pooling@v1", "7777777777777777");
   ASSERT_TRUE(a->Put(from_a).ok());
   ASSERT_TRUE(b->Put(from_b).ok());
   EXPECT_EQ(a->List("")->size(), 3u);
@@ -263,7 +249,7 @@ TEST_F(FileStoreTest, ConcurrentWritersLoseNothing) {
   std::vector<std::vector<StoredConfig>> written(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) {
-      written[t].push_back(MakeConfig(rng_, "flash_attention@v1", "abababababababab"));
+      written[t].push_back(SampleStoredConfig(rng_, "flash_attention@v1", "abababababababab"));
     }
   }
   for (int t = 0; t < kThreads; ++t) {

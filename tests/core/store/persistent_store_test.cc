@@ -5,27 +5,15 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/stored_config.h"
 
 namespace kernelserve {
 namespace {
 
-StoredConfig RandomStoredConfig(std::mt19937& rng) {
-  std::uniform_int_distribution<int> small(1, 256);
-  StoredConfig value;
-  value.config.block_q = small(rng);
-  value.config.block_k = small(rng);
-  value.config.num_warps = small(rng) % 8 + 1;
-  value.config.platform = "cuda";
-  value.config.algorithm = "split";
-  value.kernel_id = "flash_attention@v1";
-  value.fingerprint_hash = "0123456789abcdef";
-  value.cache_key = "flash_attention@v1:" + std::to_string(rng());
-  value.measured_seconds = std::uniform_real_distribution<double>(1e-6, 1e-2)(rng);
-  value.origin = rng() % 2 ? "autotune" : "pinned";
-  value.host = "replica-" + std::to_string(small(rng));
-  value.stored_at_unix_ms = 1700000000000 + small(rng);
-  return value;
-}
+using ::kernelserve::testing::SampleStoredConfig;
+
+constexpr char kKernel[] = "flash_attention@v1";
+constexpr char kFingerprint[] = "0123456789abcdef";
 
 void ExpectSame(const StoredConfig& a, const StoredConfig& b) {
   EXPECT_EQ(a.config, b.config);
@@ -41,7 +29,7 @@ void ExpectSame(const StoredConfig& a, const StoredConfig& b) {
 TEST(StoredConfigTest, RoundTrip) {
   std::mt19937 rng(7);
   for (int i = 0; i < 20; ++i) {
-    const StoredConfig value = RandomStoredConfig(rng);
+    const StoredConfig value = SampleStoredConfig(rng, kKernel, kFingerprint);
     absl::StatusOr<StoredConfig> back = StoredConfig::FromJson(value.ToJson());
     ASSERT_TRUE(back.ok()) << back.status();
     ExpectSame(*back, value);
@@ -50,7 +38,7 @@ TEST(StoredConfigTest, RoundTrip) {
 
 TEST(StoredConfigTest, JsonLayout) {
   std::mt19937 rng(8);
-  const StoredConfig value = RandomStoredConfig(rng);
+  const StoredConfig value = SampleStoredConfig(rng, kKernel, kFingerprint);
   const nlohmann::json j = nlohmann::json::parse(value.ToJson());
   EXPECT_EQ(j.at("schema"), 1);
   ASSERT_TRUE(j.at("config").is_object());
@@ -66,7 +54,8 @@ TEST(StoredConfigTest, JsonLayout) {
 
 TEST(StoredConfigTest, RejectsMalformed) {
   std::mt19937 rng(9);
-  const nlohmann::json good = nlohmann::json::parse(RandomStoredConfig(rng).ToJson());
+  const nlohmann::json good =
+      nlohmann::json::parse(SampleStoredConfig(rng, kKernel, kFingerprint).ToJson());
   const auto with = [&good](const char* key, nlohmann::json v) {
     nlohmann::json j = good;
     j[key] = std::move(v);

@@ -9,28 +9,14 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/stored_config.h"
 
 namespace kernelserve {
 namespace {
 
 using ::kernelserve::testing::RedisServerProcess;
 
-StoredConfig MakeConfig(std::mt19937& rng, const std::string& kernel, const std::string& fp) {
-  std::uniform_int_distribution<int> small(1, 256);
-  StoredConfig value;
-  value.config.block_q = small(rng);
-  value.config.block_k = small(rng);
-  value.config.num_stages = small(rng) % 4 + 1;
-  value.config.platform = "cuda";
-  value.kernel_id = kernel;
-  value.fingerprint_hash = fp;
-  value.cache_key = absl::StrFormat("%s:%016x", kernel, static_cast<uint64_t>(rng()));
-  value.measured_seconds = std::uniform_real_distribution<double>(1e-6, 1e-3)(rng);
-  value.origin = "autotune";
-  value.host = "redis-test";
-  value.stored_at_unix_ms = 1700000000000 + small(rng);
-  return value;
-}
+using ::kernelserve::testing::SampleStoredConfig;
 
 class RedisStoreTest : public ::testing::Test {
  protected:
@@ -64,7 +50,7 @@ TEST_F(RedisStoreTest, PutGetDeleteRoundTrip) {
   EXPECT_EQ(store->location(), absl::StrFormat("redis://127.0.0.1:%d/0", redis_.port()));
   ASSERT_TRUE(store->Ping().ok());
 
-  const StoredConfig value = MakeConfig(rng_, "flash_attention@v1", "0123456789abcdef");
+  const StoredConfig value = SampleStoredConfig(rng_, "flash_attention@v1", "0123456789abcdef");
   EXPECT_EQ(store->Get(value.fingerprint_hash, value.cache_key).status().code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(store->Put(value).ok());
@@ -91,11 +77,11 @@ TEST_F(RedisStoreTest, ListFiltersByKernelPrefix) {
   ASSERT_NE(store, nullptr);
   std::vector<StoredConfig> pooling;
   for (int i = 0; i < 700; ++i) {  // more than one SCAN batch
-    pooling.push_back(
-        MakeConfig(rng_, "mean_pooling@v1", i % 2 ? "1111111111111111" : "2222222222222222"));
+    pooling.push_back(SampleStoredConfig(rng_, "mean_pooling@v1",
+                                         i % 2 ? "1111111111111111" : "2222222222222222"));
     ASSERT_TRUE(store->Put(pooling.back()).ok());
   }
-  ASSERT_TRUE(store->Put(MakeConfig(rng_, "flash_attention@v1", "1111111111111111")).ok());
+  ASSERT_TRUE(store->Put(SampleStoredConfig(rng_, "flash_attention@v1", "1111111111111111")).ok());
   // Keys outside the prefix and values that do not decode are left out.
   ASSERT_TRUE(redis_.Command({"SET", "unrelated:key", "x"}).ok());
   ASSERT_TRUE(
@@ -122,7 +108,7 @@ TEST_F(RedisStoreTest, ValueThatDoesNotDecodeIsDataLoss) {
   ASSERT_TRUE(redis_.Command({"HSET", store->ConfigKey(fp, "k@v1:2"), "f", "v"}).ok());
   EXPECT_EQ(store->Get(fp, "k@v1:2").status().code(), absl::StatusCode::kDataLoss);
   // The connection stays usable.
-  const StoredConfig value = MakeConfig(rng_, "k@v1", fp);
+  const StoredConfig value = SampleStoredConfig(rng_, "k@v1", fp);
   ASSERT_TRUE(store->Put(value).ok());
   EXPECT_TRUE(store->Get(fp, value.cache_key).ok());
 }
@@ -135,7 +121,7 @@ TEST_F(RedisStoreTest, SelectsTheConfiguredDatabase) {
   ASSERT_NE(db3, nullptr);
   ASSERT_NE(db0, nullptr);
   EXPECT_EQ(db3->location(), absl::StrFormat("redis://127.0.0.1:%d/3", redis_.port()));
-  const StoredConfig value = MakeConfig(rng_, "mean_pooling@v1", "bbbbbbbbbbbbbbbb");
+  const StoredConfig value = SampleStoredConfig(rng_, "mean_pooling@v1", "bbbbbbbbbbbbbbbb");
   ASSERT_TRUE(db3->Put(value).ok());
   EXPECT_TRUE(db3->Get(value.fingerprint_hash, value.cache_key).ok());
   EXPECT_EQ(db0->Get(value.fingerprint_hash, value.cache_key).status().code(),
@@ -157,7 +143,7 @@ TEST_F(RedisStoreTest, SendsAuth) {
   auto store = ConnectOrDie(right);
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(store->Ping().ok());
-  const StoredConfig value = MakeConfig(rng_, "mean_pooling@v1", "cccccccccccccccc");
+  const StoredConfig value = SampleStoredConfig(rng_, "mean_pooling@v1", "cccccccccccccccc");
   ASSERT_TRUE(store->Put(value).ok());
   EXPECT_TRUE(store->Get(value.fingerprint_hash, value.cache_key).ok());
 }
@@ -177,7 +163,7 @@ TEST_F(RedisStoreTest, StoppedRedisIsUnavailableQuicklyAndRecovers) {
   options.reconnect_backoff = absl::Seconds(2);
   auto store = ConnectOrDie(options);
   ASSERT_NE(store, nullptr);
-  const StoredConfig value = MakeConfig(rng_, "mean_pooling@v1", "dddddddddddddddd");
+  const StoredConfig value = SampleStoredConfig(rng_, "mean_pooling@v1", "dddddddddddddddd");
   ASSERT_TRUE(store->Put(value).ok());
 
   ASSERT_TRUE(redis_.Stop().ok());
@@ -272,7 +258,7 @@ TEST_F(RedisStoreTest, ConcurrentUse) {
   std::vector<std::vector<StoredConfig>> values(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) {
-      values[t].push_back(MakeConfig(rng_, "flash_attention@v1", "abababababababab"));
+      values[t].push_back(SampleStoredConfig(rng_, "flash_attention@v1", "abababababababab"));
     }
   }
   std::vector<std::thread> threads;
