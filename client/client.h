@@ -138,6 +138,14 @@ class Client {
   // Raw calls: the request as written by the caller, the client's default deadline.
   absl::StatusOr<RunResult> Execute(const v1::ExecuteRequest& request) const;
   absl::StatusOr<BatchResult> ExecuteBatch(const v1::ExecuteBatchRequest& request) const;
+  // Sends every request on one ExecuteStream call and returns one answer per request, in
+  // request order: its result, or the in-band error the server gave that item (the stream goes
+  // on past a bad item). Each result echoes its request's request_id. The returned error is the
+  // stream's own (UNAUTHENTICATED, UNAVAILABLE, DEADLINE_EXCEEDED: the default deadline covers
+  // the whole stream), or Internal when the server ends the stream without answering every
+  // request. On the wire request_id is "<index>:<request_id>", so repeated or empty ids match.
+  absl::StatusOr<std::vector<absl::StatusOr<RunResult>>> ExecuteStream(
+      std::vector<v1::ExecuteRequest> requests) const;
   absl::StatusOr<v1::AutotuneResponse> Autotune(const v1::AutotuneRequest& request) const;
   absl::StatusOr<v1::ListKernelsResponse> ListKernels() const;
   absl::StatusOr<v1::ServerInfo> ServerInfo() const;
