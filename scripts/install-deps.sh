@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libhiredis-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libssl-dev nlohmann-json3-dev
+  libssl-dev openssl nlohmann-json3-dev
   redis-server prometheus
   python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
 )
