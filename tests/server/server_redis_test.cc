@@ -1,8 +1,12 @@
 // kernelserve-server with a real redis-server: configs shared between replicas and across
-// restarts, and serving on while Redis is down.
+// restarts, one tune for concurrent misses on two replicas, and serving on while Redis is down.
 #include <chrono>
+#include <latch>
+#include <memory>
 #include <thread>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -71,6 +75,102 @@ TEST_F(ServerRedisTest, ReplicasShareTunedConfigsAndRestartsFindThem) {
   EXPECT_EQ(FromProto(restarted.config()), FromProto(tuned.config()));
   EXPECT_EQ(*a.Stop(), 0);
   EXPECT_EQ(*b.Stop(), 0);
+}
+
+// A flash_attention request on q, k and v.
+v1::ExecuteRequest AttentionRequest(const Tensor& q, const Tensor& k, const Tensor& v) {
+  v1::ExecuteRequest request;
+  request.set_kernel("flash_attention");
+  (*request.mutable_inputs())["q"] = ToWire(q);
+  (*request.mutable_inputs())["k"] = ToWire(k);
+  (*request.mutable_inputs())["v"] = ToWire(v);
+  request.mutable_flash_attention();
+  return request;
+}
+
+// Polls RANDOMKEY until it names a tuning lease; "" after `timeout`. While a replica tunes, the
+// lease is the only key in the (fresh) database, so RANDOMKEY finds it.
+std::string WaitForLeaseKey(const RedisServerProcess& redis, absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (absl::Now() < give_up) {
+    absl::StatusOr<std::string> key = redis.Command({"RANDOMKEY"});
+    if (key.ok() && key->starts_with("kernelserve:v1:lease:")) return *key;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return "";
+}
+
+// Two replicas miss the same key at the same moment with tuning allowed: the Redis lease lets
+// exactly one tune; the other answers with the heuristic meanwhile, caches nothing, and takes
+// the tuned config from Redis once it lands. Attention over 192 keys has 18 CPU candidates, so
+// the tune takes about a second: far longer than the other call needs to reach the lease.
+TEST_F(ServerRedisTest, ConcurrentMissesOnTwoReplicasTuneOnce) {
+  const std::vector<std::string> args = {"--cache=" + redis_.url(), "--autotune"};
+  ServerProcess servers[2];
+  ASSERT_TRUE(servers[0].Start(args).ok());
+  ASSERT_TRUE(servers[1].Start(args).ok());
+  const Tensor q = RandomTensor(DType::kF32, {1, 192, 4, 64}, 140);
+  const Tensor k = RandomTensor(DType::kF32, {1, 192, 4, 64}, 141);
+  const Tensor v = RandomTensor(DType::kF32, {1, 192, 4, 64}, 142);
+  const v1::ExecuteRequest request = AttentionRequest(q, k, v);
+  std::unique_ptr<v1::KernelService::Stub> stubs[2];
+  for (int i = 0; i < 2; ++i) {
+    stubs[i] = MakeStub(servers[i].address());
+    grpc::ClientContext context;  // connect before the race
+    v1::ServerInfo info;
+    ASSERT_TRUE(stubs[i]->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  }
+
+  std::latch start(3);
+  v1::ExecuteResponse responses[2];
+  grpc::Status statuses[2];
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 2; ++i) {
+    calls.emplace_back([&, i] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      start.arrive_and_wait();
+      statuses[i] = stubs[i]->Execute(&context, request, &responses[i]);
+    });
+  }
+  start.arrive_and_wait();
+  const std::string lease = WaitForLeaseKey(redis_, absl::Seconds(30));
+  for (std::thread& t : calls) t.join();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+
+  // Exactly one tuned; the other answered with the heuristic, both under the same key.
+  const int tuner = responses[0].config_source() == v1::CONFIG_SOURCE_AUTOTUNE ? 0 : 1;
+  const int other = 1 - tuner;
+  EXPECT_EQ(responses[tuner].config_source(), v1::CONFIG_SOURCE_AUTOTUNE);
+  EXPECT_EQ(responses[other].config_source(), v1::CONFIG_SOURCE_HEURISTIC);
+  const v1::ExecuteResponse& tuned = responses[tuner];
+  EXPECT_EQ(responses[other].cache_key(), tuned.cache_key());
+  EXPECT_EQ(responses[other].device_fingerprint(), tuned.device_fingerprint());
+  double runs[2];
+  for (int i = 0; i < 2; ++i) {
+    runs[i] = MetricSum(Scrape(servers[i]), "kernelserve_autotune_runs_total");
+  }
+  EXPECT_EQ(runs[tuner], 1.0);
+  EXPECT_EQ(runs[other], 0.0);
+
+  // The lease was held during the tune, under this key, and is released.
+  const std::string suffix = tuned.device_fingerprint() + ":" + tuned.cache_key();
+  EXPECT_EQ(lease, "kernelserve:v1:lease:" + suffix);
+  EXPECT_EQ(*redis_.Command({"EXISTS", "kernelserve:v1:lease:" + suffix}), "0");
+  EXPECT_EQ(*redis_.Command({"EXISTS", "kernelserve:v1:cfg:" + suffix}), "1");
+
+  // The other replica cached nothing: its next call takes the tuned config from Redis.
+  for (v1::ConfigSource want : {v1::CONFIG_SOURCE_REDIS, v1::CONFIG_SOURCE_MEMORY}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::ExecuteResponse again;
+    ASSERT_TRUE(stubs[other]->Execute(&context, request, &again).ok());
+    EXPECT_EQ(again.config_source(), want);
+    EXPECT_EQ(FromProto(again.config()), FromProto(tuned.config()));
+  }
+  EXPECT_EQ(MetricSum(Scrape(servers[other]), "kernelserve_autotune_runs_total"), 0.0);
+  EXPECT_EQ(*servers[0].Stop(), 0);
+  EXPECT_EQ(*servers[1].Stop(), 0);
 }
 
 TEST_F(ServerRedisTest, RedisDownRequestsSucceedErrorsCountedThenWritesResume) {
