@@ -368,6 +368,7 @@ absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const D
   for (const KernelConfig& config : kernel->CandidateConfigs(specs, attrs, device)) {
     ++result.candidates;
     KS_ASSIGN_OR_RETURN(const double us, TimeAttention(*run, config, iters));
+    result.each.push_back({config, us});
     if (us < result.tuned.median_us) result.tuned = {config, us};
   }
   return result;

@@ -87,6 +87,7 @@ struct AttentionResult {
   Timing heuristic;  // the config the CUDA heuristic picks
   Timing tuned;      // the fastest candidate (median of the same iteration count)
   int candidates = 0;
+  std::vector<Timing> each;  // every candidate timed, in candidate order (when tuning)
 };
 
 // Makes random inputs on the host, prepares them with the CUDA flash attention implementation

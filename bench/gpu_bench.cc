@@ -76,6 +76,12 @@ int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
       std::printf("    %-9s %9.1f us %6.1f TFLOP/s  {%s}\n", label, t.median_us, tflops(t),
                   t.config.DebugString().c_str());
     }
+    nlohmann::json each = nlohmann::json::array();
+    for (const ks::bench::Timing& t : r->each) {
+      std::printf("      candidate %9.1f us %6.1f TFLOP/s  {%s}\n", t.median_us, tflops(t),
+                  t.config.DebugString().c_str());
+      each.push_back({{"config", t.config.DebugString()}, {"us", t.median_us}});
+    }
     out["attention"].push_back({{"name", c.name},
                                 {"dtype", std::string(ks::DTypeName(c.dtype))},
                                 {"batch", c.batch},
@@ -93,7 +99,8 @@ int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
                                 {"tuned",
                                  {{"config", r->tuned.config.DebugString()},
                                   {"us", r->tuned.median_us},
-                                  {"TFLOPs", tflops(r->tuned)}}}});
+                                  {"TFLOPs", tflops(r->tuned)}}},
+                                {"candidates", each}});
   }
   return failures;
 }

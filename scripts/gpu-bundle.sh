@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU test and benchmark binaries for Hopper (sm_90) on this GPU-less machine,
+# Builds the GPU test and benchmark binaries for Hopper (sm_90a) on this GPU-less machine,
 # bundles them with their shared libraries into .device/ (ignored by git, carried by the
 # device tool), and prints the exact command to run on the GPU machine. See docs/GPU.md.
 #
@@ -11,7 +11,7 @@ build=${BUILD:-build-gpu}
 jobs=${JOBS:-2}
 bundle_sh=${BUNDLE_SH:-../shared/device/bundle.sh}
 
-configure_log=$(cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+configure_log=$(cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a)
 if ! grep -q 'CUDA kernels ON' <<<"$configure_log"; then
   echo "gpu-bundle: $build was configured without CUDA (is nvcc at /usr/local/cuda?)" >&2
   exit 1

@@ -1,35 +1,52 @@
 #include "kernels/cuda/flash_attention_config.h"
 
 #include <algorithm>
+#include <string>
+
+#include "kernels/cuda/flash_attention_instances.h"
 
 namespace kernelserve::cuda {
 namespace {
 
-// Must match KS_FLASH_INSTANCES_D64 / _D128 in flash_attention_instances.h (the dispatch test
-// checks every config listed here against the compiled instances).
+enum Algorithm { kMma, kWgmma };
+
 struct CompiledShape {
+  Algorithm algorithm;
+  DType dtype;
   int head_dim;
   int block_q;
   int block_k;
   int num_warps;
   int num_stages;
 };
-constexpr CompiledShape kCompiled[] = {
-    {64, 64, 64, 4, 2},   {64, 64, 128, 4, 2},  {64, 64, 128, 4, 3}, {64, 128, 64, 8, 2},
-    {64, 128, 128, 8, 2}, {128, 64, 32, 4, 2},  {128, 64, 64, 4, 2}, {128, 64, 64, 4, 3},
-    {128, 128, 32, 8, 2}, {128, 128, 64, 8, 2},
-};
+// The instances the .cu files compile (flash_attention_instances.h names them once).
+#define KS_FLASH_SHAPE(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES) \
+  {k##ALGO, DType::DT, D, BQ, BK, WARPS, STAGES},
+constexpr CompiledShape kCompiled[] = {KS_FOR_EACH_FLASH_INSTANCE(KS_FLASH_SHAPE)};
+#undef KS_FLASH_SHAPE
 // Used when the device reports no shared-memory limit (an H100 SXM).
 constexpr int64_t kDefaultSharedOptin = 227 * 1024;
 
-KernelConfig MakeConfig(int block_q, int block_k, int num_warps, int num_stages) {
+KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k, int num_warps,
+                        int num_stages) {
   KernelConfig config;
   config.block_q = block_q;
   config.block_k = block_k;
   config.num_warps = num_warps;
   config.num_stages = num_stages;
   config.platform = "cuda";
+  if (algorithm == kWgmma) config.algorithm = std::string(kFlashWgmmaAlgorithm);
   return config;
+}
+
+KernelConfig ConfigOf(const CompiledShape& s) {
+  return MakeConfig(s.algorithm, s.block_q, s.block_k, s.num_warps, s.num_stages);
+}
+
+// Hopper (compute capability 9.0) runs the wgmma kernels; a device without a known capability
+// (0.0) is not assumed to.
+bool IsHopper(const DeviceInfo& device) {
+  return device.fingerprint.cc_major == 9 && device.fingerprint.cc_minor == 0;
 }
 
 }  // namespace
@@ -39,21 +56,22 @@ bool IsFlashHeadDimCompiled(int64_t head_dim) { return head_dim == 64 || head_di
 std::vector<KernelConfig> FlashAttentionCompiledConfigs(int64_t head_dim) {
   std::vector<KernelConfig> out;
   for (const CompiledShape& s : kCompiled) {
-    if (s.head_dim == head_dim) {
-      out.push_back(MakeConfig(s.block_q, s.block_k, s.num_warps, s.num_stages));
-    }
+    // Both dtypes compile the same shapes: list each once.
+    if (s.head_dim == head_dim && s.dtype == DType::kBF16) out.push_back(ConfigOf(s));
   }
   return out;
 }
 
 bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
+  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
   if (!(config.platform.empty() || config.platform == "cuda") || config.block_d != 0 ||
-      config.block_size != 0 || !config.backend.empty() || !config.algorithm.empty()) {
+      config.block_size != 0 || !config.backend.empty() || !(wgmma || config.algorithm.empty())) {
     return false;
   }
   for (const CompiledShape& s : kCompiled) {
-    if (s.head_dim == head_dim && s.block_q == config.block_q && s.block_k == config.block_k &&
-        s.num_warps == config.num_warps && s.num_stages == config.num_stages) {
+    if ((s.algorithm == kWgmma) == wgmma && s.head_dim == head_dim && s.block_q == config.block_q &&
+        s.block_k == config.block_k && s.num_warps == config.num_warps &&
+        s.num_stages == config.num_stages) {
       return true;
     }
   }
@@ -61,9 +79,12 @@ bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
 }
 
 int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
+  // The wgmma kernel aligns its tiles to 1024 bytes and asks for that much slack.
+  const int64_t slack = config.algorithm == kFlashWgmmaAlgorithm ? 1024 : 0;
   return head_dim * 2 *
-         (static_cast<int64_t>(config.block_q) +
-          2 * static_cast<int64_t>(config.block_k) * config.num_stages);
+             (static_cast<int64_t>(config.block_q) +
+              2 * static_cast<int64_t>(config.block_k) * config.num_stages) +
+         slack;
 }
 
 bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceInfo& device) {
@@ -71,6 +92,7 @@ bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceI
                             ? device.shared_memory_per_block_optin
                             : kDefaultSharedOptin;
   return IsFlashConfigCompiled(config, head_dim) &&
+         (config.algorithm != kFlashWgmmaAlgorithm || IsHopper(device)) &&
          FlashConfigSharedBytes(config, head_dim) <= limit;
 }
 
@@ -89,10 +111,16 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device) {
-  // Measured on an H100 (docs/PERFORMANCE.md): 4 warps x 64 query rows (two blocks per SM)
-  // beat 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens, causal or not, D 64 and 128.
+  // Hopper: the wgmma kernel, two warpgroups x 64 query rows against key tiles of 128 (the
+  // largest tile whose S and O accumulators, 64 + 64 registers a thread at D = 128, leave room
+  // for the probabilities).
+  const KernelConfig hopper = MakeConfig(kWgmma, 128, 128, 8, 3);
+  if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
+  // Other GPUs, measured on an H100 (docs/PERFORMANCE.md): mma.sync with 4 warps x 64 query
+  // rows (two blocks per SM) beat 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens,
+  // causal or not, D 64 and 128.
   const int block_k = problem.head_dim <= 64 ? 128 : 64;
-  const KernelConfig preferred = MakeConfig(64, block_k, 4, 2);
+  const KernelConfig preferred = MakeConfig(kMma, 64, block_k, 4, 2);
   if (FlashConfigFits(preferred, problem.head_dim, device)) return preferred;
   // A device with less shared memory: the largest compiled config that fits.
   KernelConfig chosen = preferred;

@@ -6,11 +6,15 @@
 //   block_k     key rows per K/V tile streamed through shared memory.
 //   num_warps   warps per block.
 //   num_stages  K/V tiles in flight (shared-memory stages).
+//   algorithm   "" for the mma.sync kernel (any sm_80+ GPU), "wgmma" for the Hopper kernel
+//               (compute capability 9.0, compiled when the build targets sm_90a; 64 query
+//               rows per warpgroup of 4 warps).
 //   platform    "cuda" (or "" when given by hand); the other fields stay zero or empty.
 #ifndef KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_CONFIG_H_
 #define KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_CONFIG_H_
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
@@ -19,6 +23,9 @@
 #include "kernels/flash_attention_kernel.h"
 
 namespace kernelserve::cuda {
+
+// KernelConfig::algorithm of the Hopper (wgmma) kernel.
+inline constexpr std::string_view kFlashWgmmaAlgorithm = "wgmma";
 
 // True for the head dims with compiled kernels (64 and 128).
 bool IsFlashHeadDimCompiled(int64_t head_dim);
@@ -32,8 +39,9 @@ bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim);
 // Shared memory a block of `config` uses at `head_dim` (2-byte elements).
 int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim);
 
-// True when `config` is compiled for the problem's head dim and its shared memory fits the
-// device's opt-in limit (a device reporting 0 is taken as an H100's 227 KiB).
+// True when `config` is compiled for the problem's head dim, its shared memory fits the
+// device's opt-in limit (a device reporting 0 is taken as an H100's 227 KiB), and, for a wgmma
+// config, the device is a Hopper GPU (compute capability 9.0).
 bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceInfo& device);
 
 // The autotune space: the compiled configs of the head dim that fit the device, the heuristic
@@ -43,8 +51,9 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 // A pure function of problem and device; in FlashAttentionCandidates(problem, device) whenever
 // that is not empty.
-// 4 warps x 64 query rows, key tiles of 64 at D = 128 and 128 at D = 64, 2 stages. On a device
-// whose shared memory that exceeds, the largest compiled config that fits.
+// Hopper with wgmma compiled: wgmma, 8 warps x 128 query rows, key tiles of 128, 3 stages.
+// Otherwise mma.sync with 4 warps x 64 query rows, key tiles of 64 at D = 128 and 128 at D = 64,
+// 2 stages; on a device whose shared memory that exceeds, the largest compiled config that fits.
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device);
 

@@ -1,4 +1,5 @@
-// The flash attention forward kernel (device code), included by the per-head-dim .cu files.
+// The flash attention forward kernel for any sm_80+ GPU (mma.sync), included by the per-head-dim
+// .cu files.
 //
 // One block takes 16 * kWarps query rows of one head of one sequence; each warp owns 16 rows
 // and keeps their Q fragments and output accumulators in registers. K and V tiles of kBlockK
@@ -16,41 +17,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/flash_attention_common.cuh"
 #include "kernels/cuda/flash_attention_launch.h"
 
 namespace kernelserve::cuda::flash {
-
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float TanhApprox(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
-// 16 bytes from global to shared memory, or 16 zero bytes when !valid (nothing is read then).
-__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void WaitCopies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
 
 __device__ __forceinline__ void LoadMatrix4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -81,66 +51,19 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-// Two floats as a pair of 16-bit values (lo in the low half).
-template <bool kBf16>
-__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
-  if constexpr (kBf16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
 // Element offset of (row, col) in a swizzled tile of kD columns. REQUIRES: col % 8 == 0.
 template <int kD>
 __device__ __forceinline__ int Swizzle(int row, int col) {
   return row * kD + ((((col >> 3) ^ (row & 7))) << 3);
 }
 
-// Starts copying `rows` rows of kD values (row r from src + r * stride) into a swizzled tile;
+// Starts copying kRows rows of kD values (row r from src + r * stride) into a swizzled tile;
 // rows at or past `valid` are zero-filled.
-template <typename T, int kD, int kThreads>
-__device__ __forceinline__ void LoadTile(T* tile, const T* src, int64_t stride, int rows,
-                                         int64_t valid) {
-  constexpr int kChunks = kD / 8;
-  for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
-    const int r = i / kChunks;
-    const int c = (i % kChunks) * 8;
-    const bool ok = r < valid;
-    const T* from = ok ? src + r * stride + c : src;
-    CopyAsync16(SharedAddress(tile + Swizzle<kD>(r, c)), from, ok);
-  }
-}
-
-// Where one sequence lives.
-struct Span {
-  int64_t q_begin;
-  int64_t q_len;
-  int64_t k_begin;
-  int64_t k_len;
-};
-
-__device__ __forceinline__ Span SpanOf(const FlashDeviceArgs& p, int64_t seq) {
-  if (p.cu_seqlens_q != nullptr) {
-    const int64_t q0 = p.cu_seqlens_q[seq];
-    const int64_t k0 = p.cu_seqlens_k[seq];
-    return {q0, p.cu_seqlens_q[seq + 1] - q0, k0, p.cu_seqlens_k[seq + 1] - k0};
-  }
-  return {seq * p.seq_len_q, p.seq_len_q, seq * p.seq_len_k, p.seq_len_k};
-}
-
-constexpr int64_t kNoLimit = int64_t{1} << 62;
-
-// The visible key range [lo, hi] of query row `row` (relative to its sequence).
-__device__ __forceinline__ void VisibleRange(const FlashDeviceArgs& p, const Span& s, int64_t row,
-                                             int64_t& lo, int64_t& hi) {
-  const int64_t diagonal = row + s.k_len - s.q_len;
-  lo = p.window_left >= 0 ? diagonal - p.window_left : 0;
-  hi = s.k_len - 1;
-  if (p.causal) hi = min(hi, diagonal);
-  if (p.window_right >= 0) hi = min(hi, diagonal + p.window_right);
+template <typename T, int kD, int kRows, int kThreads>
+__device__ __forceinline__ void LoadTile(T* tile, const T* src, int64_t stride, int64_t valid) {
+  LoadRows<T, kD, kRows, kThreads>(SharedAddress(tile), src, stride, valid, [](int r, int c) {
+    return static_cast<uint32_t>(Swizzle<kD>(r, c) * sizeof(T));
+  });
 }
 
 template <typename T, int kD, int kBlockQ, int kBlockK, int kWarps, int kStages>
@@ -174,52 +97,26 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
   const T* const k_ptr = static_cast<const T*>(p.k) + span.k_begin * kv_stride + kv_head * kD;
   const T* const v_ptr = static_cast<const T*>(p.v) + span.k_begin * kv_stride + kv_head * kD;
 
-  // Keys some row of the block sees: from the first row's lo to the last row's hi.
-  const int64_t last_row = min(q_start + kBlockQ, span.q_len) - 1;
-  int64_t first_lo, first_hi, last_lo, last_hi;
-  VisibleRange(p, span, q_start, first_lo, first_hi);
-  VisibleRange(p, span, last_row, last_lo, last_hi);
-  const int64_t j_lo = max(first_lo, int64_t{0});
-  const int64_t j_hi = last_hi;
-  const int64_t tile_begin = j_lo / kBlockK;
-  const int num_tiles = j_hi >= j_lo ? static_cast<int>(j_hi / kBlockK - tile_begin + 1) : 0;
+  const KeyTiles tiles = KeyTilesOf(p, span, q_start, kBlockQ, kBlockK);
+  const ThreadRows rows = ThreadRowsOf(p, span, seq, head, q_start + warp * 16, lane);
   const bool has_segments = p.q_segment_ids != nullptr;
-
-  // This thread's two rows (g and g + 8 of the warp's 16) and their visible ranges.
-  const int g = lane / 4;
   const int t = lane % 4;
-  int64_t row[2], lo[2], hi[2], q_seg[2];
-  const float* bias_row[2];
-  for (int r = 0; r < 2; ++r) {
-    row[r] = q_start + warp * 16 + g + r * 8;
-    const int64_t safe_row = min(row[r], span.q_len - 1);
-    VisibleRange(p, span, safe_row, lo[r], hi[r]);
-    q_seg[r] = has_segments ? p.q_segment_ids[seq * p.seq_len_q + safe_row] : 0;
-    bias_row[r] = p.bias == nullptr ? nullptr
-                                    : p.bias + seq * p.bias_batch_stride +
-                                          head * p.bias_head_stride + safe_row * span.k_len;
-  }
 
-  LoadTile<T, kD, kThreads>(sq, q_ptr + q_start * q_stride, q_stride, kBlockQ,
-                            span.q_len - q_start);
+  LoadTile<T, kD, kBlockQ, kThreads>(sq, q_ptr + q_start * q_stride, q_stride,
+                                     span.q_len - q_start);
   auto load_kv = [&](int tile, int stage) {
-    const int64_t j0 = (tile_begin + tile) * kBlockK;
+    const int64_t j0 = (tiles.tile_begin + tile) * kBlockK;
     const int64_t valid = span.k_len - j0;
-    LoadTile<T, kD, kThreads>(sk + stage * kBlockK * kD, k_ptr + j0 * kv_stride, kv_stride, kBlockK,
-                              valid);
-    LoadTile<T, kD, kThreads>(sv + stage * kBlockK * kD, v_ptr + j0 * kv_stride, kv_stride, kBlockK,
-                              valid);
+    LoadTile<T, kD, kBlockK, kThreads>(sk + stage * kBlockK * kD, k_ptr + j0 * kv_stride, kv_stride,
+                                       valid);
+    LoadTile<T, kD, kBlockK, kThreads>(sv + stage * kBlockK * kD, v_ptr + j0 * kv_stride, kv_stride,
+                                       valid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_kv(s, s);
+    if (s < tiles.num_tiles) load_kv(s, s);
     CommitCopies();
   }
-
-  const float scale_log2 = p.softmax_scale * kLog2e;
-  const bool softcap = p.softcap > 0.0f;
-  const float cap_in = softcap ? p.softmax_scale / p.softcap : 0.0f;
-  const float cap_out = p.softcap * kLog2e;
 
   uint32_t qf[kDSteps][4];
   float o[kOTiles][4];
@@ -228,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
 
-  for (int it = 0; it < num_tiles; ++it) {
+  for (int it = 0; it < tiles.num_tiles; ++it) {
     WaitCopies<kStages - 2>();
     __syncthreads();
     if (it == 0) {
@@ -239,13 +136,15 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
         LoadMatrix4(qf[ks], SharedAddress(sq + Swizzle<kD>(r, c)));
       }
     }
-    if (it + kStages - 1 < num_tiles) load_kv(it + kStages - 1, (it + kStages - 1) % kStages);
+    if (it + kStages - 1 < tiles.num_tiles) {
+      load_kv(it + kStages - 1, (it + kStages - 1) % kStages);
+    }
     CommitCopies();
 
     const int stage = it % kStages;
     const T* const tk = sk + stage * kBlockK * kD;
     const T* const tv = sv + stage * kBlockK * kD;
-    const int64_t j0 = (tile_begin + it) * kBlockK;
+    const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
 
     float s[kSTiles][4];
 #pragma unroll
@@ -263,62 +162,15 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
       }
     }
 
-    // Logits in log2 units; hidden keys -inf.
-    const bool full = !has_segments && j0 + kBlockK - 1 <= first_hi && j0 >= last_lo;
-#pragma unroll
-    for (int n = 0; n < kSTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const int64_t j = j0 + n * 8 + 2 * t + (e & 1);
-        float x = softcap ? cap_out * TanhApprox(s[n][e] * cap_in) : s[n][e] * scale_log2;
-        bool visible = true;
-        if (!full) {
-          visible = j >= lo[r] && j <= hi[r];
-          if (has_segments && visible) {
-            visible = q_seg[r] > 0 && p.kv_segment_ids[seq * p.seq_len_k + j] == q_seg[r];
-          }
-        }
-        if (bias_row[0] != nullptr && visible) x += bias_row[r][j] * kLog2e;
-        s[n][e] = visible ? x : -INFINITY;
-      }
-    }
-
-    // Online softmax: new row maxima, rescale, probabilities.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kSTiles; ++n)
-        tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m_new = fmaxf(m[r], tile_max);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = Exp2(m[r] - m_use);
-      m[r] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kSTiles; ++n) {
-        s[n][2 * r] = Exp2(s[n][2 * r] - m_use);
-        s[n][2 * r + 1] = Exp2(s[n][2 * r + 1] - m_use);
-        sum += s[n][2 * r] + s[n][2 * r + 1];
-      }
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int d = 0; d < kOTiles; ++d) {
-        o[d][2 * r] *= alpha;
-        o[d][2 * r + 1] *= alpha;
-      }
-    }
+    const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+    MaskLogits(s, p, rows, seq, j0, full, t);
+    OnlineSoftmax(s, o, m, l);
 
     // O += P V.
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      const uint32_t a[4] = {Pack<kBf16>(s[2 * kk][0], s[2 * kk][1]),
-                             Pack<kBf16>(s[2 * kk][2], s[2 * kk][3]),
-                             Pack<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Pack<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[4];
+      ProbabilityFragment<kBf16>(s, kk, a);
 #pragma unroll
       for (int db = 0; db < kD / 16; ++db) {
         uint32_t b[4];
@@ -331,30 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
     }
   }
   WaitCopies<0>();
-
-  // Normalise and store; rows that saw no key give zeros and lse -inf.
-  T* const out_ptr = static_cast<T*>(p.out) + span.q_begin * q_stride + head * kD;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = l[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (row[r] >= span.q_len) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    T* const dst = out_ptr + row[r] * q_stride + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kOTiles; ++d) {
-      *reinterpret_cast<uint32_t*>(dst + d * 8) =
-          Pack<kBf16>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-    }
-    if (p.lse != nullptr && t == 0) {
-      const float lse = sum > 0.0f ? (m[r] + __log2f(sum)) * kLn2 : -INFINITY;
-      const int64_t index = p.cu_seqlens_q != nullptr
-                                ? head * p.total_q + span.q_begin + row[r]
-                                : (seq * p.num_heads_q + head) * p.seq_len_q + row[r];
-      p.lse[index] = lse;
-    }
-  }
+  StoreRows<T, kBf16, kD>(p, span, seq, head, rows, o, m, l, t);
 }
 
 }  // namespace kernelserve::cuda::flash
@@ -362,24 +191,16 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
 namespace kernelserve::cuda {
 
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
-cudaError_t LaunchFlashAttention(const FlashDeviceArgs& args, cudaStream_t stream) {
-  if (args.num_heads_q < 1 || args.num_heads_kv < 1 || args.num_heads_q % args.num_heads_kv != 0 ||
-      args.num_sequences < 0) {
-    return cudaErrorInvalidValue;
-  }
-  const int64_t longest = args.cu_seqlens_q != nullptr ? args.max_seq_len_q : args.seq_len_q;
-  const int64_t q_tiles = (longest + kBlockQ - 1) / kBlockQ;
-  if (q_tiles == 0 || args.num_sequences == 0) return cudaSuccess;
-  if (q_tiles > 2147483647 || args.num_heads_q > 65535 || args.num_sequences > 65535) {
-    return cudaErrorInvalidConfiguration;
-  }
+cudaError_t LaunchFlashAttentionMma(const FlashDeviceArgs& args, cudaStream_t stream) {
+  cudaError_t error = flash::CheckFlashArgs(args);
+  if (error != cudaSuccess) return error;
+  dim3 grid;
+  error = flash::FlashGrid(args, kBlockQ, grid);
+  if (error != cudaSuccess || grid.x == 0) return error;
   constexpr size_t kShared = FlashSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
   auto* kernel = &flash::FlashForwardKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages>;
-  cudaError_t error =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
   if (error != cudaSuccess) return error;
-  const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(args.num_heads_q),
-                  static_cast<unsigned>(args.num_sequences));
   kernel<<<grid, kWarps * 32, kShared, stream>>>(args);
   return cudaGetLastError();
 }

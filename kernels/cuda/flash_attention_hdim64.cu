@@ -1,11 +1,12 @@
-// The compiled LaunchFlashAttention instances of head dim 64.
+// The compiled flash attention launcher instances of head dim 64 (mma.sync and wgmma).
 #include "kernels/cuda/flash_attention_device.cuh"
 #include "kernels/cuda/flash_attention_instances.h"
+#include "kernels/cuda/flash_attention_wgmma.cuh"
 
 namespace kernelserve::cuda {
 
-#define KS_INSTANTIATE_FLASH(DT, CT, D, BQ, BK, WARPS, STAGES)             \
-  template cudaError_t LaunchFlashAttention<CT, D, BQ, BK, WARPS, STAGES>( \
+#define KS_INSTANTIATE_FLASH(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES)             \
+  template cudaError_t LaunchFlashAttention##ALGO<CT, D, BQ, BK, WARPS, STAGES>( \
       const FlashDeviceArgs& args, cudaStream_t stream);
 KS_FLASH_INSTANCES_D64(KS_INSTANTIATE_FLASH)
 #undef KS_INSTANTIATE_FLASH

@@ -1,20 +1,41 @@
-// The template instances of LaunchFlashAttention that are compiled, one list per head dim. The
-// .cu file of each head dim instantiates its list and the dispatch switch names every list, so
-// the two cannot disagree; flash_attention_config.cc offers only these configs (a test checks).
+// The template instances of the flash attention launchers that are compiled, one list per head
+// dim. The .cu file of each head dim instantiates its list and the dispatch switch names every
+// list, so the two cannot disagree; flash_attention_config.cc offers only these configs (a test
+// checks).
 //
-// KS_FLASH_INSTANCES_D<D>(X) calls X(DTYPE, CTYPE, D, BLOCK_Q, BLOCK_K, WARPS, STAGES) once per
-// instance: DTYPE a DType enumerator name, CTYPE the CUDA element type, BLOCK_Q = 16 * WARPS.
+// KS_FLASH_INSTANCES_D<D>(X) calls X(ALGO, DTYPE, CTYPE, D, BLOCK_Q, BLOCK_K, WARPS, STAGES)
+// once per instance: ALGO is Mma (LaunchFlashAttentionMma, any sm_80+ GPU, BLOCK_Q = 16 * WARPS)
+// or Wgmma (LaunchFlashAttentionWgmma, Hopper only, compiled when the build targets sm_90a;
+// BLOCK_Q = 64 query rows per warpgroup of 4 warps); DTYPE a DType enumerator name, CTYPE the
+// CUDA element type.
 #ifndef KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_INSTANCES_H_
 #define KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_INSTANCES_H_
 
-// Per dtype: 4 warps x 64 rows and 8 warps x 128 rows, each with two key tile sizes and two
-// stages; 4 warps x 64 rows with the larger key tile and three stages too.
+// mma.sync, per dtype: 4 warps x 64 rows and 8 warps x 128 rows, each with two key tile sizes
+// and two stages; 4 warps x 64 rows with the larger key tile and three stages too.
+#define KS_FLASH_MMA_SHAPES_(X, DT, CT, D, BK_SMALL, BK_LARGE) \
+  X(Mma, DT, CT, D, 64, BK_SMALL, 4, 2)                        \
+  X(Mma, DT, CT, D, 64, BK_LARGE, 4, 2)                        \
+  X(Mma, DT, CT, D, 64, BK_LARGE, 4, 3)                        \
+  X(Mma, DT, CT, D, 128, BK_SMALL, 8, 2)                       \
+  X(Mma, DT, CT, D, 128, BK_LARGE, 8, 2)
+
+// wgmma, per dtype (its pipeline needs 3 stages or more): two warpgroups (128 rows) with key
+// tiles of 128 (3 stages) and 64 (3 and 4 stages); one warpgroup (64 rows) with key tiles of 128.
+#if defined(KERNELSERVE_FLASH_WGMMA)
+#define KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D) \
+  X(Wgmma, DT, CT, D, 128, 128, 8, 3)        \
+  X(Wgmma, DT, CT, D, 128, 64, 8, 3)         \
+  X(Wgmma, DT, CT, D, 128, 64, 8, 4)         \
+  X(Wgmma, DT, CT, D, 64, 128, 4, 3)
+#else
+#define KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D)
+#endif
+
 #define KS_FLASH_SHAPES_(X, DT, CT, D, BK_SMALL, BK_LARGE) \
-  X(DT, CT, D, 64, BK_SMALL, 4, 2)                         \
-  X(DT, CT, D, 64, BK_LARGE, 4, 2)                         \
-  X(DT, CT, D, 64, BK_LARGE, 4, 3)                         \
-  X(DT, CT, D, 128, BK_SMALL, 8, 2)                        \
-  X(DT, CT, D, 128, BK_LARGE, 8, 2)
+  KS_FLASH_MMA_SHAPES_(X, DT, CT, D, BK_SMALL, BK_LARGE)   \
+  KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D)
+
 #define KS_FLASH_INSTANCES_D64(X)                \
   KS_FLASH_SHAPES_(X, kF16, __half, 64, 64, 128) \
   KS_FLASH_SHAPES_(X, kBF16, __nv_bfloat16, 64, 64, 128)

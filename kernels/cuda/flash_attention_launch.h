@@ -53,13 +53,19 @@ constexpr size_t FlashSharedBytes(int head_dim, int block_q, int block_k, int nu
          (static_cast<size_t>(block_q) + 2 * static_cast<size_t>(block_k) * num_stages);
 }
 
-// Launches the forward kernel on `stream` and returns the launch's error (it does not wait).
-// T: __half or __nv_bfloat16. kHeadDim: D. kBlockQ = 16 * kWarps query rows per block (each
-// warp owns 16), kBlockK key rows per tile, kStages K/V tiles in flight.
-// REQUIRES: args.head_dim == kHeadDim; the grid (query tiles x Hq x sequences) within the
-// device's limits.
+// Launch the forward kernel on `stream` and return the launch's error (they do not wait).
+// T: __half or __nv_bfloat16. kHeadDim: D. kBlockK key rows per tile, kStages K/V tiles in
+// flight. REQUIRES: args.head_dim == kHeadDim; the grid (query tiles x Hq x sequences) within
+// the device's limits.
+//
+// Mma: any sm_80+ GPU; kBlockQ = 16 * kWarps query rows per block (each warp owns 16).
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
-cudaError_t LaunchFlashAttention(const FlashDeviceArgs& args, cudaStream_t stream);
+cudaError_t LaunchFlashAttentionMma(const FlashDeviceArgs& args, cudaStream_t stream);
+// Wgmma: Hopper (compute capability 9.0) with the build targeting sm_90a; kBlockQ = 16 * kWarps
+// query rows per block, 64 per warpgroup of 4 warps. Its shared memory is
+// FlashSharedBytes(...) + 1024 (alignment).
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionWgmma(const FlashDeviceArgs& args, cudaStream_t stream);
 
 // Varlen rows past the last sequence: writes zeros to out rows [covered_q, total_q) (each
 // Hq*D elements of `item_size` bytes) and -inf to their lse entries (when lse is set).

@@ -29,6 +29,16 @@ DeviceInfo Gpu(int sm_count, int64_t shared_optin) {
   return device;
 }
 
+// An H100-like device: compute capability 9.0, 132 SMs, 227 KiB of shared memory per block.
+DeviceInfo Hopper() {
+  DeviceInfo device = Gpu(132, 227 * 1024);
+  device.fingerprint.cc_major = 9;
+  device.fingerprint.cc_minor = 0;
+  return device;
+}
+
+bool IsWgmma(const KernelConfig& config) { return config.algorithm == kFlashWgmmaAlgorithm; }
+
 FlashAttentionProblem Problem(DType dtype, int64_t b, int64_t s, int64_t hq, int64_t d) {
   FlashAttentionProblem p;
   p.dtype = dtype;
@@ -65,6 +75,7 @@ TEST(FlashAttentionConfigTest, EveryCompiledConfigHasALauncher) {
     for (const KernelConfig& config : configs) {
       EXPECT_TRUE(IsFlashConfigCompiled(config, d)) << config.DebugString();
       EXPECT_EQ(config.block_q, 16 * config.num_warps) << config.DebugString();
+      if (IsWgmma(config)) EXPECT_EQ(config.num_warps % 4, 0) << config.DebugString();
       EXPECT_TRUE(seen.insert(config.ToJson()).second) << "duplicate " << config.DebugString();
       for (DType dtype : {DType::kF16, DType::kBF16}) {
         EXPECT_TRUE(SelectFlashLaunch(dtype, d, config).ok()) << d << " " << config.DebugString();
@@ -89,7 +100,8 @@ TEST(FlashAttentionConfigTest, DispatchRejectsWhatIsNotCompiled) {
 }
 
 TEST(FlashAttentionConfigTest, HeuristicIsACompiledCandidateThatFits) {
-  for (const DeviceInfo& device : {Gpu(132, 227 * 1024), Gpu(0, 0), Gpu(8, 100 * 1024)}) {
+  for (const DeviceInfo& device :
+       {Gpu(132, 227 * 1024), Gpu(0, 0), Gpu(8, 100 * 1024), Hopper()}) {
     for (const FlashAttentionProblem& p : Problems()) {
       const KernelConfig best = FlashAttentionHeuristic(p, device);
       EXPECT_EQ(best.platform, "cuda");
@@ -106,14 +118,45 @@ TEST(FlashAttentionConfigTest, HeuristicIsACompiledCandidateThatFits) {
   }
 }
 
-TEST(FlashAttentionConfigTest, HeuristicPicksTheMeasuredShape) {
-  const DeviceInfo h100 = Gpu(132, 227 * 1024);
+TEST(FlashAttentionConfigTest, HeuristicOffHopperPicksTheMeasuredMmaShape) {
+  const DeviceInfo h100 = Gpu(132, 227 * 1024);  // capability unknown: no wgmma
   const KernelConfig d128 = FlashAttentionHeuristic(Problem(DType::kBF16, 4, 4096, 16, 128), h100);
   EXPECT_EQ(d128.block_q, 64);
   EXPECT_EQ(d128.block_k, 64);
   EXPECT_EQ(d128.num_warps, 4);
   EXPECT_EQ(d128.num_stages, 2);
   EXPECT_EQ(FlashAttentionHeuristic(Problem(DType::kBF16, 4, 4096, 16, 64), h100).block_k, 128);
+  EXPECT_FALSE(IsWgmma(d128));
+}
+
+TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
+  const FlashAttentionProblem p = Problem(DType::kBF16, 4, 4096, 16, 128);
+  for (const KernelConfig& c : FlashAttentionCandidates(p, Gpu(132, 227 * 1024))) {
+    EXPECT_FALSE(IsWgmma(c)) << c.DebugString();
+  }
+  const KernelConfig best = FlashAttentionHeuristic(p, Hopper());
+#if defined(KERNELSERVE_FLASH_WGMMA)
+  // The build targets sm_90a: Hopper takes the wgmma kernel, mma.sync stays a candidate.
+  EXPECT_TRUE(IsWgmma(best)) << best.DebugString();
+  EXPECT_EQ(best.block_q, 128);
+  EXPECT_EQ(best.block_k, 128);
+  EXPECT_EQ(best.num_warps, 8);
+  const std::vector<KernelConfig> candidates = FlashAttentionCandidates(p, Hopper());
+  EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
+                          [](const KernelConfig& c) { return !IsWgmma(c); }));
+  EXPECT_FALSE(FlashConfigFits(best, 128, Gpu(132, 227 * 1024)));
+#else
+  EXPECT_FALSE(IsWgmma(best)) << best.DebugString();
+#endif
+}
+
+TEST(FlashAttentionConfigTest, DispatchTellsTheAlgorithmsApart) {
+  KernelConfig config = FlashAttentionCompiledConfigs(128).front();
+  config.algorithm = "tma";
+  const absl::Status status = SelectFlashLaunch(DType::kBF16, 128, config).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("algorithm 'tma'"));
+  EXPECT_FALSE(IsFlashConfigCompiled(config, 128));
 }
 
 TEST(FlashAttentionConfigTest, HeuristicShrinksToTheDevicesSharedMemory) {
