@@ -35,10 +35,10 @@ absl::StatusOr<std::pair<int64_t, int64_t>> CudaMemoryInfo(int ordinal);
 std::unique_ptr<PlatformImpl> MakeCudaMeanPooling();
 
 // The CUDA implementation of flash_attention forward (platform kCuda), for
-// FlashAttentionKernel::AddImpl. f16 and bf16 at head dims 64 and 128, with every option of the
-// contract, with the configs of kernels/cuda/flash_attention_config.h; other inputs: Supports
-// false and Prepare Unimplemented naming what is missing. Streams, uploads and timing as for
-// mean pooling. Thread-safe.
+// FlashAttentionKernel::AddImpl. f16 and bf16 at head dims 32, 64, 96, 128 and 256, with every
+// option of the contract, with the configs of kernels/cuda/flash_attention_config.h; other inputs:
+// Supports false and Prepare Unimplemented naming what is missing. Streams, uploads and timing as
+// for mean pooling. Thread-safe.
 std::unique_ptr<PlatformImpl> MakeCudaFlashAttention();
 
 }  // namespace kernelserve

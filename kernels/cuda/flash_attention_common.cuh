@@ -53,25 +53,33 @@ __device__ __forceinline__ void WaitCopies() {
 
 // Starts copying a tile of kRows rows of kD values (row r from src + r * stride) into shared
 // memory at `tile` + offset(r, c) bytes (c: the first column of a 16-byte chunk); rows at or
-// past `valid` are zero-filled. Thread i always takes chunk i % (kD / 8) of rows
-// i / (kD / 8) + k * kRowStep, so its addresses advance by constants.
+// past `valid` are zero-filled. When the block's threads cover whole rows (kThreads a multiple
+// of kD / 8), thread i always takes chunk i % (kD / 8) of rows i / (kD / 8) + k * kRowStep,
+// so its addresses advance by constants; otherwise (D = 96) it strides through the chunks.
 template <typename T, int kD, int kRows, int kThreads, typename Offset>
 __device__ __forceinline__ void LoadRows(uint32_t tile, const T* src, int64_t stride, int64_t valid,
                                          Offset offset) {
   constexpr int kChunks = kD / 8;
-  static_assert(kThreads % kChunks == 0, "whole rows per pass");
-  constexpr int kRowStep = kThreads / kChunks;
-  static_assert(kRows % kRowStep == 0, "whole passes per tile");
-  const int r0 = static_cast<int>(threadIdx.x) / kChunks;
-  const int c = (static_cast<int>(threadIdx.x) % kChunks) * 8;
   const int valid_rows = static_cast<int>(min(valid, int64_t{kRows}));
-  const T* from = src + r0 * stride + c;
+  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
+    constexpr int kRowStep = kThreads / kChunks;
+    const int r0 = static_cast<int>(threadIdx.x) / kChunks;
+    const int c = (static_cast<int>(threadIdx.x) % kChunks) * 8;
+    const T* from = src + r0 * stride + c;
 #pragma unroll
-  for (int k = 0; k < kRows / kRowStep; ++k) {
-    const int r = r0 + k * kRowStep;
-    const bool ok = r < valid_rows;
-    CopyAsync16(tile + offset(r, c), ok ? from : src, ok);
-    from += kRowStep * stride;
+    for (int k = 0; k < kRows / kRowStep; ++k) {
+      const int r = r0 + k * kRowStep;
+      const bool ok = r < valid_rows;
+      CopyAsync16(tile + offset(r, c), ok ? from : src, ok);
+      from += kRowStep * stride;
+    }
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < kRows * kChunks; i += kThreads) {
+      const int r = i / kChunks;
+      const int c = (i % kChunks) * 8;
+      const bool ok = r < valid_rows;
+      CopyAsync16(tile + offset(r, c), ok ? src + r * stride + c : src, ok);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #include "kernels/cuda/flash_attention_config.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "kernels/cuda/flash_attention_instances.h"
@@ -51,7 +52,10 @@ bool IsHopper(const DeviceInfo& device) {
 
 }  // namespace
 
-bool IsFlashHeadDimCompiled(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool IsFlashHeadDimCompiled(int64_t head_dim) {
+  return std::any_of(std::begin(kCompiled), std::end(kCompiled),
+                     [&](const CompiledShape& s) { return s.head_dim == head_dim; });
+}
 
 std::vector<KernelConfig> FlashAttentionCompiledConfigs(int64_t head_dim) {
   std::vector<KernelConfig> out;
@@ -111,15 +115,17 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device) {
-  // Hopper: the wgmma kernel, two warpgroups x 64 query rows against key tiles of 128 (the
-  // largest tile whose S and O accumulators, 64 + 64 registers a thread at D = 128, leave room
-  // for the probabilities).
-  const KernelConfig hopper = MakeConfig(kWgmma, 128, 128, 8, 3);
+  // Hopper: the wgmma kernel with key tiles of 128 and 3 stages. Measured on an H100
+  // (docs/PERFORMANCE.md): at D = 128 two warpgroups (128 query rows) beat one by 37%; at
+  // D = 64 one warpgroup (two blocks an SM) beats two by 18%.
+  const KernelConfig hopper = problem.head_dim <= 64 ? MakeConfig(kWgmma, 64, 128, 4, 3)
+                                                     : MakeConfig(kWgmma, 128, 128, 8, 3);
   if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
   // Other GPUs, measured on an H100 (docs/PERFORMANCE.md): mma.sync with 4 warps x 64 query
   // rows (two blocks per SM) beat 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens,
-  // causal or not, D 64 and 128.
-  const int block_k = problem.head_dim <= 64 ? 128 : 64;
+  // causal or not, D 64 and 128. Key tiles shrink as D grows so that S, O and the Q fragments
+  // stay in registers: 128 up to D = 64, 64 up to D = 128, 32 at D = 256.
+  const int block_k = problem.head_dim <= 64 ? 128 : problem.head_dim <= 128 ? 64 : 32;
   const KernelConfig preferred = MakeConfig(kMma, 64, block_k, 4, 2);
   if (FlashConfigFits(preferred, problem.head_dim, device)) return preferred;
   // A device with less shared memory: the largest compiled config that fits.

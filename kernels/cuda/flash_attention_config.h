@@ -27,7 +27,7 @@ namespace kernelserve::cuda {
 // KernelConfig::algorithm of the Hopper (wgmma) kernel.
 inline constexpr std::string_view kFlashWgmmaAlgorithm = "wgmma";
 
-// True for the head dims with compiled kernels (64 and 128).
+// True for the head dims with compiled kernels (32, 64, 96, 128 and 256).
 bool IsFlashHeadDimCompiled(int64_t head_dim);
 
 // Every compiled config of `head_dim` (empty when none), in a fixed order.
@@ -51,8 +51,10 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 // A pure function of problem and device; in FlashAttentionCandidates(problem, device) whenever
 // that is not empty.
-// Hopper with wgmma compiled: wgmma, 8 warps x 128 query rows, key tiles of 128, 3 stages.
-// Otherwise mma.sync with 4 warps x 64 query rows, key tiles of 64 at D = 128 and 128 at D = 64,
+// Hopper with wgmma compiled: wgmma with key tiles of 128 and 3 stages, 8 warps x 128 query
+// rows (4 x 64 at D <= 64).
+// Otherwise mma.sync with 4 warps x 64 query rows, key tiles of 128 up to D = 64, 64 up to
+// D = 128 and 32 at D = 256,
 // 2 stages; on a device whose shared memory that exceeds, the largest compiled config that fits.
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device);

@@ -261,9 +261,9 @@ absl::Status CheckFlashProblemSupported(const FlashAttentionProblem& p) {
                      " has no GPU kernel (f16 and bf16 do); run it on the cpu platform"));
   }
   if (!IsFlashHeadDimCompiled(p.head_dim)) {
-    return absl::UnimplementedError(
-        absl::StrCat("flash attention (cuda): head dim ", p.head_dim,
-                     " has no GPU kernel (compiled: 64 and 128); run it on the cpu platform"));
+    return absl::UnimplementedError(absl::StrCat(
+        "flash attention (cuda): head dim ", p.head_dim,
+        " has no GPU kernel (compiled: 32, 64, 96, 128 and 256); run it on the cpu platform"));
   }
   if (p.num_heads_q > kMaxGridYZ || p.num_sequences > kMaxGridYZ) {
     return absl::UnimplementedError(

@@ -10,8 +10,8 @@
 namespace kernelserve::cuda {
 
 // OK when the CUDA kernel runs `problem`; otherwise Unimplemented naming what it lacks (f32
-// inputs, a head dim other than 64 and 128, more than 65535 heads or sequences). Every option
-// of the contract (causal, window, soft cap, scale, GQA/MQA, bias, segment ids, varlen, lse)
+// inputs, a head dim other than 32, 64, 96, 128 and 256, more than 65535 heads or sequences). Every
+// option of the contract (causal, window, soft cap, scale, GQA/MQA, bias, segment ids, varlen, lse)
 // is covered for f16 and bf16 at the compiled head dims. Thread-safe.
 absl::Status CheckFlashProblemSupported(const FlashAttentionProblem& problem);
 

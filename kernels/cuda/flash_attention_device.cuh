@@ -51,10 +51,15 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-// Element offset of (row, col) in a swizzled tile of kD columns. REQUIRES: col % 8 == 0.
+// Element offset of (row, col) in a swizzled tile of kD columns: 16-byte chunk c of row r sits
+// at c ^ (r % 8) within its group of 8 chunks, or c ^ (r % 4) in a last group of 4 (D = 32
+// and 96), so a chunk never leaves its row. REQUIRES: col % 8 == 0; kD % 32 == 0.
 template <int kD>
 __device__ __forceinline__ int Swizzle(int row, int col) {
-  return row * kD + ((((col >> 3) ^ (row & 7))) << 3);
+  constexpr int kWhole = (kD / 8) & ~7;  // chunks in whole groups of 8
+  const int chunk = col >> 3;
+  const int mask = chunk < kWhole ? 7 : 3;
+  return row * kD + ((chunk ^ (row & mask)) << 3);
 }
 
 // Starts copying kRows rows of kD values (row r from src + r * stride) into a swizzled tile;
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
   constexpr int kOTiles = kD / 8;       // n8 tiles of O
   constexpr int kDSteps = kD / 16;      // k16 steps of Q K^T
   static_assert(kBlockQ == 16 * kWarps, "each warp owns 16 query rows");
-  static_assert(kBlockK % 16 == 0 && kD % 16 == 0, "tiles are multiples of 16");
+  static_assert(kBlockK % 16 == 0 && kD % 32 == 0, "tiles are multiples of 16, D of 32");
   static_assert(kStages >= 2, "at least two stages");
 
   extern __shared__ __align__(128) unsigned char smem[];

@@ -42,13 +42,14 @@ absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
     }
 #undef KS_FLASH_CASE
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "flash attention (cuda): no kernel compiled for algorithm '", Sv(config.algorithm),
-      "', dtype ", Sv(DTypeName(dtype)), ", head dim ", head_dim, ", block_q ", config.block_q,
-      ", block_k ", config.block_k, ", num_warps ", config.num_warps, ", num_stages ",
-      config.num_stages,
-      " (compiled: f16/bf16, head dims 64 and 128, algorithm '' or 'wgmma' where the build targets "
-      "sm_90a; see kernels/cuda/flash_attention_config.h)"));
+  return absl::UnimplementedError(
+      absl::StrCat("flash attention (cuda): no kernel compiled for algorithm '",
+                   Sv(config.algorithm), "', dtype ", Sv(DTypeName(dtype)), ", head dim ", head_dim,
+                   ", block_q ", config.block_q, ", block_k ", config.block_k, ", num_warps ",
+                   config.num_warps, ", num_stages ", config.num_stages,
+                   " (compiled: f16/bf16, head dims 32, 64, 96, 128 and 256, algorithm '' or "
+                   "'wgmma' where the build targets "
+                   "sm_90a; see kernels/cuda/flash_attention_config.h)"));
 }
 
 }  // namespace kernelserve::cuda

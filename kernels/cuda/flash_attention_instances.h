@@ -42,6 +42,23 @@
 #define KS_FLASH_INSTANCES_D128(X)               \
   KS_FLASH_SHAPES_(X, kF16, __half, 128, 32, 64) \
   KS_FLASH_SHAPES_(X, kBF16, __nv_bfloat16, 128, 32, 64)
-#define KS_FOR_EACH_FLASH_INSTANCE(X) KS_FLASH_INSTANCES_D64(X) KS_FLASH_INSTANCES_D128(X)
+// Head dims 32, 96 and 256: mma.sync only, 4 warps x 64 rows, two key tile sizes, 2 stages.
+#define KS_FLASH_SMALL_SHAPES_(X, DT, CT, D, BK_SMALL, BK_LARGE) \
+  X(Mma, DT, CT, D, 64, BK_SMALL, 4, 2)                          \
+  X(Mma, DT, CT, D, 64, BK_LARGE, 4, 2)
+#define KS_FLASH_INSTANCES_D32(X)                      \
+  KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 32, 64, 128) \
+  KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 32, 64, 128)
+#define KS_FLASH_INSTANCES_D96(X)                     \
+  KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 96, 32, 64) \
+  KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 96, 32, 64)
+#define KS_FLASH_INSTANCES_D256(X)                     \
+  KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 256, 32, 64) \
+  KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 256, 32, 64)
+
+#define KS_FOR_EACH_FLASH_INSTANCE(X)                                            \
+  KS_FLASH_INSTANCES_D32(X)                                                      \
+  KS_FLASH_INSTANCES_D64(X) KS_FLASH_INSTANCES_D96(X) KS_FLASH_INSTANCES_D128(X) \
+      KS_FLASH_INSTANCES_D256(X)
 
 #endif  // KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_INSTANCES_H_

@@ -56,7 +56,7 @@ FlashAttentionProblem Problem(DType dtype, int64_t b, int64_t s, int64_t hq, int
 std::vector<FlashAttentionProblem> Problems() {
   std::vector<FlashAttentionProblem> out;
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {32, 64, 96, 128, 256}) {
       for (int64_t b : {1, 2, 16}) {
         for (int64_t s : {1, 7, 129, 1000, 8192}) {
           for (int64_t hq : {1, 8, 32}) out.push_back(Problem(dtype, b, s, hq, d));
@@ -68,14 +68,16 @@ std::vector<FlashAttentionProblem> Problems() {
 }
 
 TEST(FlashAttentionConfigTest, EveryCompiledConfigHasALauncher) {
-  for (int64_t d : {64, 128}) {
+  for (int64_t d : {32, 64, 96, 128, 256}) {
     const std::vector<KernelConfig> configs = FlashAttentionCompiledConfigs(d);
     ASSERT_FALSE(configs.empty()) << "head dim " << d;
     std::set<std::string> seen;
     for (const KernelConfig& config : configs) {
       EXPECT_TRUE(IsFlashConfigCompiled(config, d)) << config.DebugString();
       EXPECT_EQ(config.block_q, 16 * config.num_warps) << config.DebugString();
-      if (IsWgmma(config)) EXPECT_EQ(config.num_warps % 4, 0) << config.DebugString();
+      if (IsWgmma(config)) {
+        EXPECT_EQ(config.num_warps % 4, 0) << config.DebugString();
+      }
       EXPECT_TRUE(seen.insert(config.ToJson()).second) << "duplicate " << config.DebugString();
       for (DType dtype : {DType::kF16, DType::kBF16}) {
         EXPECT_TRUE(SelectFlashLaunch(dtype, d, config).ok()) << d << " " << config.DebugString();
@@ -88,20 +90,19 @@ TEST(FlashAttentionConfigTest, DispatchRejectsWhatIsNotCompiled) {
   const KernelConfig config = FlashAttentionCompiledConfigs(128).front();
   EXPECT_EQ(SelectFlashLaunch(DType::kF32, 128, config).status().code(),
             absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(SelectFlashLaunch(DType::kBF16, 96, config).status().code(),
+  EXPECT_EQ(SelectFlashLaunch(DType::kBF16, 80, config).status().code(),
             absl::StatusCode::kUnimplemented);
   KernelConfig odd = config;
   odd.block_k = 48;
   const absl::Status status = SelectFlashLaunch(DType::kBF16, 128, odd).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(status.message(), HasSubstr("block_k 48"));
-  EXPECT_TRUE(FlashAttentionCompiledConfigs(96).empty());
+  EXPECT_TRUE(FlashAttentionCompiledConfigs(80).empty());
   EXPECT_FALSE(IsFlashConfigCompiled(odd, 128));
 }
 
 TEST(FlashAttentionConfigTest, HeuristicIsACompiledCandidateThatFits) {
-  for (const DeviceInfo& device :
-       {Gpu(132, 227 * 1024), Gpu(0, 0), Gpu(8, 100 * 1024), Hopper()}) {
+  for (const DeviceInfo& device : {Gpu(132, 227 * 1024), Gpu(0, 0), Gpu(8, 100 * 1024), Hopper()}) {
     for (const FlashAttentionProblem& p : Problems()) {
       const KernelConfig best = FlashAttentionHeuristic(p, device);
       EXPECT_EQ(best.platform, "cuda");
@@ -145,6 +146,13 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
                           [](const KernelConfig& c) { return !IsWgmma(c); }));
   EXPECT_FALSE(FlashConfigFits(best, 128, Gpu(132, 227 * 1024)));
+  const KernelConfig d64 =
+      FlashAttentionHeuristic(Problem(DType::kBF16, 16, 1024, 16, 64), Hopper());
+  EXPECT_TRUE(IsWgmma(d64)) << d64.DebugString();
+  EXPECT_EQ(d64.block_q, 64);
+  EXPECT_EQ(d64.num_warps, 4);
+  // No wgmma kernel at D = 96: mma.sync.
+  EXPECT_FALSE(IsWgmma(FlashAttentionHeuristic(Problem(DType::kBF16, 2, 512, 8, 96), Hopper())));
 #else
   EXPECT_FALSE(IsWgmma(best)) << best.DebugString();
 #endif
@@ -202,9 +210,9 @@ TEST(FlashAttentionConfigTest, UnsupportedProblemsAreUnimplemented) {
   const absl::Status f32 = CheckFlashProblemSupported(Problem(DType::kF32, 1, 7, 2, 64));
   EXPECT_EQ(f32.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(f32.message(), HasSubstr("f32"));
-  const absl::Status d96 = CheckFlashProblemSupported(Problem(DType::kBF16, 1, 7, 2, 96));
-  EXPECT_EQ(d96.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(d96.message(), HasSubstr("head dim 96"));
+  const absl::Status other = CheckFlashProblemSupported(Problem(DType::kBF16, 1, 7, 2, 80));
+  EXPECT_EQ(other.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(other.message(), HasSubstr("head dim 80"));
 }
 
 TEST(FlashAttentionConfigTest, SupportsIsFalseForUnsupportedInputs) {
@@ -221,7 +229,7 @@ TEST(FlashAttentionConfigTest, SupportsIsFalseForUnsupportedInputs) {
   };
   EXPECT_TRUE(impl->Supports(config, specs(DType::kBF16, 64), gpu));
   EXPECT_FALSE(impl->Supports(config, specs(DType::kF32, 64), gpu));
-  EXPECT_FALSE(impl->Supports(config, specs(DType::kBF16, 96), gpu));
+  EXPECT_FALSE(impl->Supports(config, specs(DType::kBF16, 80), gpu));
   EXPECT_FALSE(impl->Supports(config, specs(DType::kBF16, 128), gpu));
   DeviceInfo cpu = gpu;
   cpu.platform = Platform::kCpu;
