@@ -1,0 +1,380 @@
+#include "proto/tensor_wire.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/unknown_field_set.h"
+
+namespace kernelserve::wire {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::UnknownField;
+using google::protobuf::UnknownFieldSet;
+
+// The field that stands in for an extracted Tensor.data in the remainder protobuf parses: the
+// largest field number, as a varint holding the index of the extracted bytes. Protobuf keeps
+// it among the Tensor's unknown fields, where Restore finds it.
+constexpr uint32_t kMarkerField = (uint32_t{1} << 29) - 1;
+constexpr int kMaxDepth = 64;
+
+// Sequential reads over the chunks of a ZeroCopyInputStream (the message's gRPC slices).
+class Cursor {
+ public:
+  explicit Cursor(google::protobuf::io::ZeroCopyInputStream* in) : in_(in) {}
+
+  uint64_t position() const { return position_; }
+
+  bool ReadVarint(uint64_t* value) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ == end_ && !Refill()) return false;
+      const uint8_t byte = static_cast<uint8_t>(*p_++);
+      ++position_;
+      result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) {
+        *value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Appends the next `n` bytes to `out`.
+  bool Append(uint64_t n, std::string* out) {
+    while (n > 0) {
+      if (p_ == end_ && !Refill()) return false;
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, end_ - p_));
+      out->append(p_, take);
+      p_ += take;
+      position_ += take;
+      n -= take;
+    }
+    return true;
+  }
+
+ private:
+  bool Refill() {
+    const void* data = nullptr;
+    int size = 0;
+    while (in_->Next(&data, &size)) {
+      if (size > 0) {
+        p_ = static_cast<const char*>(data);
+        end_ = p_ + size;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  google::protobuf::io::ZeroCopyInputStream* in_;
+  const char* p_ = nullptr;
+  const char* end_ = nullptr;
+  uint64_t position_ = 0;
+};
+
+void PutVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+// Reserves `n` bytes in empty `s`. Large buffers ask for transparent huge pages: the pages are
+// fresh (glibc maps allocations this size anew), and 2 MiB faults cost far less than 512 4 KiB
+// ones. Advisory; ignored where THP is off.
+void ReserveLarge(std::string* s, size_t n) {
+  s->reserve(n);
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(s->data()) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(s->data()) + n) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+// Copies the `size` bytes of one message of `type` from `in` to `out`. Each Tensor.data of at
+// least kLargeFieldBytes goes to `extracted` instead, and a marker field holding its index
+// takes its place. Submessages that may hold one are rewritten the same way (their length
+// prefixes change); everything else is copied as it is, in wire order.
+bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
+             std::vector<std::string>* extracted, int depth) {
+  static const FieldDescriptor* const kTensorData =
+      v1::Tensor::descriptor()->FindFieldByNumber(v1::Tensor::kDataFieldNumber);
+  if (depth > kMaxDepth) return false;
+  const uint64_t end = in.position() + size;
+  while (in.position() < end) {
+    uint64_t tag = 0;
+    if (!in.ReadVarint(&tag) || (tag >> 3) == 0 || (tag >> 3) > kMarkerField) return false;
+    const uint32_t number = static_cast<uint32_t>(tag >> 3);
+    switch (tag & 7) {
+      case 0: {  // varint
+        uint64_t value = 0;
+        if (!in.ReadVarint(&value)) return false;
+        PutVarint(tag, out);
+        PutVarint(value, out);
+        break;
+      }
+      case 1:  // fixed64
+      case 5:  // fixed32
+        PutVarint(tag, out);
+        if (!in.Append((tag & 7) == 1 ? 8 : 4, out)) return false;
+        break;
+      case 2: {  // length-delimited
+        uint64_t n = 0;
+        if (!in.ReadVarint(&n) || n > end - in.position()) return false;
+        const FieldDescriptor* field =
+            n >= kLargeFieldBytes && type != nullptr ? type->FindFieldByNumber(number) : nullptr;
+        if (field == kTensorData) {
+          std::string& bytes = extracted->emplace_back();
+          ReserveLarge(&bytes, static_cast<size_t>(n));
+          if (!in.Append(n, &bytes)) return false;
+          PutVarint(uint64_t{kMarkerField} << 3, out);
+          PutVarint(extracted->size() - 1, out);
+        } else if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE) {
+          std::string sub;
+          if (!Rewrite(in, n, field->message_type(), &sub, extracted, depth + 1)) return false;
+          PutVarint(tag, out);
+          PutVarint(sub.size(), out);
+          out->append(sub);
+        } else {
+          PutVarint(tag, out);
+          PutVarint(n, out);
+          if (!in.Append(n, out)) return false;
+        }
+        break;
+      }
+      default:  // groups: not used by kernelserve.v1
+        return false;
+    }
+  }
+  return in.position() == end;
+}
+
+// Puts back the extracted bytes a marker in `tensor` points to. False for a marker that is
+// malformed, out of range or used twice.
+bool Restore(v1::Tensor& tensor, std::vector<std::string>& extracted, std::vector<bool>& used) {
+  const UnknownFieldSet& unknown = tensor.GetReflection()->GetUnknownFields(tensor);
+  if (unknown.empty()) return true;
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const UnknownField& field = unknown.field(i);
+    if (field.number() != static_cast<int>(kMarkerField)) continue;
+    if (field.type() != UnknownField::TYPE_VARINT || field.varint() >= extracted.size() ||
+        used[field.varint()]) {
+      return false;
+    }
+    used[field.varint()] = true;
+    tensor.mutable_data()->swap(extracted[field.varint()]);
+  }
+  tensor.GetReflection()->MutableUnknownFields(&tensor)->DeleteByNumber(kMarkerField);
+  return true;
+}
+
+template <typename Map>
+bool RestoreMap(Map& tensors, std::vector<std::string>& extracted, std::vector<bool>& used) {
+  for (auto& [name, tensor] : tensors) {
+    if (!Restore(tensor, extracted, used)) return false;
+  }
+  return true;
+}
+
+// Every Tensor of each message type, for Restore.
+bool RestoreAll(v1::ExecuteRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+  return RestoreMap(*m.mutable_inputs(), e, u);
+}
+bool RestoreAll(v1::ExecuteResponse& m, std::vector<std::string>& e, std::vector<bool>& u) {
+  return RestoreMap(*m.mutable_outputs(), e, u);
+}
+bool RestoreAll(v1::AutotuneRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+  return RestoreMap(*m.mutable_inputs(), e, u);
+}
+bool RestoreAll(v1::PutConfigRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+  return RestoreMap(*m.mutable_inputs(), e, u);
+}
+bool RestoreAll(v1::ExecuteBatchRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+  for (v1::ExecuteRequest& item : *m.mutable_items()) {
+    if (!RestoreAll(item, e, u)) return false;
+  }
+  return true;
+}
+bool RestoreAll(v1::ExecuteBatchResponse& m, std::vector<std::string>& e, std::vector<bool>& u) {
+  for (v1::ExecuteResponse& item : *m.mutable_items()) {
+    if (!RestoreAll(item, e, u)) return false;
+  }
+  return true;
+}
+
+// The extracting parse; false when it cannot be used (then the caller parses as gRPC does).
+template <typename Message>
+bool ParseLarge(grpc::ByteBuffer* buffer, Message* message) {
+  grpc::ProtoBufferReader reader(buffer);
+  if (!reader.status().ok()) return false;
+  Cursor in(&reader);
+  std::string rest;
+  std::vector<std::string> extracted;
+  if (!Rewrite(in, buffer->Length(), Message::descriptor(), &rest, &extracted, 0)) return false;
+  message->Clear();
+  if (!message->ParseFromString(rest)) return false;
+  std::vector<bool> used(extracted.size(), false);
+  if (!RestoreAll(*message, extracted, used)) return false;
+  for (bool u : used) {
+    if (!u) return false;  // a tensor in a place RestoreAll does not visit
+  }
+  return true;
+}
+
+template <typename Message>
+grpc::Status DeserializeMessage(grpc::ByteBuffer* buffer, Message* message) {
+  if (buffer == nullptr) return grpc::Status(grpc::StatusCode::INTERNAL, "No payload");
+  if (buffer->Length() >= kLargeMessageBytes && ParseLarge(buffer, message)) {
+    buffer->Clear();
+    return grpc::Status::OK;
+  }
+  return grpc::GenericDeserialize<grpc::ProtoBufferReader, Message>(buffer, message);
+}
+
+// A ZeroCopyOutputStream into grpc::Slices. WriteAliasedRaw (which protobuf calls for bytes
+// fields when aliasing is on) appends a slice that points at the bytes and holds a reference
+// to `owner`, instead of copying them.
+class AliasingWriter : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  explicit AliasingWriter(std::shared_ptr<const void> owner) : owner_(std::move(owner)) {}
+
+  bool Next(void** data, int* size) override {
+    Commit();
+    current_ = grpc::Slice(kBlockBytes);
+    used_ = kBlockBytes;
+    count_ += kBlockBytes;
+    *data = const_cast<uint8_t*>(current_.begin());
+    *size = static_cast<int>(kBlockBytes);
+    return true;
+  }
+  void BackUp(int count) override {
+    used_ -= static_cast<size_t>(count);
+    count_ -= count;
+  }
+  int64_t ByteCount() const override { return count_; }
+  bool AllowsAliasing() const override { return true; }
+  bool WriteAliasedRaw(const void* data, int size) override {
+    Commit();
+    auto* ref = new std::shared_ptr<const void>(owner_);
+    slices_.emplace_back(
+        grpc_slice_new_with_user_data(
+            const_cast<void*>(data), static_cast<size_t>(size),
+            [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, ref),
+        grpc::Slice::STEAL_REF);
+    count_ += size;
+    return true;
+  }
+
+  // The slices written, as one buffer. REQUIRES: the CodedOutputStream over this is gone.
+  void Finish(grpc::ByteBuffer* buffer) {
+    Commit();
+    grpc::ByteBuffer result(slices_.data(), slices_.size());
+    buffer->Swap(&result);
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = 16 << 10;
+
+  void Commit() {
+    if (used_ > 0) slices_.push_back(used_ == current_.size() ? current_ : current_.sub(0, used_));
+    current_ = grpc::Slice();
+    used_ = 0;
+  }
+
+  std::shared_ptr<const void> owner_;
+  std::vector<grpc::Slice> slices_;
+  grpc::Slice current_;
+  size_t used_ = 0;
+  int64_t count_ = 0;
+};
+
+template <typename Message>
+grpc::Status SerializeResponseMessage(Message& message, grpc::ByteBuffer* buffer,
+                                      bool* own_buffer) {
+  if (message.ByteSizeLong() < kLargeMessageBytes) {
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, Message>(message, buffer, own_buffer);
+  }
+  auto shared = std::make_shared<Message>();
+  shared->Swap(&message);
+  *own_buffer = true;
+  return SerializeShared(std::move(shared), buffer);
+}
+
+}  // namespace
+
+grpc::Status SerializeShared(std::shared_ptr<const google::protobuf::MessageLite> message,
+                             grpc::ByteBuffer* buffer) {
+  const size_t size = message->ByteSizeLong();
+  if (size > INT_MAX) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "message over 2 GiB: protobuf cannot serialize it");
+  }
+  const google::protobuf::MessageLite& m = *message;
+  if (size < kLargeMessageBytes) {  // one exactly sized slice; nothing worth aliasing
+    bool own_buffer = true;
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::MessageLite>(
+        m, buffer, &own_buffer);
+  }
+  AliasingWriter writer(std::move(message));
+  {
+    google::protobuf::io::CodedOutputStream out(&writer);
+    out.EnableAliasing(true);
+    m.SerializeWithCachedSizes(&out);
+    if (out.HadError()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "Failed to serialize message");
+    }
+  }
+  writer.Finish(buffer);
+  return grpc::Status::OK;
+}
+
+grpc::Status SerializeResponse(v1::ExecuteResponse& message, grpc::ByteBuffer* buffer,
+                               bool* own_buffer) {
+  return SerializeResponseMessage(message, buffer, own_buffer);
+}
+
+grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuffer* buffer,
+                               bool* own_buffer) {
+  return SerializeResponseMessage(message, buffer, own_buffer);
+}
+
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message) {
+  return ParseLarge(buffer, message);
+}
+
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+
+}  // namespace kernelserve::wire

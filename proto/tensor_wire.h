@@ -1,0 +1,119 @@
+// gRPC (de)serialization of the messages that carry tensor bytes (ExecuteRequest,
+// ExecuteResponse, their batch forms, AutotuneRequest, PutConfigRequest).
+//
+// Protobuf's parser reads a bytes field that spans many gRPC slices by appending slice after
+// slice to a string reserved for at most 50 MB, so a 256 MiB tensor is copied 2.4 times over
+// (50 -> 100 -> 200 -> 400 MB growth) into ~600 MB of freshly faulted pages. For a message of
+// kLargeMessageBytes or more, Deserialize here instead walks the wire format once, copies
+// each large Tensor.data straight from the slices into a string of the exact size (huge-page
+// backed when the kernel allows), and lets protobuf parse only the small remainder.
+// Smaller messages take gRPC's usual path.
+//
+// Sending: gRPC copies a message into 1 MiB slices before it writes any of it. SerializeShared
+// instead points slices at the large Tensor.data bytes of a shared, immutable message (kept
+// alive until gRPC lets go of them). The server's responses take that path through the
+// traits below: for a response of kLargeMessageBytes or more, Serialize moves the contents out
+// of the response object (O(1), Swap) into such a shared message, so after Finish/StartWrite
+// the response object is left empty. Requests serialized through the traits are copied, as the
+// caller may reuse them; Client sends its own requests with SerializeShared.
+//
+// The generated kernel_service.pb.h includes this header at its end (proto/CMakeLists.txt
+// appends the include), so every translation unit that sees the message types also sees
+// these specializations, as C++ requires of an explicit specialization.
+#ifndef KERNELSERVE_PROTO_TENSOR_WIRE_H_
+#define KERNELSERVE_PROTO_TENSOR_WIRE_H_
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/status.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "kernelserve/v1/kernel_service.pb.h"
+
+namespace kernelserve::wire {
+
+// Messages of at least this many bytes take the extracting parser.
+inline constexpr size_t kLargeMessageBytes = size_t{1} << 20;
+// Tensor.data fields of at least this many bytes (in a large message) are copied out directly.
+inline constexpr size_t kLargeFieldBytes = size_t{64} << 10;
+
+// Parses `buffer` into `message` and clears the buffer, as grpc::GenericDeserialize does.
+// INTERNAL for malformed data.
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message);
+
+// The extracting parse alone, whatever the size: false where it cannot be used (malformed
+// data, or a marker field it did not place), and the traits then parse as gRPC does. For tests.
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message);
+
+// Serializes `message` into `buffer`. In a message of kLargeMessageBytes or more, the large
+// bytes and string fields (those protobuf hands to WriteAliasedRaw: any that does not fit the
+// current 16 KiB block) are not copied: their slices point into `message`, which the slices
+// keep alive. REQUIRES: nothing modifies `message` while `buffer`, or a copy gRPC took of it,
+// lives.
+grpc::Status SerializeShared(std::shared_ptr<const google::protobuf::MessageLite> message,
+                             grpc::ByteBuffer* buffer);
+
+// The traits' Serialize of a response: a small one as gRPC does, a large one by moving its
+// contents into a shared message for SerializeShared (leaving `message` empty).
+grpc::Status SerializeResponse(v1::ExecuteResponse& message, grpc::ByteBuffer* buffer,
+                               bool* own_buffer);
+grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuffer* buffer,
+                               bool* own_buffer);
+
+}  // namespace kernelserve::wire
+
+// Requests: serialized as gRPC does (copied), parsed by wire::Deserialize.
+#define KERNELSERVE_WIRE_TRAITS(Message)                                                           \
+  template <>                                                                                      \
+  class SerializationTraits<::kernelserve::v1::Message, void> {                                    \
+   public:                                                                                         \
+    static Status Serialize(const ::grpc::protobuf::MessageLite& msg, ByteBuffer* bb,              \
+                            bool* own_buffer) {                                                    \
+      return GenericSerialize<ProtoBufferWriter, ::kernelserve::v1::Message>(msg, bb, own_buffer); \
+    }                                                                                              \
+    static Status Deserialize(ByteBuffer* buffer, ::kernelserve::v1::Message* msg) {               \
+      return ::kernelserve::wire::Deserialize(buffer, msg);                                        \
+    }                                                                                              \
+  };
+
+// Responses: serialized by wire::SerializeResponse (large ones without copying the tensor
+// bytes, emptying the response), parsed by wire::Deserialize.
+#define KERNELSERVE_WIRE_RESPONSE_TRAITS(Message)                                        \
+  template <>                                                                            \
+  class SerializationTraits<::kernelserve::v1::Message, void> {                          \
+   public:                                                                               \
+    static Status Serialize(const ::grpc::protobuf::MessageLite& msg, ByteBuffer* bb,    \
+                            bool* own_buffer) {                                          \
+      /* The server owns its (non-const) response objects and never reads them again. */ \
+      return ::kernelserve::wire::SerializeResponse(                                     \
+          const_cast<::kernelserve::v1::Message&>(                                       \
+              static_cast<const ::kernelserve::v1::Message&>(msg)),                      \
+          bb, own_buffer);                                                               \
+    }                                                                                    \
+    static Status Deserialize(ByteBuffer* buffer, ::kernelserve::v1::Message* msg) {     \
+      return ::kernelserve::wire::Deserialize(buffer, msg);                              \
+    }                                                                                    \
+  };
+
+namespace grpc {
+KERNELSERVE_WIRE_TRAITS(ExecuteRequest)
+KERNELSERVE_WIRE_RESPONSE_TRAITS(ExecuteResponse)
+KERNELSERVE_WIRE_TRAITS(ExecuteBatchRequest)
+KERNELSERVE_WIRE_RESPONSE_TRAITS(ExecuteBatchResponse)
+KERNELSERVE_WIRE_TRAITS(AutotuneRequest)
+KERNELSERVE_WIRE_TRAITS(PutConfigRequest)
+}  // namespace grpc
+
+#undef KERNELSERVE_WIRE_TRAITS
+#undef KERNELSERVE_WIRE_RESPONSE_TRAITS
+
+#endif  // KERNELSERVE_PROTO_TENSOR_WIRE_H_
