@@ -9,6 +9,7 @@
 #include "client/status_convert.h"
 #include "core/status_macros.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/convert.h"
 
@@ -114,7 +115,11 @@ Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),
       authorization_(options_.token.empty() ? "" : absl::StrCat("Bearer ", options_.token)),
       channel_(std::move(channel)),
-      stub_(v1::KernelService::NewStub(channel_)) {}
+      stub_(v1::KernelService::NewStub(channel_)),
+      execute_method_("/kernelserve.v1.KernelService/Execute",
+                      grpc::internal::RpcMethod::NORMAL_RPC, channel_),
+      execute_batch_method_("/kernelserve.v1.KernelService/ExecuteBatch",
+                            grpc::internal::RpcMethod::NORMAL_RPC, channel_) {}
 
 void Client::Prepare(grpc::ClientContext* context, absl::Duration deadline) const {
   if (deadline == absl::ZeroDuration()) deadline = options_.deadline;
@@ -133,10 +138,15 @@ absl::StatusOr<RunResult> Client::Run(v1::ExecuteRequest& request, const RunOpti
   if (run.policy.allow_heuristics) policy->set_allow_heuristics(*run.policy.allow_heuristics);
   if (run.policy.persist) policy->set_persist(*run.policy.persist);
   request.set_request_id(run.request_id);
+  // The request is ours: its tensor bytes go out without a copy (wire::SerializeShared).
+  grpc::ByteBuffer buffer;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeShared(
+      std::make_shared<const v1::ExecuteRequest>(std::move(request)), &buffer)));
   grpc::ClientContext context;
   Prepare(&context, run.deadline);
   v1::ExecuteResponse response;
-  KS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Execute(&context, request, &response)));
+  KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
+      channel_.get(), execute_method_, &context, buffer, &response)));
   return TakeRunResult(&response);
 }
 
@@ -175,7 +185,19 @@ absl::StatusOr<RunResult> Client::Execute(const v1::ExecuteRequest& request) con
   grpc::ClientContext context;
   Prepare(&context, absl::ZeroDuration());
   v1::ExecuteResponse response;
-  KS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Execute(&context, request, &response)));
+  KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
+      channel_.get(), execute_method_, &context, request, &response)));
+  return TakeRunResult(&response);
+}
+
+absl::StatusOr<RunResult> Client::Execute(std::shared_ptr<const v1::ExecuteRequest> request) const {
+  grpc::ByteBuffer buffer;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeShared(std::move(request), &buffer)));
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  v1::ExecuteResponse response;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
+      channel_.get(), execute_method_, &context, buffer, &response)));
   return TakeRunResult(&response);
 }
 
@@ -183,7 +205,8 @@ absl::StatusOr<BatchResult> Client::ExecuteBatch(const v1::ExecuteBatchRequest& 
   grpc::ClientContext context;
   Prepare(&context, absl::ZeroDuration());
   v1::ExecuteBatchResponse response;
-  KS_RETURN_IF_ERROR(FromGrpcStatus(stub_->ExecuteBatch(&context, request, &response)));
+  KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
+      channel_.get(), execute_batch_method_, &context, request, &response)));
   BatchResult result;
   for (v1::ExecuteResponse& item : *response.mutable_items()) {
     result.items.push_back(TakeRunResult(&item));

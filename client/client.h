@@ -137,6 +137,10 @@ class Client {
 
   // Raw calls: the request as written by the caller, the client's default deadline.
   absl::StatusOr<RunResult> Execute(const v1::ExecuteRequest& request) const;
+  // Execute without copying the request's large tensor bytes into gRPC's buffers: they are
+  // sent from `request` itself, which gRPC keeps alive (and which must not change) until sent.
+  // The way to send one large request many times.
+  absl::StatusOr<RunResult> Execute(std::shared_ptr<const v1::ExecuteRequest> request) const;
   absl::StatusOr<BatchResult> ExecuteBatch(const v1::ExecuteBatchRequest& request) const;
   // Sends every request on one ExecuteStream call and returns one answer per request, in
   // request order: its result, or the in-band error the server gave that item (the stream goes
@@ -177,6 +181,10 @@ class Client {
   const std::string authorization_;  // "Bearer <token>", or "" for none
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::KernelService::Stub> stub_;
+  // Execute and ExecuteBatch called with the messages' own types (the stub's generated methods
+  // go through MessageLite), so that proto/tensor_wire.h's traits parse the answers.
+  const grpc::internal::RpcMethod execute_method_;
+  const grpc::internal::RpcMethod execute_batch_method_;
 };
 
 }  // namespace kernelserve

@@ -52,7 +52,7 @@ std::string ProgressBar(double fraction, int width) {
                          static_cast<int>(fraction * 100));
 }
 
-BenchReport RunBench(const Client& client, const v1::ExecuteRequest& request,
+BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequest> request,
                      const BenchOptions& options) {
   std::atomic<int64_t> started{0}, ok{0}, errors{0};
   absl::Mutex mu;

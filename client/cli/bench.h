@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -41,8 +42,9 @@ struct BenchReport {
 };
 
 // Sends `request` from options.concurrency threads until the duration or max_requests ends.
-// Failed calls are counted, never fatal. REQUIRES: options.concurrency >= 1.
-BenchReport RunBench(const Client& client, const v1::ExecuteRequest& request,
+// Failed calls are counted, never fatal. The calls share `request` (Client::Execute of a
+// shared request: its tensor bytes are sent without a copy). REQUIRES: options.concurrency >= 1.
+BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequest> request,
                      const BenchOptions& options);
 
 // The p-th percentile (0 < p <= 100) of ascending `sorted` by nearest rank; 0 when empty.

@@ -74,7 +74,8 @@ absl::Status CmdBench(const CommandContext& ctx) {
     return absl::InvalidArgumentError("--requests: expected a count >= 0 (0 = no limit)");
   }
   if (ctx.err_is_tty) options.progress = ctx.err;
-  const BenchReport report = RunBench(*ctx.client, request, options);
+  const BenchReport report = RunBench(
+      *ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)), options);
   if (ctx.json) {
     *ctx.out << ReportJson(report, options).dump(2) << "\n";
   } else {
