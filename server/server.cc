@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "core/config_tiers.h"
 #include "core/status_macros.h"
 #include "kernels/register.h"
+#include "proto/process_tuning.h"
 #include "server/device_memory.h"
 
 namespace kernelserve::server {
@@ -67,6 +69,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   return grpc::SslServerCredentials(ssl);
 }
 
+// This process's resident memory (/proc/self/statm); 0 when unknown.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
 // `address` with its port replaced by `port`.
 std::string WithPort(const std::string& address, int port) {
   const size_t colon = address.rfind(':');
@@ -117,7 +127,10 @@ absl::Status Server::Init() {
   }
   SampleDevices();
   sampler_ = std::thread([this] {
-    while (!stop_sampler_.WaitForNotificationWithTimeout(absl::Seconds(2))) SampleDevices();
+    while (!stop_sampler_.WaitForNotificationWithTimeout(absl::Seconds(2))) {
+      SampleDevices();
+      MaybeReleaseMemory();
+    }
   });
   return StartGrpc();
 }
@@ -158,6 +171,23 @@ absl::Status Server::StartGrpc() {
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
   return absl::OkStatus();
+}
+
+void Server::MaybeReleaseMemory() {
+  // main() keeps freed memory for reuse (proto/process_tuning.h); after 30 s with no request
+  // seen in flight, the part of it that grew since the last release goes back to the kernel.
+  constexpr int kIdleSamples = 15;                    // of the sampler's 2 s
+  constexpr int64_t kSlackBytes = int64_t{64} << 20;  // RSS growth worth a malloc_trim
+  if (budget_->requests() > 0) {
+    idle_samples_ = 0;
+    return;
+  }
+  if (++idle_samples_ < kIdleSamples) return;
+  const int64_t resident = ResidentBytes();
+  if (resident > resident_after_release_ + kSlackBytes) {
+    ReleaseRetainedMemory();
+    resident_after_release_ = ResidentBytes();
+  }
 }
 
 void Server::SampleDevices() {

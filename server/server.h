@@ -50,6 +50,8 @@ class Server {
   absl::Status Init();
   absl::Status StartGrpc();
   void SampleDevices();
+  // Gives freed memory back to the kernel when the server has been idle a while (sampler).
+  void MaybeReleaseMemory();
 
   const ServerOptions options_;
   KernelRegistry registry_;
@@ -65,6 +67,8 @@ class Server {
   int metrics_port_ = 0;
   absl::Notification stop_sampler_;
   std::thread sampler_;
+  int idle_samples_ = 0;                // sampler thread only
+  int64_t resident_after_release_ = 0;  // sampler thread only
   bool shut_down_ = false;
 };
 

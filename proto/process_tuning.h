@@ -1,0 +1,28 @@
+// Process-wide settings for a program that sends or receives large tensors over gRPC: the
+// server and the kernelserve CLI call TuneProcess() first thing in main().
+#ifndef KERNELSERVE_PROTO_PROCESS_TUNING_H_
+#define KERNELSERVE_PROTO_PROCESS_TUNING_H_
+
+#include <cstdint>
+
+namespace kernelserve {
+
+// Freed memory this process keeps for reuse rather than giving back to the kernel.
+inline constexpr int64_t kRetainedFreeBytes = int64_t{1} << 30;
+
+// Before any thread starts:
+// - glibc malloc keeps large freed blocks for reuse (one arena, no per-block mmap, up to
+//   kRetainedFreeBytes kept at the heap's top). On this project's machines a fresh 4 KiB page
+//   costs a fault and a zeroing; a 256 MiB tensor that lands in fresh pages takes ~200 ms to
+//   write, one in reused pages ~30 ms (docs/PERFORMANCE.md, the service section). Each large
+//   request allocates several such buffers (received bytes, kernel output, its host copy).
+// - absl::Mutex deadlock detection, on in Debian's abseil build and used by every gRPC lock,
+//   is turned off (about a tenth of the CPU of a small call).
+void TuneProcess();
+
+// Gives the freed memory kept by TuneProcess back to the kernel (malloc_trim); for idle times.
+void ReleaseRetainedMemory();
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_PROTO_PROCESS_TUNING_H_
