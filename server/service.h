@@ -56,8 +56,10 @@ class KernelServiceImpl final : public v1::KernelService::CallbackService {
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
   // Queues `run` on `device`'s worker under the in-flight byte budget; the budget is given
   // back after `run`. ResourceExhausted when the budget or the queue is full (run not called).
+  // `may_run_inline`: see WorkItem::may_run_inline (run here when the CPU worker is idle).
   absl::Status Dispatch(grpc::CallbackServerContext* context, int device, int64_t bytes,
-                        std::function<void(absl::Status status, int64_t queue_us)> run);
+                        std::function<void(absl::Status status, int64_t queue_us)> run,
+                        bool may_run_inline = false);
   // Records the request metrics and finishes `reactor` with `status`.
   void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status,
               std::string_view kernel, std::string_view platform, Clock::time_point start,

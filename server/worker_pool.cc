@@ -44,17 +44,31 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
   }
   Worker& worker = *it->second;
   int depth = 0;
+  bool run_here = false;
   {
     absl::MutexLock lock(&worker.mu);
     if (worker.stopping) return absl::UnavailableError("the server is shutting down");
-    if (static_cast<int>(worker.queue.size()) >= options_.max_queue) {
+    if (item.may_run_inline && device == -1 && worker.queue.empty() && worker.running == 0) {
+      run_here = true;
+      ++worker.running;
+    } else if (static_cast<int>(worker.queue.size()) >= options_.max_queue) {
       return absl::ResourceExhaustedError(absl::StrCat("the queue of device ", device, " is full (",
                                                        options_.max_queue, " requests waiting)"));
+    } else {
+      worker.queue.emplace_back(std::move(item), SteadyClock::now());
     }
-    worker.queue.emplace_back(std::move(item), SteadyClock::now());
     depth = static_cast<int>(worker.queue.size()) + worker.running;
   }
   ReportDepth(worker, depth);
+  if (run_here) {
+    item.run(DropReason(item), 0);
+    {
+      absl::MutexLock lock(&worker.mu);
+      --worker.running;
+      depth = static_cast<int>(worker.queue.size()) + worker.running;
+    }
+    ReportDepth(worker, depth);
+  }
   return absl::OkStatus();
 }
 
@@ -99,8 +113,10 @@ void WorkerPool::ReportDepth(const Worker& worker, int depth) const {
 }
 
 void WorkerPool::Loop(Worker* worker) {
+  // Nothing starts while an item runs inline on a submitting thread (running > 0 here).
   auto ready = [worker]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return !worker->queue.empty() || worker->stopping;
+    return (!worker->queue.empty() && worker->running == 0) ||
+           (worker->stopping && worker->queue.empty());
   };
   while (true) {
     WorkItem item;

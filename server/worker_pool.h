@@ -28,6 +28,11 @@ struct WorkItem {
   // Runs exactly once on the worker thread: `status` is OK to do the work, or why it was
   // dropped (DeadlineExceeded, Cancelled). `queue_us` is the time spent waiting. REQUIRED.
   std::function<void(absl::Status status, int64_t queue_us)> run;
+  // With this set, Submit may run the item itself, on the submitting thread, when the device
+  // is the CPU and its worker is idle (nothing queued or running): small work then skips the
+  // hand-off to the worker thread (queue_us 0). The worker starts nothing else meanwhile.
+  // Leave it false for work that may take long: it holds the submitting (gRPC) thread.
+  bool may_run_inline = false;
 };
 
 // Options of the pool. Every field has a default.
@@ -48,7 +53,8 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Queues `item` on `device`'s worker. InvalidArgument when the pool has no such device;
+  // Queues `item` on `device`'s worker (or runs it at once, see WorkItem::may_run_inline).
+  // InvalidArgument when the pool has no such device;
   // ResourceExhausted when its queue is full; Unavailable after Shutdown. On error `item.run`
   // is never called.
   absl::Status Submit(int device, WorkItem item);

@@ -1,0 +1,109 @@
+// WorkerPool's inline path (WorkItem::may_run_inline): small CPU work runs on the submitting
+// thread when the CPU worker is idle, and the worker starts nothing else meanwhile.
+#include "server/worker_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace kernelserve::server {
+namespace {
+
+TEST(WorkerPoolTest, InlineItemRunsOnTheSubmittingThreadWhenTheCpuWorkerIsIdle) {
+  WorkerPool pool({-1});
+  std::thread::id ran_on;
+  int64_t queued_us = -1;
+  WorkItem item;
+  item.may_run_inline = true;
+  item.run = [&](absl::Status status, int64_t queue_us) {
+    EXPECT_TRUE(status.ok()) << status;
+    ran_on = std::this_thread::get_id();
+    queued_us = queue_us;
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(item)).ok());
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // done when Submit returns
+  EXPECT_EQ(queued_us, 0);
+  EXPECT_EQ(pool.Depth(-1), 0);
+}
+
+TEST(WorkerPoolTest, ItemsWithoutTheFlagGoToTheWorkerThread) {
+  WorkerPool pool({-1});
+  absl::Notification done;
+  std::thread::id ran_on;
+  WorkItem item;
+  item.run = [&](absl::Status, int64_t) {
+    ran_on = std::this_thread::get_id();
+    done.Notify();
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(item)).ok());
+  done.WaitForNotification();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(WorkerPoolTest, BusyWorkerQueuesInlineItemsAndRunsOneAtATime) {
+  WorkerPool pool({-1});
+  absl::Notification release, first_started, second_done;
+  std::atomic<int> running{0};
+  std::atomic<int> most{0};
+  auto enter = [&] { most = std::max(most.load(), ++running); };
+  WorkItem first;  // on the worker thread, held until released
+  first.run = [&](absl::Status, int64_t) {
+    enter();
+    first_started.Notify();
+    release.WaitForNotification();
+    --running;
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(first)).ok());
+  first_started.WaitForNotification();
+  std::thread::id second_on;
+  WorkItem second;  // the worker is busy: queued, not run here
+  second.may_run_inline = true;
+  second.run = [&](absl::Status, int64_t) {
+    enter();
+    second_on = std::this_thread::get_id();
+    --running;
+    second_done.Notify();
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(second)).ok());
+  EXPECT_FALSE(second_done.HasBeenNotified());
+  release.Notify();
+  second_done.WaitForNotification();
+  EXPECT_NE(second_on, std::this_thread::get_id());
+  EXPECT_EQ(most.load(), 1);
+}
+
+TEST(WorkerPoolTest, WorkerWaitsForAnInlineItemBeforeStartingQueuedWork) {
+  WorkerPool pool({-1});
+  absl::Notification inline_started, release, queued_done;
+  std::atomic<bool> inline_running{false};
+  bool overlapped = false;
+  std::thread submitter([&] {
+    WorkItem item;
+    item.may_run_inline = true;
+    item.run = [&](absl::Status, int64_t) {
+      inline_running = true;
+      inline_started.Notify();
+      release.WaitForNotification();
+      inline_running = false;
+    };
+    EXPECT_TRUE(pool.Submit(-1, std::move(item)).ok());
+  });
+  inline_started.WaitForNotification();
+  WorkItem queued;
+  queued.run = [&](absl::Status, int64_t) {
+    overlapped = inline_running.load();
+    queued_done.Notify();
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(queued)).ok());
+  EXPECT_EQ(pool.Depth(-1), 2);  // one running inline, one queued
+  release.Notify();
+  queued_done.WaitForNotification();
+  submitter.join();
+  EXPECT_FALSE(overlapped);
+}
+
+}  // namespace
+}  // namespace kernelserve::server
