@@ -3,16 +3,19 @@
 #ifndef KERNELSERVE_PROTO_PROCESS_TUNING_H_
 #define KERNELSERVE_PROTO_PROCESS_TUNING_H_
 
+#include <climits>
 #include <cstdint>
 
 namespace kernelserve {
 
-// Freed memory this process keeps for reuse rather than giving back to the kernel.
-inline constexpr int64_t kRetainedFreeBytes = int64_t{1} << 30;
+// Freed memory at the heap's top this process keeps for reuse rather than giving back to the
+// kernel (glibc gives all of it back once it passes this). A 256 MiB round trip with a 256 MiB
+// answer frees ~1.1 GB at once on the server; mallopt takes an int, hence not more.
+inline constexpr int64_t kRetainedFreeBytes = INT_MAX;
 
 // Before any thread starts:
 // - glibc malloc keeps large freed blocks for reuse (one arena, no per-block mmap, up to
-//   kRetainedFreeBytes kept at the heap's top). On this project's machines a fresh 4 KiB page
+//   kRetainedFreeBytes kept at the heap's top; the server gives it back when idle). On this project's machines a fresh 4 KiB page
 //   costs a fault and a zeroing; a 256 MiB tensor that lands in fresh pages takes ~200 ms to
 //   write, one in reused pages ~30 ms (docs/PERFORMANCE.md, the service section). Each large
 //   request allocates several such buffers (received bytes, kernel output, its host copy).
