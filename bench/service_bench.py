@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""Service benchmark on this machine (CPU platform): kernelserve-server and `kernelserve bench`
+on one loopback, for the speed targets of issue 3.
+
+    bench/service_bench.py BUILD [BUILD2 ...] [--cases tiny,c32,in,both] [--rounds N]
+
+Each BUILD is a build directory (server/kernelserve-server, client/kernelserve). Every build
+gets its own server (--cache memory, metrics off, a free port); the runs are interleaved
+round by round, so that builds compared in one call share the machine's load. Printed per
+build and case: the median over rounds of the client p50 (and the spread), throughput,
+server time, CPU time per call of the server and the client processes, load and steal.
+
+Cases:
+  tiny  mean_pooling x=f32:1,16,64, concurrency 1, 3 s      (target: p50 <= 150 us)
+  c32   the same at concurrency 32, 3 s                       (target: >= 10,000 req/s)
+  in    mean_pooling x=f32:1,65536,1024: 256 MiB in, 256 KiB out, 4 calls per round
+  both  mean_pooling x=f32:65536,1024 with cu_seqlens 0..65536 (every sequence one row):
+        256 MiB in, 256 MiB out, 3 calls per round
+For in and both, GB/s is 256 MiB / p50 (the input round trip, as issue 3 states it).
+"""
+import argparse
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1 << 20
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def steal_counters():
+    values = list(map(int, open("/proc/stat").readline().split()[1:]))
+    return values[7], sum(values)
+
+
+def cases(workdir):
+    cu = os.path.join(workdir, "cu_seqlens_65536.npy")
+    if not os.path.exists(cu):
+        import numpy as np
+        np.save(cu, np.arange(65537, dtype=np.int32))
+    return {
+        "tiny": ["--shape", "x=f32:1,16,64", "--concurrency", "1", "--duration", "3s"],
+        "c32": ["--shape", "x=f32:1,16,64", "--concurrency", "32", "--duration", "3s"],
+        "in": ["--shape", "x=f32:1,65536,1024", "--requests", "4", "--duration", "600s"],
+        "both": ["--shape", "x=f32:65536,1024", "--input", f"cu_seqlens={cu}",
+                 "--requests", "3", "--duration", "600s"],
+    }
+
+
+def run_once(build, port, args, server_pid):
+    st0, cpu0 = steal_counters(), proc_cpu(server_pid)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([f"{build}/client/kernelserve", "bench", "mean_pooling", *args,
+                          "--target", f"127.0.0.1:{port}", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    st1, cpu1 = steal_counters(), proc_cpu(server_pid)
+    d = json.loads(out)
+    n = max(1, d["ok"])
+    return {
+        "p50": d["latency_us"]["p50"], "p90": d["latency_us"]["p90"],
+        "rps": d["throughput_rps"], "server_total": d["server_mean"]["total_us"],
+        "server_cpu": (cpu1 - cpu0) / n * 1e6,
+        # The client's whole process: for in/both it includes making the random input once.
+        "client_cpu": (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / n * 1e6,
+        "steal": 100.0 * (st1[0] - st0[0]) / max(1, st1[1] - st0[1]),
+        "load": os.getloadavg()[0],
+    }
+
+
+def fmt_us(us):
+    return f"{us / 1000:.1f} ms" if us >= 10000 else f"{us:.0f} us"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("builds", nargs="+")
+    parser.add_argument("--cases", default="tiny,c32,in,both")
+    parser.add_argument("--rounds", type=int, default=5)
+    opts = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="ks-service-bench-")
+    all_cases = cases(workdir)
+    names = opts.cases.split(",")
+    servers = []
+    try:
+        for build in opts.builds:
+            port = free_port()
+            p = subprocess.Popen([f"{build}/server/kernelserve-server", "--listen",
+                                  f"127.0.0.1:{port}", "--metrics-listen", "off", "--cache",
+                                  "memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            servers.append((build, port, p))
+        time.sleep(1.0)
+        results = {(b, c): [] for b in opts.builds for c in names}
+        for r in range(opts.rounds):
+            for case in names:
+                for build, port, p in servers:
+                    results[(build, case)].append(run_once(build, port, all_cases[case], p.pid))
+            print(f"round {r + 1}/{opts.rounds} done", file=sys.stderr)
+    finally:
+        for _, _, p in servers:
+            p.terminate()
+            p.wait()
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+          f"{opts.rounds} rounds")
+    for case in names:
+        for build in opts.builds:
+            rows = results[(build, case)]
+            med = lambda key: statistics.median(row[key] for row in rows)
+            p50s = sorted(row["p50"] for row in rows)
+            line = (f"{case:>5} {build}: p50 {fmt_us(med('p50'))} (rounds {fmt_us(p50s[0])}.."
+                    f"{fmt_us(p50s[-1])}), p90 {fmt_us(med('p90'))}, {med('rps'):.0f} req/s, "
+                    f"server total {fmt_us(med('server_total'))}, CPU/call server "
+                    f"{fmt_us(med('server_cpu'))} client {fmt_us(med('client_cpu'))}")
+            if case in ("in", "both"):
+                line += f", {256 * MIB / (med('p50') * 1e-6) / 1e9:.2f} GB/s"
+            line += (f"; load {statistics.mean(r['load'] for r in rows):.2f}, steal "
+                     f"{statistics.mean(r['steal'] for r in rows):.0f}%")
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
