@@ -122,6 +122,38 @@ __device__ __forceinline__ void VisibleRange(const FlashDeviceArgs& p, const Spa
   if (p.window_right >= 0) hi = min(hi, diagonal + p.window_right);
 }
 
+// What a block works on: its sequence, head and first query row (the grid runs the last query
+// tiles first: under a causal mask they see the most keys), and where that head's Q, K and V
+// rows of the sequence start.
+template <typename T>
+struct BlockInputs {
+  int64_t seq;
+  int64_t head;
+  int64_t q_start;
+  Span span;
+  int64_t q_stride;   // elements between rows of q and out
+  int64_t kv_stride;  // elements between rows of k and v
+  const T* q;
+  const T* k;
+  const T* v;
+};
+
+template <typename T, int kD>
+__device__ __forceinline__ BlockInputs<T> BlockInputsOf(const FlashDeviceArgs& p, int block_q) {
+  BlockInputs<T> b;
+  b.seq = blockIdx.z;
+  b.head = blockIdx.y;
+  b.q_start = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * block_q;
+  b.span = SpanOf(p, b.seq);
+  const int64_t kv_head = b.head / (p.num_heads_q / p.num_heads_kv);
+  b.q_stride = p.num_heads_q * kD;
+  b.kv_stride = p.num_heads_kv * kD;
+  b.q = static_cast<const T*>(p.q) + b.span.q_begin * b.q_stride + b.head * kD;
+  b.k = static_cast<const T*>(p.k) + b.span.k_begin * b.kv_stride + kv_head * kD;
+  b.v = static_cast<const T*>(p.v) + b.span.k_begin * b.kv_stride + kv_head * kD;
+  return b;
+}
+
 // The key tiles a block of query rows [q_start, q_start + block_q) needs: from the first row's
 // lo to the last row's hi. Tiles wholly inside [last_lo, first_hi] need no per-element mask.
 struct KeyTiles {
@@ -147,30 +179,16 @@ __device__ __forceinline__ KeyTiles KeyTilesOf(const FlashDeviceArgs& p, const S
   return tiles;
 }
 
-// A thread's two query rows (g and g + 8 of its warp's 16, starting at `warp_row`) and what
-// masks them.
+// A thread's two query rows: g and g + 8 of its warp's 16, relative to the sequence (they may
+// be >= q_len; such rows are computed on a clamped row and never stored). Their visible
+// ranges, segment ids and bias rows are looked up only for tiles that need them, so that the
+// registers stay free for S and O.
 struct ThreadRows {
-  int64_t row[2];  // relative to the sequence; may be >= q_len (then never stored)
-  int64_t lo[2];
-  int64_t hi[2];
-  int64_t q_seg[2];      // segment ids (0 when there are none)
-  const float* bias[2];  // the row of the bias, or null
+  int64_t row[2];
 };
 
-__device__ __forceinline__ ThreadRows ThreadRowsOf(const FlashDeviceArgs& p, const Span& span,
-                                                   int64_t seq, int64_t head, int64_t warp_row,
-                                                   int lane) {
-  ThreadRows rows;
-  for (int r = 0; r < 2; ++r) {
-    rows.row[r] = warp_row + lane / 4 + r * 8;
-    const int64_t safe_row = min(rows.row[r], span.q_len - 1);
-    VisibleRange(p, span, safe_row, rows.lo[r], rows.hi[r]);
-    rows.q_seg[r] = p.q_segment_ids != nullptr ? p.q_segment_ids[seq * p.seq_len_q + safe_row] : 0;
-    rows.bias[r] = p.bias == nullptr ? nullptr
-                                     : p.bias + seq * p.bias_batch_stride +
-                                           head * p.bias_head_stride + safe_row * span.k_len;
-  }
-  return rows;
+__device__ __forceinline__ ThreadRows ThreadRowsOf(int64_t warp_row, int lane) {
+  return {{warp_row + lane / 4, warp_row + lane / 4 + 8}};
 }
 
 // Scales a tile of logits into log2 units (soft cap first when on) and sets keys the thread's
@@ -179,8 +197,8 @@ __device__ __forceinline__ ThreadRows ThreadRowsOf(const FlashDeviceArgs& p, con
 // offsets inside the tile (32-bit) and run only for tiles that need them.
 template <int kSTiles>
 __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDeviceArgs& p,
-                                           const ThreadRows& rows, int64_t seq, int64_t j0,
-                                           bool full, int t) {
+                                           const Span& span, int64_t seq, int64_t head,
+                                           const ThreadRows& rows, int64_t j0, bool full, int t) {
   if (p.softcap > 0.0f) {
     const float cap_in = p.softmax_scale / p.softcap;
     const float cap_out = p.softcap * kLog2e;
@@ -197,14 +215,18 @@ __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDe
       for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
     }
   }
-  if (full && rows.bias[0] == nullptr) return;
+  if (full && p.bias == nullptr) return;
   constexpr int kKeys = kSTiles * 8;
+  int64_t safe_row[2];
+  for (int r = 0; r < 2; ++r) safe_row[r] = min(rows.row[r], span.q_len - 1);
   if (!full) {
     // Visible offsets [lo, hi] of each row inside this tile, clamped to [-1, kKeys].
     int lo[2], hi[2];
     for (int r = 0; r < 2; ++r) {
-      lo[r] = static_cast<int>(max(min(rows.lo[r] - j0, int64_t{kKeys}), int64_t{-1}));
-      hi[r] = static_cast<int>(max(min(rows.hi[r] - j0, int64_t{kKeys}), int64_t{-1}));
+      int64_t row_lo, row_hi;
+      VisibleRange(p, span, safe_row[r], row_lo, row_hi);
+      lo[r] = static_cast<int>(max(min(row_lo - j0, int64_t{kKeys}), int64_t{-1}));
+      hi[r] = static_cast<int>(max(min(row_hi - j0, int64_t{kKeys}), int64_t{-1}));
     }
 #pragma unroll
     for (int n = 0; n < kSTiles; ++n) {
@@ -215,6 +237,8 @@ __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDe
       }
     }
     if (p.q_segment_ids != nullptr) {
+      const int64_t q_seg[2] = {p.q_segment_ids[seq * p.seq_len_q + safe_row[0]],
+                                p.q_segment_ids[seq * p.seq_len_q + safe_row[1]]};
       const int64_t* kv_seg = p.kv_segment_ids + seq * p.seq_len_k + j0;
 #pragma unroll
       for (int n = 0; n < kSTiles; ++n) {
@@ -223,20 +247,25 @@ __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDe
           const int r = e >> 1;
           const int jj = n * 8 + 2 * t + (e & 1);
           // Only keys inside the row's range are read (they exist).
-          if (s[n][e] != -INFINITY && !(rows.q_seg[r] > 0 && kv_seg[jj] == rows.q_seg[r])) {
+          if (s[n][e] != -INFINITY && !(q_seg[r] > 0 && kv_seg[jj] == q_seg[r])) {
             s[n][e] = -INFINITY;
           }
         }
       }
     }
   }
-  if (rows.bias[0] != nullptr) {
+  if (p.bias != nullptr) {
+    const float* bias[2];
+    for (int r = 0; r < 2; ++r) {
+      bias[r] = p.bias + seq * p.bias_batch_stride + head * p.bias_head_stride +
+                safe_row[r] * span.k_len + j0;
+    }
 #pragma unroll
     for (int n = 0; n < kSTiles; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int jj = n * 8 + 2 * t + (e & 1);
-        if (s[n][e] != -INFINITY) s[n][e] += rows.bias[e >> 1][j0 + jj] * kLog2e;
+        if (s[n][e] != -INFINITY) s[n][e] += bias[e >> 1][jj] * kLog2e;
       }
     }
   }
@@ -359,6 +388,22 @@ inline cudaError_t FlashGrid(const FlashDeviceArgs& args, int block_q, dim3& gri
   grid = dim3(static_cast<unsigned>(q_tiles), static_cast<unsigned>(args.num_heads_q),
               static_cast<unsigned>(args.num_sequences));
   return cudaSuccess;
+}
+
+// Launches `kernel` (either flash kernel) over the grid of FlashGrid with `threads` threads and
+// `shared` bytes of dynamic shared memory a block; returns the launch's error.
+template <typename Kernel>
+cudaError_t LaunchFlashKernel(Kernel* kernel, const FlashDeviceArgs& args, int block_q, int threads,
+                              size_t shared, cudaStream_t stream) {
+  cudaError_t error = CheckFlashArgs(args);
+  if (error != cudaSuccess) return error;
+  dim3 grid;
+  error = FlashGrid(args, block_q, grid);
+  if (error != cudaSuccess || grid.x == 0) return error;
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
+  if (error != cudaSuccess) return error;
+  kernel<<<grid, threads, shared, stream>>>(args);
+  return cudaGetLastError();
 }
 
 }  // namespace kernelserve::cuda::flash

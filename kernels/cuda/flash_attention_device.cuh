@@ -87,35 +87,26 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
   T* const sk = sq + kBlockQ * kD;
   T* const sv = sk + kStages * kBlockK * kD;
 
-  const int64_t seq = blockIdx.z;
-  const int64_t head = blockIdx.y;
-  const int64_t q_start = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kBlockQ;
-  const Span span = SpanOf(p, seq);
-  if (q_start >= span.q_len) return;
+  const BlockInputs<T> b = BlockInputsOf<T, kD>(p, kBlockQ);
+  if (b.q_start >= b.span.q_len) return;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t kv_head = head / (p.num_heads_q / p.num_heads_kv);
-  const int64_t q_stride = p.num_heads_q * kD;
-  const int64_t kv_stride = p.num_heads_kv * kD;
-  const T* const q_ptr = static_cast<const T*>(p.q) + span.q_begin * q_stride + head * kD;
-  const T* const k_ptr = static_cast<const T*>(p.k) + span.k_begin * kv_stride + kv_head * kD;
-  const T* const v_ptr = static_cast<const T*>(p.v) + span.k_begin * kv_stride + kv_head * kD;
 
-  const KeyTiles tiles = KeyTilesOf(p, span, q_start, kBlockQ, kBlockK);
-  const ThreadRows rows = ThreadRowsOf(p, span, seq, head, q_start + warp * 16, lane);
+  const KeyTiles tiles = KeyTilesOf(p, b.span, b.q_start, kBlockQ, kBlockK);
+  const ThreadRows rows = ThreadRowsOf(b.q_start + warp * 16, lane);
   const bool has_segments = p.q_segment_ids != nullptr;
   const int t = lane % 4;
 
-  LoadTile<T, kD, kBlockQ, kThreads>(sq, q_ptr + q_start * q_stride, q_stride,
-                                     span.q_len - q_start);
+  LoadTile<T, kD, kBlockQ, kThreads>(sq, b.q + b.q_start * b.q_stride, b.q_stride,
+                                     b.span.q_len - b.q_start);
   auto load_kv = [&](int tile, int stage) {
     const int64_t j0 = (tiles.tile_begin + tile) * kBlockK;
-    const int64_t valid = span.k_len - j0;
-    LoadTile<T, kD, kBlockK, kThreads>(sk + stage * kBlockK * kD, k_ptr + j0 * kv_stride, kv_stride,
-                                       valid);
-    LoadTile<T, kD, kBlockK, kThreads>(sv + stage * kBlockK * kD, v_ptr + j0 * kv_stride, kv_stride,
-                                       valid);
+    const int64_t valid = b.span.k_len - j0;
+    LoadTile<T, kD, kBlockK, kThreads>(sk + stage * kBlockK * kD, b.k + j0 * b.kv_stride,
+                                       b.kv_stride, valid);
+    LoadTile<T, kD, kBlockK, kThreads>(sv + stage * kBlockK * kD, b.v + j0 * b.kv_stride,
+                                       b.kv_stride, valid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -168,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
     }
 
     const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
-    MaskLogits(s, p, rows, seq, j0, full, t);
+    MaskLogits(s, p, b.span, b.seq, b.head, rows, j0, full, t);
     OnlineSoftmax(s, o, m, l);
 
     // O += P V.
@@ -188,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
     }
   }
   WaitCopies<0>();
-  StoreRows<T, kBf16, kD>(p, span, seq, head, rows, o, m, l, t);
+  StoreRows<T, kBf16, kD>(p, b.span, b.seq, b.head, rows, o, m, l, t);
 }
 
 }  // namespace kernelserve::cuda::flash
@@ -197,17 +188,9 @@ namespace kernelserve::cuda {
 
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
 cudaError_t LaunchFlashAttentionMma(const FlashDeviceArgs& args, cudaStream_t stream) {
-  cudaError_t error = flash::CheckFlashArgs(args);
-  if (error != cudaSuccess) return error;
-  dim3 grid;
-  error = flash::FlashGrid(args, kBlockQ, grid);
-  if (error != cudaSuccess || grid.x == 0) return error;
-  constexpr size_t kShared = FlashSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
-  auto* kernel = &flash::FlashForwardKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages>;
-  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-  if (error != cudaSuccess) return error;
-  kernel<<<grid, kWarps * 32, kShared, stream>>>(args);
-  return cudaGetLastError();
+  return flash::LaunchFlashKernel(
+      &flash::FlashForwardKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages>, args, kBlockQ,
+      kWarps * 32, FlashSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages), stream);
 }
 
 }  // namespace kernelserve::cuda

@@ -5,10 +5,6 @@
 
 namespace kernelserve::cuda {
 
-#define KS_INSTANTIATE_FLASH(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES)             \
-  template cudaError_t LaunchFlashAttention##ALGO<CT, D, BQ, BK, WARPS, STAGES>( \
-      const FlashDeviceArgs& args, cudaStream_t stream);
 KS_FLASH_INSTANCES_D64(KS_INSTANTIATE_FLASH)
-#undef KS_INSTANTIATE_FLASH
 
 }  // namespace kernelserve::cuda

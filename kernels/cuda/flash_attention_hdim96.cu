@@ -4,10 +4,6 @@
 
 namespace kernelserve::cuda {
 
-#define KS_INSTANTIATE_FLASH(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES)             \
-  template cudaError_t LaunchFlashAttention##ALGO<CT, D, BQ, BK, WARPS, STAGES>( \
-      const FlashDeviceArgs& args, cudaStream_t stream);
 KS_FLASH_INSTANCES_D96(KS_INSTANTIATE_FLASH)
-#undef KS_INSTANTIATE_FLASH
 
 }  // namespace kernelserve::cuda

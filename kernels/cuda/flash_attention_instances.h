@@ -56,9 +56,15 @@
   KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 256, 32, 64) \
   KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 256, 32, 64)
 
-#define KS_FOR_EACH_FLASH_INSTANCE(X)                                            \
-  KS_FLASH_INSTANCES_D32(X)                                                      \
-  KS_FLASH_INSTANCES_D64(X) KS_FLASH_INSTANCES_D96(X) KS_FLASH_INSTANCES_D128(X) \
-      KS_FLASH_INSTANCES_D256(X)
+#define KS_FOR_EACH_FLASH_INSTANCE(X) \
+  KS_FLASH_INSTANCES_D32(X)           \
+  KS_FLASH_INSTANCES_D64(X)           \
+  KS_FLASH_INSTANCES_D96(X) KS_FLASH_INSTANCES_D128(X) KS_FLASH_INSTANCES_D256(X)
+
+// For the .cu files: the explicit instantiation of one launcher, used as
+// KS_FLASH_INSTANCES_D<D>(KS_INSTANTIATE_FLASH) inside namespace kernelserve::cuda.
+#define KS_INSTANTIATE_FLASH(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES)             \
+  template cudaError_t LaunchFlashAttention##ALGO<CT, D, BQ, BK, WARPS, STAGES>( \
+      const FlashDeviceArgs& args, cudaStream_t stream);
 
 #endif  // KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_INSTANCES_H_

@@ -71,20 +71,19 @@ __device__ __forceinline__ void FenceProxyAsync() {
 
 // Keeps the compiler from moving reads or writes of these registers across this point (they
 // are written by the tensor cores between an issue and its wait).
-template <int kN>
-__device__ __forceinline__ void FenceRegisters(float (&r)[kN][4]) {
+template <typename R, int kN>
+__device__ __forceinline__ void FenceRegisters(R (&r)[kN][4]) {
+  static_assert(std::is_same_v<R, float> || std::is_same_v<R, uint32_t>, "32-bit registers");
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
-  }
-}
-template <int kN>
-__device__ __forceinline__ void FenceRegisters(uint32_t (&r)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (std::is_same_v<R, float>) {
+        asm volatile("" : "+f"(r[i][j])::"memory");
+      } else {
+        asm volatile("" : "+r"(r[i][j])::"memory");
+      }
+    }
   }
 }
 
@@ -135,36 +134,27 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
   const uint32_t sk = sq + kBlockQ * kD * 2;
   const uint32_t sv = sk + kStages * kTileBytes;
 
-  const int64_t seq = blockIdx.z;
-  const int64_t head = blockIdx.y;
-  const int64_t q_start = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kBlockQ;
-  const Span span = SpanOf(p, seq);
-  if (q_start >= span.q_len) return;
+  const BlockInputs<T> b = BlockInputsOf<T, kD>(p, kBlockQ);
+  if (b.q_start >= b.span.q_len) return;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int warpgroup = warp / 4;
-  const int64_t kv_head = head / (p.num_heads_q / p.num_heads_kv);
-  const int64_t q_stride = p.num_heads_q * kD;
-  const int64_t kv_stride = p.num_heads_kv * kD;
-  const T* const q_ptr = static_cast<const T*>(p.q) + span.q_begin * q_stride + head * kD;
-  const T* const k_ptr = static_cast<const T*>(p.k) + span.k_begin * kv_stride + kv_head * kD;
-  const T* const v_ptr = static_cast<const T*>(p.v) + span.k_begin * kv_stride + kv_head * kD;
 
-  const KeyTiles tiles = KeyTilesOf(p, span, q_start, kBlockQ, kBlockK);
-  const ThreadRows rows = ThreadRowsOf(p, span, seq, head, q_start + warp * 16, lane);
+  const KeyTiles tiles = KeyTilesOf(p, b.span, b.q_start, kBlockQ, kBlockK);
+  const ThreadRows rows = ThreadRowsOf(b.q_start + warp * 16, lane);
   const bool has_segments = p.q_segment_ids != nullptr;
   const int t = lane % 4;
 
-  LoadTileSw128<T, kD, kBlockQ, kThreads>(sq, q_ptr + q_start * q_stride, q_stride,
-                                          span.q_len - q_start);
+  LoadTileSw128<T, kD, kBlockQ, kThreads>(sq, b.q + b.q_start * b.q_stride, b.q_stride,
+                                          b.span.q_len - b.q_start);
   auto load_kv = [&](int tile, int stage) {
     const int64_t j0 = (tiles.tile_begin + tile) * kBlockK;
-    const int64_t valid = span.k_len - j0;
-    LoadTileSw128<T, kD, kBlockK, kThreads>(sk + stage * kTileBytes, k_ptr + j0 * kv_stride,
-                                            kv_stride, valid);
-    LoadTileSw128<T, kD, kBlockK, kThreads>(sv + stage * kTileBytes, v_ptr + j0 * kv_stride,
-                                            kv_stride, valid);
+    const int64_t valid = b.span.k_len - j0;
+    LoadTileSw128<T, kD, kBlockK, kThreads>(sk + stage * kTileBytes, b.k + j0 * b.kv_stride,
+                                            b.kv_stride, valid);
+    LoadTileSw128<T, kD, kBlockK, kThreads>(sv + stage * kTileBytes, b.v + j0 * b.kv_stride,
+                                            b.kv_stride, valid);
   };
   // A software pipeline over key tiles: iteration `it` issues S_it = Q K_it^T and behind it
   // O += P_(it-1) V_(it-1); the softmax of S_it runs while that product is on the tensor cores,
@@ -223,7 +213,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
     FenceRegisters(s);
     const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
     const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
-    MaskLogits(s, p, rows, seq, j0, full, t);
+    MaskLogits(s, p, b.span, b.seq, b.head, rows, j0, full, t);
     SoftmaxProbabilities(s, m, l, alpha);
   };
   auto to_operand = [&] {
@@ -258,7 +248,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
     FenceRegisters(pa);
   }
   WaitCopies<0>();
-  StoreRows<T, kBf16, kD>(p, span, seq, head, rows, o, m, l, t);
+  StoreRows<T, kBf16, kD>(p, b.span, b.seq, b.head, rows, o, m, l, t);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -268,17 +258,9 @@ namespace kernelserve::cuda {
 
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
 cudaError_t LaunchFlashAttentionWgmma(const FlashDeviceArgs& args, cudaStream_t stream) {
-  cudaError_t error = flash::CheckFlashArgs(args);
-  if (error != cudaSuccess) return error;
-  dim3 grid;
-  error = flash::FlashGrid(args, kBlockQ, grid);
-  if (error != cudaSuccess || grid.x == 0) return error;
-  constexpr size_t kShared = flash::WgmmaSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
-  auto* kernel = &flash::FlashWgmmaKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages>;
-  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-  if (error != cudaSuccess) return error;
-  kernel<<<grid, kWarps * 32, kShared, stream>>>(args);
-  return cudaGetLastError();
+  return flash::LaunchFlashKernel(
+      &flash::FlashWgmmaKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages>, args, kBlockQ,
+      kWarps * 32, flash::WgmmaSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages), stream);
 }
 
 }  // namespace kernelserve::cuda
