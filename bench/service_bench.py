@@ -2,13 +2,17 @@
 """Service benchmark on this machine (CPU platform): kernelserve-server and `kernelserve bench`
 on one loopback, for the speed targets of issue 3.
 
-    bench/service_bench.py BUILD [BUILD2 ...] [--cases tiny,c32,in,both] [--rounds N]
+    bench/service_bench.py BUILD [BUILD2 ...] [--cases tiny,c32,in,both] [--rounds N] [--floor]
 
 Each BUILD is a build directory (server/kernelserve-server, client/kernelserve). Every build
 gets its own server (--cache memory, metrics off, a free port); the runs are interleaved
 round by round, so that builds compared in one call share the machine's load. Printed per
 build and case: the median over rounds of the client p50 (and the spread), throughput,
 server time, CPU time per call of the server and the client processes, load and steal.
+
+--floor adds the first build's bench/kernelserve-grpc-floor, a bare gRPC server that answers
+Execute with a same-sized reply and does nothing else, as one more server in the rounds: the
+same client against it measures what gRPC itself costs on this machine.
 
 Cases:
   tiny  mean_pooling x=f32:1,16,64, concurrency 1, 3 s      (target: p50 <= 150 us)
@@ -94,33 +98,42 @@ def main():
     parser.add_argument("builds", nargs="+")
     parser.add_argument("--cases", default="tiny,c32,in,both")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the bare gRPC server (bench/kernelserve-grpc-floor)")
     opts = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ks-service-bench-")
     all_cases = cases(workdir)
     names = opts.cases.split(",")
+    # (label, build whose client runs, server command line without --listen)
+    targets = [(b, b, [f"{b}/server/kernelserve-server", "--metrics-listen", "off", "--cache",
+                       "memory"]) for b in opts.builds]
+    if opts.floor:
+        first = opts.builds[0]
+        targets.append((f"grpc-floor({first})", first, [f"{first}/bench/kernelserve-grpc-floor"]))
+    labels = [label for label, _, _ in targets]
     servers = []
     try:
-        for build in opts.builds:
+        for label, client_build, command in targets:
             port = free_port()
-            p = subprocess.Popen([f"{build}/server/kernelserve-server", "--listen",
-                                  f"127.0.0.1:{port}", "--metrics-listen", "off", "--cache",
-                                  "memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            servers.append((build, port, p))
+            p = subprocess.Popen(command + ["--listen", f"127.0.0.1:{port}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            servers.append((label, client_build, port, p))
         time.sleep(1.0)
-        results = {(b, c): [] for b in opts.builds for c in names}
+        results = {(b, c): [] for b in labels for c in names}
         for r in range(opts.rounds):
             for case in names:
-                for build, port, p in servers:
-                    results[(build, case)].append(run_once(build, port, all_cases[case], p.pid))
+                for label, client_build, port, p in servers:
+                    results[(label, case)].append(
+                        run_once(client_build, port, all_cases[case], p.pid))
             print(f"round {r + 1}/{opts.rounds} done", file=sys.stderr)
     finally:
-        for _, _, p in servers:
+        for _, _, _, p in servers:
             p.terminate()
             p.wait()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
           f"{opts.rounds} rounds")
     for case in names:
-        for build in opts.builds:
+        for build in labels:
             rows = results[(build, case)]
             med = lambda key: statistics.median(row[key] for row in rows)
             p50s = sorted(row["p50"] for row in rows)
