@@ -5,9 +5,9 @@
 // A bare KernelService on the same gRPC callback API, process settings and message sizes as
 // kernelserve-server, doing none of its work: Execute answers a mean_pooling request with an
 // `out` tensor of the answer's shape and size ([B,H] or [N,H]) filled with x's first bytes, and
-// a heuristic config; every other method is unimplemented. `kernelserve bench` runs against it unchanged, so its
-// latency is what gRPC itself costs here, and kernelserve-server's latency minus it is what the
-// server adds (docs/PERFORMANCE.md, the service section).
+// a heuristic config; every other method is unimplemented. `kernelserve bench` runs against it
+// unchanged, so its latency is what gRPC itself costs here, and kernelserve-server's latency minus
+// it is what the server adds (docs/PERFORMANCE.md, the service section).
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 

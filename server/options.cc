@@ -5,7 +5,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address (port 0 = any free port)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC listen address: host:port (port 0 = any free port) or unix:PATH");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address; empty or 'off' disables it");
 ABSL_FLAG(std::string, cache, "file",
@@ -46,7 +47,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   o.reflection = absl::GetFlag(FLAGS_reflection);
   o.grace_period = absl::GetFlag(FLAGS_grace_period);
-  if (o.listen.empty()) return absl::InvalidArgumentError("--listen: expected host:port");
+  if (o.listen.empty())
+    return absl::InvalidArgumentError("--listen: expected host:port or unix:PATH");
   if (o.max_message_bytes <= 0 || o.max_message_bytes > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-message-bytes=", o.max_message_bytes, ": expected 1 .. 2147483647"));

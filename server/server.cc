@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -77,8 +78,12 @@ int64_t ResidentBytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
-// `address` with its port replaced by `port`.
+// `address` with its port replaced by `port` (the port a ":0" address got); Unix socket
+// addresses ("unix:PATH", "unix-abstract:NAME") have no port and come back unchanged.
 std::string WithPort(const std::string& address, int port) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+    return address;
+  }
   const size_t colon = address.rfind(':');
   return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
 }

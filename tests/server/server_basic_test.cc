@@ -343,6 +343,25 @@ TEST(ServerFileStoreTest, RestartedServerReportsFile) {
   }
 }
 
+TEST(ServerUnixSocketTest, ListensOnAUnixSocketAndNamesIt) {
+  const std::string target = "unix:" + MakeTempDir("unix-socket") + "/kernelserve.sock";
+  ServerProcess server;
+  absl::Status started = server.Start({"--cache=memory", "--listen=" + target});
+  ASSERT_TRUE(started.ok()) << started;
+  EXPECT_NE(server.startup_line().find("listening on " + target + ","), std::string::npos)
+      << server.startup_line();
+  ASSERT_EQ(server.address(), target);
+  const Tensor x = RandomTensor(DType::kF32, {2, 9, 33}, 67);
+  v1::ExecuteResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = MakeStub(target)->Execute(&context, MeanPoolingRequest(x), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectMatchesReference(response, x);
+  absl::StatusOr<int> code = server.Stop();
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+}
+
 TEST(ServerLimitsTest, OversizeMessageAndInflightBytesAreResourceExhausted) {
   ServerProcess server;
   ASSERT_TRUE(

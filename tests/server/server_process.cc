@@ -103,9 +103,16 @@ absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
     const size_t newline = text.find('\n');
     if (newline != std::string::npos) {
       startup_line_ = text.substr(0, newline);
-      port_ = PortAfter(startup_line_, "listening on ");
       metrics_port_ = PortAfter(startup_line_, "metrics on ");
+      const std::string unix_marker = "listening on unix:";
+      if (const size_t at = startup_line_.find(unix_marker); at != std::string::npos) {
+        const size_t begin = at + unix_marker.size() - 5;  // keeps "unix:"
+        address_ = startup_line_.substr(begin, startup_line_.find(',', begin) - begin);
+        return absl::OkStatus();
+      }
+      port_ = PortAfter(startup_line_, "listening on ");
       if (port_ == 0) return absl::InternalError("bad startup line: " + startup_line_);
+      address_ = absl::StrCat("127.0.0.1:", port_);
       return absl::OkStatus();
     }
     int status = 0;

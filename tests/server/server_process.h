@@ -41,9 +41,10 @@ class ServerProcess {
   void Signal(int signal) const;
 
   bool running() const { return pid_ > 0; }
-  int port() const { return port_; }
+  int port() const { return port_; }  // 0 when listening on a Unix socket
   int metrics_port() const { return metrics_port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The gRPC target of the server: "127.0.0.1:PORT", or "unix:PATH" as --listen named it.
+  const std::string& address() const { return address_; }
   const std::string& startup_line() const { return startup_line_; }
 
  private:
@@ -51,6 +52,7 @@ class ServerProcess {
   int stdout_fd_ = -1;
   int port_ = 0;
   int metrics_port_ = 0;
+  std::string address_;
   std::string startup_line_;
 };
 
