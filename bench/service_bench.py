@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import socket
 import statistics
 import subprocess
@@ -98,6 +99,8 @@ def main():
     parser.add_argument("builds", nargs="+")
     parser.add_argument("--cases", default="tiny,c32,in,both")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--server-args", default="",
+                        help="more kernelserve-server flags, e.g. '--devices cpu' on a GPU host")
     parser.add_argument("--floor", action="store_true",
                         help="also measure the bare gRPC server (bench/kernelserve-grpc-floor)")
     opts = parser.parse_args()
@@ -106,7 +109,7 @@ def main():
     names = opts.cases.split(",")
     # (label, build whose client runs, server command line without --listen)
     targets = [(b, b, [f"{b}/server/kernelserve-server", "--metrics-listen", "off", "--cache",
-                       "memory"]) for b in opts.builds]
+                       "memory", *shlex.split(opts.server_args)]) for b in opts.builds]
     if opts.floor:
         first = opts.builds[0]
         targets.append((f"grpc-floor({first})", first, [f"{first}/bench/kernelserve-grpc-floor"]))
