@@ -16,7 +16,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "core/dtype.h"
 #include "kernelserve/v1/kernel_service.grpc.pb.h"
+#include "proto/convert.h"
 #include "proto/process_tuning.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50300", "address to listen on");
@@ -41,16 +43,23 @@ class FloorService final : public v1::KernelService::CallbackService {
                                    "expected x [B,S,H], or x [T,H] with cu_seqlens [N+1]"));
       return reactor;
     }
-    // The answer's rows: B, or N sequences (each at most one row of x here is copied).
+    // The answer: [B,H], or [N,H] for N sequences, filled with x's first bytes.
     const v1::Tensor& in = x->second;
     const int64_t rows = rank == 3 ? in.shape(0) : cu->second.shape(0) - 1;
     const int64_t hidden = in.shape(rank - 1);
+    absl::StatusOr<kernelserve::DType> dtype = kernelserve::FromProto(in.dtype(), "x");
+    const size_t bytes =
+        dtype.ok() ? static_cast<size_t>(rows * hidden) * kernelserve::ItemSize(*dtype) : 0;
+    if (!dtype.ok() || rows < 0 || bytes > in.data().size()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "x holds fewer bytes than the answer needs"));
+      return reactor;
+    }
     v1::Tensor& out = (*response->mutable_outputs())["out"];
     out.set_dtype(in.dtype());
     out.add_shape(rows);
     out.add_shape(hidden);
-    const size_t item = in.dtype() == v1::DTYPE_F32 ? 4 : 2;
-    out.set_data(in.data().substr(0, static_cast<size_t>(rows * hidden) * item));
+    out.set_data(in.data().substr(0, bytes));
     response->mutable_config()->set_platform("cpu");
     response->set_config_source(v1::CONFIG_SOURCE_HEURISTIC);
     response->set_platform("cpu");

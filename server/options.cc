@@ -47,8 +47,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   o.reflection = absl::GetFlag(FLAGS_reflection);
   o.grace_period = absl::GetFlag(FLAGS_grace_period);
-  if (o.listen.empty())
+  if (o.listen.empty()) {
     return absl::InvalidArgumentError("--listen: expected host:port or unix:PATH");
+  }
   if (o.max_message_bytes <= 0 || o.max_message_bytes > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-message-bytes=", o.max_message_bytes, ": expected 1 .. 2147483647"));

@@ -104,13 +104,17 @@ absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
     if (newline != std::string::npos) {
       startup_line_ = text.substr(0, newline);
       metrics_port_ = PortAfter(startup_line_, "metrics on ");
-      const std::string unix_marker = "listening on unix:";
-      if (const size_t at = startup_line_.find(unix_marker); at != std::string::npos) {
-        const size_t begin = at + unix_marker.size() - 5;  // keeps "unix:"
+      // "listening on unix:PATH, ..." names a Unix socket; else "listening on HOST:PORT, ...".
+      const std::string listening = "listening on ";
+      const size_t at = startup_line_.find(listening);
+      if (at != std::string::npos &&
+          startup_line_.compare(at + listening.size(), 5, "unix:") == 0) {
+        const size_t begin = at + listening.size();
+        port_ = 0;
         address_ = startup_line_.substr(begin, startup_line_.find(',', begin) - begin);
         return absl::OkStatus();
       }
-      port_ = PortAfter(startup_line_, "listening on ");
+      port_ = PortAfter(startup_line_, listening);
       if (port_ == 0) return absl::InternalError("bad startup line: " + startup_line_);
       address_ = absl::StrCat("127.0.0.1:", port_);
       return absl::OkStatus();
