@@ -288,6 +288,8 @@ std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed) {
     dense(2, 8192, 16, 16, 128, causal);
   }
   dense(16, 1024, 16, 16, 64, false);
+  // The head dims that only the mma.sync kernel serves.
+  for (int64_t d : {32, 96, 256}) dense(8, 2048, 16, 16, d, false);
   dense(2, 4096, 32, 8, 128, false);
   dense(2, 4096, 32, 8, 128, true);
   std::mt19937_64 rng(seed);

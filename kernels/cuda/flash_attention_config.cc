@@ -117,9 +117,11 @@ KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device) {
   // Hopper: the wgmma kernel with key tiles of 128 and 3 stages. Measured on an H100
   // (docs/PERFORMANCE.md): at D = 128 two warpgroups (128 query rows) beat one by 37%; at
-  // D = 64 one warpgroup (two blocks an SM) beats two by 18%.
-  const KernelConfig hopper = problem.head_dim <= 64 ? MakeConfig(kWgmma, 64, 128, 4, 3)
-                                                     : MakeConfig(kWgmma, 128, 128, 8, 3);
+  // D = 64 one warpgroup (two blocks an SM) beats two by 18%. At D = 256 only one warpgroup
+  // with key tiles of 64 fits in shared memory.
+  const KernelConfig hopper = problem.head_dim <= 64    ? MakeConfig(kWgmma, 64, 128, 4, 3)
+                              : problem.head_dim <= 128 ? MakeConfig(kWgmma, 128, 128, 8, 3)
+                                                        : MakeConfig(kWgmma, 64, 64, 4, 3);
   if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
   // Other GPUs, measured on an H100 (docs/PERFORMANCE.md): mma.sync with 4 warps x 64 query
   // rows (two blocks per SM) beat 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens,

@@ -42,7 +42,7 @@
 #define KS_FLASH_INSTANCES_D128(X)               \
   KS_FLASH_SHAPES_(X, kF16, __half, 128, 32, 64) \
   KS_FLASH_SHAPES_(X, kBF16, __nv_bfloat16, 128, 32, 64)
-// Head dims 32, 96 and 256: mma.sync only, 4 warps x 64 rows, two key tile sizes, 2 stages.
+// Head dims 32, 96 and 256 on mma.sync: 4 warps x 64 rows, two key tile sizes, 2 stages.
 #define KS_FLASH_SMALL_SHAPES_(X, DT, CT, D, BK_SMALL, BK_LARGE) \
   X(Mma, DT, CT, D, 64, BK_SMALL, 4, 2)                          \
   X(Mma, DT, CT, D, 64, BK_LARGE, 4, 2)
@@ -52,9 +52,17 @@
 #define KS_FLASH_INSTANCES_D96(X)                     \
   KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 96, 32, 64) \
   KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 96, 32, 64)
-#define KS_FLASH_INSTANCES_D256(X)                     \
-  KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 256, 32, 64) \
-  KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 256, 32, 64)
+// D = 256 on wgmma: one warpgroup with key tiles of 64 and 3 stages, the one shape whose Q, K
+// and V tiles fit a Hopper block's shared memory (225 of 227 KiB).
+#if defined(KERNELSERVE_FLASH_WGMMA)
+#define KS_FLASH_WGMMA_D256_(X, DT, CT) X(Wgmma, DT, CT, 256, 64, 64, 4, 3)
+#else
+#define KS_FLASH_WGMMA_D256_(X, DT, CT)
+#endif
+#define KS_FLASH_INSTANCES_D256(X)                             \
+  KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 256, 32, 64)         \
+  KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 256, 32, 64) \
+  KS_FLASH_WGMMA_D256_(X, kF16, __half) KS_FLASH_WGMMA_D256_(X, kBF16, __nv_bfloat16)
 
 #define KS_FOR_EACH_FLASH_INSTANCE(X) \
   KS_FLASH_INSTANCES_D32(X)           \

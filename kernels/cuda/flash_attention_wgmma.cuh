@@ -199,12 +199,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
     }
     WgmmaCommit();
   };
-  // O += P V: k16 step kk takes keys [16 kk, 16 kk + 16), two 8-row groups of V.
+  // O += P V: k16 step kk takes keys [16 kk, 16 kk + 16), two 8-row groups of V. One wgmma
+  // covers at most 128 columns of O: at D = 256 each step runs on two halves of O and V (V's
+  // columns 128.. start two 64-column blocks in).
+  constexpr int kPvN = kD < 128 ? kD : 128;
   auto issue_pv = [&](int it) {
     const uint32_t tv = sv + (it % kStages) * kTileBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      MmaRsTransB<kBf16, kD>(o, pa[kk], Descriptor(tv + kk * 2048u, kBlockK * 128u, 1024));
+#pragma unroll
+      for (int h = 0; h < kD / kPvN; ++h) {
+        auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
+        const uint32_t v_part = tv + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
+        MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
+      }
     }
     WgmmaCommit();
   };

@@ -153,6 +153,20 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   EXPECT_EQ(d64.num_warps, 4);
   // No wgmma kernel at D = 96: mma.sync.
   EXPECT_FALSE(IsWgmma(FlashAttentionHeuristic(Problem(DType::kBF16, 2, 512, 8, 96), Hopper())));
+  // D = 256: one warpgroup with key tiles of 64, which needs 225 KiB of shared memory; a
+  // Hopper part with less takes mma.sync.
+  const FlashAttentionProblem p256 = Problem(DType::kBF16, 8, 2048, 16, 256);
+  const KernelConfig d256 = FlashAttentionHeuristic(p256, Hopper());
+  EXPECT_TRUE(IsWgmma(d256)) << d256.DebugString();
+  EXPECT_EQ(d256.block_q, 64);
+  EXPECT_EQ(d256.block_k, 64);
+  EXPECT_EQ(d256.num_stages, 3);
+  EXPECT_EQ(FlashConfigSharedBytes(d256, 256), 225 * 1024);
+  DeviceInfo small_hopper = Hopper();
+  small_hopper.shared_memory_per_block_optin = 200 * 1024;
+  const KernelConfig d256_small = FlashAttentionHeuristic(p256, small_hopper);
+  EXPECT_FALSE(IsWgmma(d256_small)) << d256_small.DebugString();
+  EXPECT_TRUE(FlashConfigFits(d256_small, 256, small_hopper)) << d256_small.DebugString();
 #else
   EXPECT_FALSE(IsWgmma(best)) << best.DebugString();
 #endif
