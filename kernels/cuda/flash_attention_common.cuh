@@ -53,18 +53,22 @@ __device__ __forceinline__ void WaitCopies() {
 
 // Starts copying a tile of kRows rows of kD values (row r from src + r * stride) into shared
 // memory at `tile` + offset(r, c) bytes (c: the first column of a 16-byte chunk); rows at or
-// past `valid` are zero-filled. When the block's threads cover whole rows (kThreads a multiple
-// of kD / 8), thread i always takes chunk i % (kD / 8) of rows i / (kD / 8) + k * kRowStep,
-// so its addresses advance by constants; otherwise (D = 96) it strides through the chunks.
-template <typename T, int kD, int kRows, int kThreads, typename Offset>
+// past `valid` are zero-filled. Each row has kSlots chunk slots (kD / 8, or more when the tile
+// is wider than kD; slots past kD are not written). When the block's threads cover whole rows
+// (kThreads a multiple of kSlots), thread i always takes slot i % kSlots of rows
+// i / kSlots + k * kRowStep, so its addresses advance by constants; otherwise (D = 96 on
+// mma.sync) it strides through the chunks.
+template <typename T, int kD, int kRows, int kThreads, int kSlots = kD / 8, typename Offset>
 __device__ __forceinline__ void LoadRows(uint32_t tile, const T* src, int64_t stride, int64_t valid,
                                          Offset offset) {
   constexpr int kChunks = kD / 8;
+  static_assert(kSlots >= kChunks, "a slot for every chunk");
   const int valid_rows = static_cast<int>(min(valid, int64_t{kRows}));
-  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
-    constexpr int kRowStep = kThreads / kChunks;
-    const int r0 = static_cast<int>(threadIdx.x) / kChunks;
-    const int c = (static_cast<int>(threadIdx.x) % kChunks) * 8;
+  if constexpr (kThreads % kSlots == 0 && kRows % (kThreads / kSlots) == 0) {
+    constexpr int kRowStep = kThreads / kSlots;
+    const int r0 = static_cast<int>(threadIdx.x) / kSlots;
+    const int c = (static_cast<int>(threadIdx.x) % kSlots) * 8;
+    if (kSlots > kChunks && c >= kD) return;  // a padding slot
     const T* from = src + r0 * stride + c;
 #pragma unroll
     for (int k = 0; k < kRows / kRowStep; ++k) {

@@ -83,9 +83,12 @@ bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
 }
 
 int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
-  // The wgmma kernel aligns its tiles to 1024 bytes and asks for that much slack.
-  const int64_t slack = config.algorithm == kFlashWgmmaAlgorithm ? 1024 : 0;
-  return head_dim * 2 *
+  // The wgmma kernel lays rows out in whole 64-element blocks (D = 96 takes 128) and aligns its
+  // tiles to 1024 bytes, asking for that much slack (WgmmaSharedBytes).
+  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
+  const int64_t width = wgmma ? (head_dim + 63) / 64 * 64 : head_dim;
+  const int64_t slack = wgmma ? 1024 : 0;
+  return width * 2 *
              (static_cast<int64_t>(config.block_q) +
               2 * static_cast<int64_t>(config.block_k) * config.num_stages) +
          slack;

@@ -1,6 +1,7 @@
-// The compiled flash attention launcher instances of head dim 96 (mma.sync).
+// The compiled flash attention launcher instances of head dim 96 (mma.sync and wgmma).
 #include "kernels/cuda/flash_attention_device.cuh"
 #include "kernels/cuda/flash_attention_instances.h"
+#include "kernels/cuda/flash_attention_wgmma.cuh"
 
 namespace kernelserve::cuda {
 

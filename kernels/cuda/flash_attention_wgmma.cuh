@@ -9,6 +9,11 @@
 // (the same code as the mma.sync kernel: flash_attention_common.cuh), and O += P V as wgmma
 // with P in registers and V read MN-major from shared memory. Key tiles no row of the block
 // can see are never loaded; tiles every row sees in full skip the per-element mask.
+//
+// A head dim that is not a whole number of 64-element blocks (D = 96) is laid out at the next
+// one (WgmmaWidth: 128): S = Q K^T reads only the D real columns, and O += P V runs on the
+// padded width, whose extra columns of V are zeroed once and whose extra columns of O are never
+// stored.
 #ifndef KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_WGMMA_CUH_
 #define KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_WGMMA_CUH_
 
@@ -24,6 +29,10 @@
 
 namespace kernelserve::cuda::flash {
 
+// The width (elements) of a tile row in shared memory: the head dim rounded up to whole
+// 64-element swizzle blocks.
+__host__ __device__ constexpr int WgmmaWidth(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of `rows` rows.
 // REQUIRES: col % 8 == 0; the tile starts on a 1024-byte boundary.
 __device__ __forceinline__ uint32_t Sw128Offset(int rows, int row, int col) {
@@ -37,8 +46,8 @@ __device__ __forceinline__ uint32_t Sw128Offset(int rows, int row, int col) {
 template <typename T, int kD, int kRows, int kThreads>
 __device__ __forceinline__ void LoadTileSw128(uint32_t tile, const T* src, int64_t stride,
                                               int64_t valid) {
-  LoadRows<T, kD, kRows, kThreads>(tile, src, stride, valid,
-                                   [](int r, int c) { return Sw128Offset(kRows, r, c); });
+  LoadRows<T, kD, kRows, kThreads, WgmmaWidth(kD) / 8>(
+      tile, src, stride, valid, [](int r, int c) { return Sw128Offset(kRows, r, c); });
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -67,6 +76,16 @@ __device__ __forceinline__ void WgmmaWait() {
 // Orders ordinary shared-memory writes (cp.async) before the tensor cores' reads.
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Zeroes columns [kD, kWidth) of a kRows-row 128-byte-swizzled tile at shared address `tile`.
+template <int kD, int kWidth, int kRows, int kThreads>
+__device__ __forceinline__ void ZeroPadColumns(uint32_t tile) {
+  constexpr int kPadChunks = (kWidth - kD) / 8;
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * kPadChunks; i += kThreads) {
+    const uint32_t at = tile + Sw128Offset(kRows, i / kPadChunks, kD + (i % kPadChunks) * 8);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+  }
 }
 
 // Keeps the compiler from moving reads or writes of these registers across this point (they
@@ -113,7 +132,7 @@ __device__ __forceinline__ void MmaRsTransB(float (&d)[kN / 8][4], const uint32_
 // Shared memory of one block: the Q tile and kStages K and V tiles, plus slack to align the
 // start to 1024 bytes.
 constexpr size_t WgmmaSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {
-  return FlashSharedBytes(head_dim, block_q, block_k, num_stages) + 1024;
+  return FlashSharedBytes(WgmmaWidth(head_dim), block_q, block_k, num_stages) + 1024;
 }
 
 template <typename T, int kD, int kBlockQ, int kBlockK, int kWarps, int kStages>
@@ -121,17 +140,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kThreads = kWarps * 32;
-  constexpr int kSTiles = kBlockK / 8;  // n8 tiles of S
-  constexpr int kOTiles = kD / 8;       // n8 tiles of O
-  constexpr uint32_t kTileBytes = kBlockK * kD * 2;
+  constexpr int kWidth = WgmmaWidth(kD);  // of a tile row in shared memory
+  constexpr int kSTiles = kBlockK / 8;    // n8 tiles of S
+  constexpr int kOTiles = kWidth / 8;     // n8 tiles of O (those past D are not stored)
+  constexpr uint32_t kTileBytes = kBlockK * kWidth * 2;
   static_assert(kBlockQ == 16 * kWarps && kWarps % 4 == 0, "64 query rows per warpgroup");
-  static_assert(kD % 64 == 0 && kBlockK % 64 == 0, "whole 128-byte swizzle atoms");
+  static_assert(kD % 16 == 0 && kBlockK % 64 == 0, "whole k16 steps and swizzle atoms");
   static_assert(kStages >= 3, "two tiles in use and at least one loading");
 
   extern __shared__ __align__(128) unsigned char wgmma_smem[];
   const uint32_t base = SharedAddress(wgmma_smem);
   const uint32_t sq = base + ((1024 - (base % 1024)) % 1024);
-  const uint32_t sk = sq + kBlockQ * kD * 2;
+  const uint32_t sk = sq + kBlockQ * kWidth * 2;
   const uint32_t sv = sk + kStages * kTileBytes;
 
   const BlockInputs<T> b = BlockInputsOf<T, kD>(p, kBlockQ);
@@ -162,6 +182,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
   // tile). Tile it + kAhead is loaded into the stage that tile it - 2 used: no warpgroup reads
   // it any more once every thread has passed this iteration's barrier.
   constexpr int kAhead = kStages - 2;
+  if constexpr (kWidth != kD) {
+    // P V reads V's padding; the loads never write it (the first barrier below orders this).
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      ZeroPadColumns<kD, kWidth, kBlockK, kThreads>(sv + s * kTileBytes);
+    }
+  }
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < tiles.num_tiles) load_kv(s, s);
@@ -202,13 +229,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
   // O += P V: k16 step kk takes keys [16 kk, 16 kk + 16), two 8-row groups of V. One wgmma
   // covers at most 128 columns of O: at D = 256 each step runs on two halves of O and V (V's
   // columns 128.. start two 64-column blocks in).
-  constexpr int kPvN = kD < 128 ? kD : 128;
+  constexpr int kPvN = kWidth < 128 ? kWidth : 128;
   auto issue_pv = [&](int it) {
     const uint32_t tv = sv + (it % kStages) * kTileBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
 #pragma unroll
-      for (int h = 0; h < kD / kPvN; ++h) {
+      for (int h = 0; h < kWidth / kPvN; ++h) {
         auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
         const uint32_t v_part = tv + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
         MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
@@ -256,7 +283,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
     FenceRegisters(pa);
   }
   WaitCopies<0>();
-  StoreRows<T, kBf16, kD>(p, b.span, b.seq, b.head, rows, o, m, l, t);
+  StoreRows<T, kBf16, kD>(p, b.span, b.seq, b.head, rows,
+                          reinterpret_cast<const float(&)[kD / 8][4]>(o), m, l, t);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

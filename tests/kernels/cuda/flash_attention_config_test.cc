@@ -151,8 +151,13 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   EXPECT_TRUE(IsWgmma(d64)) << d64.DebugString();
   EXPECT_EQ(d64.block_q, 64);
   EXPECT_EQ(d64.num_warps, 4);
-  // No wgmma kernel at D = 96: mma.sync.
-  EXPECT_FALSE(IsWgmma(FlashAttentionHeuristic(Problem(DType::kBF16, 2, 512, 8, 96), Hopper())));
+  // D = 96 runs the D = 128 shape with rows padded to 128 (as much shared memory); no wgmma
+  // kernel at D = 32: mma.sync.
+  const KernelConfig d96 = FlashAttentionHeuristic(Problem(DType::kBF16, 2, 512, 8, 96), Hopper());
+  EXPECT_TRUE(IsWgmma(d96)) << d96.DebugString();
+  EXPECT_EQ(d96.block_q, 128);
+  EXPECT_EQ(FlashConfigSharedBytes(d96, 96), FlashConfigSharedBytes(best, 128));
+  EXPECT_FALSE(IsWgmma(FlashAttentionHeuristic(Problem(DType::kBF16, 2, 512, 8, 32), Hopper())));
   // D = 256: one warpgroup with key tiles of 64, which needs 225 KiB of shared memory; a
   // Hopper part with less takes mma.sync.
   const FlashAttentionProblem p256 = Problem(DType::kBF16, 8, 2048, 16, 256);
