@@ -62,8 +62,9 @@ constexpr size_t FlashSharedBytes(int head_dim, int block_q, int block_k, int nu
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
 cudaError_t LaunchFlashAttentionMma(const FlashDeviceArgs& args, cudaStream_t stream);
 // Wgmma: Hopper (compute capability 9.0) with the build targeting sm_90a; kBlockQ = 16 * kWarps
-// query rows per block, 64 per warpgroup of 4 warps. Its shared memory is
-// FlashSharedBytes(...) + 1024 (alignment).
+// query rows per block, 64 per warpgroup of 4 warps; kHeadDim 64, 96, 128 or 256 (96 is padded
+// to 128 in shared memory). Its shared memory is WgmmaSharedBytes(...): FlashSharedBytes of
+// the padded head dim + 1024 (alignment).
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
 cudaError_t LaunchFlashAttentionWgmma(const FlashDeviceArgs& args, cudaStream_t stream);
 
