@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/flash_attention_instances.h"
+#include "kernels/cuda/flash_attention_launch.h"
 
 namespace kernelserve::cuda {
 namespace {
@@ -86,7 +87,7 @@ int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
   // The wgmma kernel lays rows out in whole 64-element blocks (D = 96 takes 128) and aligns its
   // tiles to 1024 bytes, asking for that much slack (WgmmaSharedBytes).
   const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
-  const int64_t width = wgmma ? (head_dim + 63) / 64 * 64 : head_dim;
+  const int64_t width = wgmma ? FlashWgmmaWidth(static_cast<int>(head_dim)) : head_dim;
   const int64_t slack = wgmma ? 1024 : 0;
   return width * 2 *
              (static_cast<int64_t>(config.block_q) +

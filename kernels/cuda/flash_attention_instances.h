@@ -22,14 +22,24 @@
 
 // wgmma, per dtype (its pipeline needs 3 stages or more): two warpgroups (128 rows) with key
 // tiles of 128 (3 stages) and 64 (3 and 4 stages); one warpgroup (64 rows) with key tiles of 128.
+// D = 96 (rows padded to 128 in shared memory): the shapes the heuristic takes at D = 64 and
+// D = 128, and two warpgroups with key tiles of 64 (fewer registers). D = 256: one warpgroup
+// with key tiles of 64 and 3 stages, the one shape whose Q, K and V tiles fit a Hopper block's
+// shared memory (225 of 227 KiB).
 #if defined(KERNELSERVE_FLASH_WGMMA)
 #define KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D) \
   X(Wgmma, DT, CT, D, 128, 128, 8, 3)        \
   X(Wgmma, DT, CT, D, 128, 64, 8, 3)         \
   X(Wgmma, DT, CT, D, 128, 64, 8, 4)         \
   X(Wgmma, DT, CT, D, 64, 128, 4, 3)
+#define KS_FLASH_WGMMA_D96_(X, DT, CT) \
+  X(Wgmma, DT, CT, 96, 128, 128, 8, 3) \
+  X(Wgmma, DT, CT, 96, 128, 64, 8, 3) X(Wgmma, DT, CT, 96, 64, 128, 4, 3)
+#define KS_FLASH_WGMMA_D256_(X, DT, CT) X(Wgmma, DT, CT, 256, 64, 64, 4, 3)
 #else
 #define KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D)
+#define KS_FLASH_WGMMA_D96_(X, DT, CT)
+#define KS_FLASH_WGMMA_D256_(X, DT, CT)
 #endif
 
 #define KS_FLASH_SHAPES_(X, DT, CT, D, BK_SMALL, BK_LARGE) \
@@ -49,26 +59,10 @@
 #define KS_FLASH_INSTANCES_D32(X)                      \
   KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 32, 64, 128) \
   KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 32, 64, 128)
-// D = 96 on wgmma (rows padded to 128 in shared memory): the shapes the heuristic takes at
-// D = 64 and D = 128, and two warpgroups with key tiles of 64 (fewer registers).
-#if defined(KERNELSERVE_FLASH_WGMMA)
-#define KS_FLASH_WGMMA_D96_(X, DT, CT) \
-  X(Wgmma, DT, CT, 96, 128, 128, 8, 3) \
-  X(Wgmma, DT, CT, 96, 128, 64, 8, 3) X(Wgmma, DT, CT, 96, 64, 128, 4, 3)
-#else
-#define KS_FLASH_WGMMA_D96_(X, DT, CT)
-#endif
 #define KS_FLASH_INSTANCES_D96(X)                             \
   KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 96, 32, 64)         \
   KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 96, 32, 64) \
   KS_FLASH_WGMMA_D96_(X, kF16, __half) KS_FLASH_WGMMA_D96_(X, kBF16, __nv_bfloat16)
-// D = 256 on wgmma: one warpgroup with key tiles of 64 and 3 stages, the one shape whose Q, K
-// and V tiles fit a Hopper block's shared memory (225 of 227 KiB).
-#if defined(KERNELSERVE_FLASH_WGMMA)
-#define KS_FLASH_WGMMA_D256_(X, DT, CT) X(Wgmma, DT, CT, 256, 64, 64, 4, 3)
-#else
-#define KS_FLASH_WGMMA_D256_(X, DT, CT)
-#endif
 #define KS_FLASH_INSTANCES_D256(X)                             \
   KS_FLASH_SMALL_SHAPES_(X, kF16, __half, 256, 32, 64)         \
   KS_FLASH_SMALL_SHAPES_(X, kBF16, __nv_bfloat16, 256, 32, 64) \

@@ -46,6 +46,12 @@ struct FlashDeviceArgs {
   const int64_t* kv_segment_ids = nullptr;
 };
 
+// The width (elements) of a tile row in the wgmma kernel's shared memory: the head dim rounded
+// up to whole 64-element swizzle blocks (D = 96 takes 128).
+__host__ __device__ constexpr int FlashWgmmaWidth(int head_dim) {
+  return (head_dim + 63) / 64 * 64;
+}
+
 // Shared memory (bytes) one block of a config uses: the Q tile and num_stages K and V tiles of
 // 2-byte elements.
 constexpr size_t FlashSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {

@@ -11,7 +11,7 @@
 // can see are never loaded; tiles every row sees in full skip the per-element mask.
 //
 // A head dim that is not a whole number of 64-element blocks (D = 96) is laid out at the next
-// one (WgmmaWidth: 128): S = Q K^T reads only the D real columns, and O += P V runs on the
+// one (FlashWgmmaWidth: 128): S = Q K^T reads only the D real columns, and O += P V runs on the
 // padded width, whose extra columns of V are zeroed once and whose extra columns of O are never
 // stored.
 #ifndef KERNELSERVE_KERNELS_CUDA_FLASH_ATTENTION_WGMMA_CUH_
@@ -29,10 +29,6 @@
 
 namespace kernelserve::cuda::flash {
 
-// The width (elements) of a tile row in shared memory: the head dim rounded up to whole
-// 64-element swizzle blocks.
-__host__ __device__ constexpr int WgmmaWidth(int head_dim) { return (head_dim + 63) / 64 * 64; }
-
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of `rows` rows.
 // REQUIRES: col % 8 == 0; the tile starts on a 1024-byte boundary.
 __device__ __forceinline__ uint32_t Sw128Offset(int rows, int row, int col) {
@@ -46,7 +42,7 @@ __device__ __forceinline__ uint32_t Sw128Offset(int rows, int row, int col) {
 template <typename T, int kD, int kRows, int kThreads>
 __device__ __forceinline__ void LoadTileSw128(uint32_t tile, const T* src, int64_t stride,
                                               int64_t valid) {
-  LoadRows<T, kD, kRows, kThreads, WgmmaWidth(kD) / 8>(
+  LoadRows<T, kD, kRows, kThreads, FlashWgmmaWidth(kD) / 8>(
       tile, src, stride, valid, [](int r, int c) { return Sw128Offset(kRows, r, c); });
 }
 
@@ -132,7 +128,7 @@ __device__ __forceinline__ void MmaRsTransB(float (&d)[kN / 8][4], const uint32_
 // Shared memory of one block: the Q tile and kStages K and V tiles, plus slack to align the
 // start to 1024 bytes.
 constexpr size_t WgmmaSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {
-  return FlashSharedBytes(WgmmaWidth(head_dim), block_q, block_k, num_stages) + 1024;
+  return FlashSharedBytes(FlashWgmmaWidth(head_dim), block_q, block_k, num_stages) + 1024;
 }
 
 template <typename T, int kD, int kBlockQ, int kBlockK, int kWarps, int kStages>
@@ -140,9 +136,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kThreads = kWarps * 32;
-  constexpr int kWidth = WgmmaWidth(kD);  // of a tile row in shared memory
-  constexpr int kSTiles = kBlockK / 8;    // n8 tiles of S
-  constexpr int kOTiles = kWidth / 8;     // n8 tiles of O (those past D are not stored)
+  constexpr int kWidth = FlashWgmmaWidth(kD);  // of a tile row in shared memory
+  constexpr int kSTiles = kBlockK / 8;         // n8 tiles of S
+  constexpr int kOTiles = kWidth / 8;          // n8 tiles of O (those past D are not stored)
   constexpr uint32_t kTileBytes = kBlockK * kWidth * 2;
   static_assert(kBlockQ == 16 * kWarps && kWarps % 4 == 0, "64 query rows per warpgroup");
   static_assert(kD % 16 == 0 && kBlockK % 64 == 0, "whole k16 steps and swizzle atoms");
