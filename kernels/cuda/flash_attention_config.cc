@@ -87,12 +87,10 @@ int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
   // The wgmma kernel lays rows out in whole 64-element blocks (D = 96 takes 128) and aligns its
   // tiles to 1024 bytes, asking for that much slack (WgmmaSharedBytes).
   const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
-  const int64_t width = wgmma ? FlashWgmmaWidth(static_cast<int>(head_dim)) : head_dim;
-  const int64_t slack = wgmma ? 1024 : 0;
-  return width * 2 *
-             (static_cast<int64_t>(config.block_q) +
-              2 * static_cast<int64_t>(config.block_k) * config.num_stages) +
-         slack;
+  const int d = static_cast<int>(head_dim);
+  return static_cast<int64_t>(FlashSharedBytes(wgmma ? FlashWgmmaWidth(d) : d, config.block_q,
+                                               config.block_k, config.num_stages)) +
+         (wgmma ? 1024 : 0);
 }
 
 bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceInfo& device) {
