@@ -20,6 +20,15 @@ int64_t MicrosSince(Clock::time_point start) {
 
 int64_t Micros(double seconds) { return static_cast<int64_t>(seconds * 1e6 + 0.5); }
 
+TuneOptions TuneOptionsOf(const AutotunePolicy& policy, const ExecuteOptions& options) {
+  TuneOptions tune;
+  tune.warmup = policy.warmup;
+  tune.iters = policy.iters;
+  tune.time_budget = policy.time_budget;
+  tune.interrupt = options.interrupt;
+  return tune;
+}
+
 // True when `platform`'s implementation can run these inputs on `device` with the kernel's
 // heuristic config.
 bool RunsOn(const Kernel& kernel, Platform platform, const TensorSpecMap& specs,
@@ -45,8 +54,7 @@ AutotunePolicy Executor::EffectivePolicy(const PolicyPatch& patch) const {
   return patch.ApplyTo(policy);
 }
 
-absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel,
-                                                  const TensorSpecMap& specs,
+absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel, const TensorSpecMap& specs,
                                                   const Attributes& attrs,
                                                   const ExecuteOptions& options,
                                                   bool gpu_present) const {
@@ -57,8 +65,7 @@ absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel,
   const bool automatic = requested.empty() || requested == "auto";
   const size_t probe = static_cast<size_t>(std::max(0, options.device.value_or(0)));
   if (automatic && platform != Platform::kCpu && probe < gpus_.size() &&
-      kernel.Validate(specs, attrs).ok() &&
-      !RunsOn(kernel, platform, specs, attrs, gpus_[probe])) {
+      kernel.Validate(specs, attrs).ok() && !RunsOn(kernel, platform, specs, attrs, gpus_[probe])) {
     // "auto" means the best platform that handles these inputs: the CPU reference handles
     // every valid call (f32 attention, head dims without a GPU kernel...).
     platform = Platform::kCpu;
@@ -118,6 +125,7 @@ absl::StatusOr<ExecuteResult> Executor::Execute(std::string_view kernel, const T
   auto prepare = [&]() -> absl::Status {
     if (run != nullptr) return absl::OkStatus();
     KS_ASSIGN_OR_RETURN(run, impl->Prepare(inputs, attrs, *plan.device));
+    run->set_interrupt(options.interrupt);
     return absl::OkStatus();
   };
   SelectRequest request;
@@ -129,8 +137,7 @@ absl::StatusOr<ExecuteResult> Executor::Execute(std::string_view kernel, const T
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     KS_RETURN_IF_ERROR(prepare());
-    return kernelserve::Autotune(*run, heuristic, candidates,
-                    TuneOptions{plan.policy.warmup, plan.policy.iters, plan.policy.time_budget});
+    return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan.policy, options));
   };
   const Clock::time_point select_start = Clock::now();
   KS_ASSIGN_OR_RETURN(Selection selection, chain_->Select(request));
@@ -146,9 +153,8 @@ absl::StatusOr<ExecuteResult> Executor::Execute(std::string_view kernel, const T
   result.timings.d2h_us = MicrosSince(fetch_start);
 
   if (options_.recorder != nullptr) {
-    options_.recorder->Record(RecordedCall{std::string(plan.kernel->name()),
-                                           plan.invocation.inputs, attrs, options,
-                                           selection.cache_key, 0});
+    options_.recorder->Record(RecordedCall{std::string(plan.kernel->name()), plan.invocation.inputs,
+                                           attrs, options, selection.cache_key, 0});
   }
   result.config = std::move(selection.config);
   result.source = selection.source;
@@ -183,9 +189,8 @@ absl::StatusOr<AutotuneResult> Executor::Autotune(std::string_view kernel,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run,
                         impl->Prepare(*inputs, attrs, *plan.device));
-    return kernelserve::Autotune(
-        *run, heuristic, candidates,
-        TuneOptions{plan.policy.warmup, plan.policy.iters, plan.policy.time_budget});
+    run->set_interrupt(options.interrupt);
+    return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan.policy, options));
   };
   AutotuneResult result;
   KS_ASSIGN_OR_RETURN(result.selection, chain_->Tune(request));

@@ -4,6 +4,7 @@
 #define KERNELSERVE_CORE_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +32,10 @@ struct ExecuteOptions {
   std::string platform;                // "", "auto", "cpu", "cuda", "cudnn"
   std::optional<int> device;           // GPU ordinal; -1 = the CPU; unset = GPU 0 or the CPU
   PolicyPatch policy;                  // per-call changes to the policy
+  // Checked as the call runs (between tuning candidates and timed launches, and by kernels
+  // between their work items); a non-OK status stops the call with that status (the caller's
+  // deadline passed, it cancelled). Empty = never interrupted.
+  std::function<absl::Status()> interrupt;
 };
 
 // Microseconds spent in each phase of a call.
@@ -65,8 +70,8 @@ struct AutotuneResult {
 
 // Options of the executor. Every field has a default.
 struct ExecutorOptions {
-  AutotunePolicy policy;          // the default policy (ScopedPolicyOverride and calls change it)
-  Recorder* recorder = nullptr;   // borrowed; when set, every valid call is recorded
+  AutotunePolicy policy;         // the default policy (ScopedPolicyOverride and calls change it)
+  Recorder* recorder = nullptr;  // borrowed; when set, every valid call is recorded
 };
 
 // Thread safety: thread-safe; Execute may run on many threads at once (one per device).

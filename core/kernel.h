@@ -3,6 +3,7 @@
 #ifndef KERNELSERVE_CORE_KERNEL_H_
 #define KERNELSERVE_CORE_KERNEL_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,16 @@ class PreparedRun {
   virtual absl::StatusOr<TensorMap> Fetch() = 0;
   // Seconds spent moving inputs to the device in Prepare (0 on the CPU).
   virtual double upload_seconds() const { return 0.0; }
+
+  // Launches check `interrupt` as they go where the platform can stop part way (the CPU
+  // kernels, between work items) and then fail with its status. Empty = never.
+  void set_interrupt(std::function<absl::Status()> interrupt) { interrupt_ = std::move(interrupt); }
+
+ protected:
+  const std::function<absl::Status()>& interrupt() const { return interrupt_; }
+
+ private:
+  std::function<absl::Status()> interrupt_;
 };
 
 // One platform's implementation of a kernel.
@@ -43,9 +54,17 @@ class PlatformImpl {
   virtual absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap& inputs,
                                                                const Attributes& attrs,
                                                                const DeviceInfo& device) = 0;
-  // True when `config` can run on `device` for these inputs (fits shared memory, compiled).
-  virtual bool Supports(const KernelConfig& config, const TensorSpecMap& inputs,
-                        const DeviceInfo& device) const = 0;
+  // OK when `config` can run on `device` for these inputs: every field within the platform's
+  // limits, compiled, fits shared memory. InvalidArgument naming the field and its allowed
+  // range (or what else rules the config out) otherwise. Nothing is sized from a config that
+  // fails this check.
+  virtual absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap& inputs,
+                                   const DeviceInfo& device) const = 0;
+  // CheckConfig(...).ok().
+  bool Supports(const KernelConfig& config, const TensorSpecMap& inputs,
+                const DeviceInfo& device) const {
+    return CheckConfig(config, inputs, device).ok();
+  }
 };
 
 // Describes one input or parameter for listings (ListKernels, --help).
@@ -79,15 +98,13 @@ class Kernel {
     return absl::OkStatus();
   }
   // Output specs for these inputs. REQUIRES: Validate(...).ok().
-  virtual TensorSpecMap OutputSpecs(const TensorSpecMap& inputs,
-                                    const Attributes& attrs) const = 0;
+  virtual TensorSpecMap OutputSpecs(const TensorSpecMap& inputs, const Attributes& attrs) const = 0;
 
   // Inputs of the given specs with valid random data (index inputs such as cu_seqlens get
   // valid values), for tuning from shapes alone. The default fills floats uniformly in
   // [-1, 1] and integers and bools with 1. Defined in core/synthesize.cc.
   virtual absl::StatusOr<TensorMap> SynthesizeInputs(const TensorSpecMap& specs,
-                                                     const Attributes& attrs,
-                                                     uint64_t seed) const;
+                                                     const Attributes& attrs, uint64_t seed) const;
 
   // A pure function of shapes, attributes and device. The config it returns is in
   // CandidateConfigs for the same arguments (tests check this).
@@ -99,8 +116,8 @@ class Kernel {
                                                      const DeviceInfo& device) const = 0;
   // True when `config` is one of CandidateConfigs(...) (a stored config outside the space is
   // treated as a miss).
-  bool IsCandidate(const KernelConfig& config, const TensorSpecMap& inputs,
-                   const Attributes& attrs, const DeviceInfo& device) const;
+  bool IsCandidate(const KernelConfig& config, const TensorSpecMap& inputs, const Attributes& attrs,
+                   const DeviceInfo& device) const;
 
   // Registers an implementation; replaces an earlier one of the same platform.
   void AddImpl(std::unique_ptr<PlatformImpl> impl);

@@ -1,6 +1,7 @@
 #include "core/kernel_config.h"
 
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +104,58 @@ absl::StatusOr<KernelConfig> KernelConfig::FromJson(std::string_view text) {
     if (!status.ok()) return status;
   }
   return config;
+}
+
+std::string ExplainNotAmong(const KernelConfig& config, absl::Span<const KernelConfig> allowed) {
+  if (allowed.empty()) return "no config is compiled for these inputs";
+  for (const IntField& field : kIntFields) {
+    if (field.member == &KernelConfig::priority) continue;
+    std::set<int> values;
+    for (const KernelConfig& c : allowed) values.insert(c.*field.member);
+    if (values.contains(config.*field.member)) continue;
+    return absl::StrCat(field.name, "=", config.*field.member, ": expected one of ",
+                        absl::StrJoin(values, ", "));
+  }
+  for (const StringField& field : kStringFields) {
+    if (field.member == &KernelConfig::platform) continue;
+    std::set<std::string> values;
+    for (const KernelConfig& c : allowed) values.insert(c.*field.member);
+    if (values.contains(config.*field.member)) continue;
+    return absl::StrCat(field.name, "='", config.*field.member, "': expected one of '",
+                        absl::StrJoin(values, "', '"), "'");
+  }
+  constexpr size_t kListed = 12;
+  std::vector<std::string> listed;
+  for (size_t i = 0; i < allowed.size() && i < kListed; ++i) {
+    listed.push_back(absl::StrCat("{", allowed[i].DebugString(), "}"));
+  }
+  return absl::StrCat(
+      "this combination is not compiled; expected one of ", absl::StrJoin(listed, ", "),
+      allowed.size() > kListed ? absl::StrCat(" (", allowed.size(), " in all)") : std::string());
+}
+
+absl::Status CheckConfigFields(const KernelConfig& config, std::string_view what,
+                               absl::Span<const ConfigFieldRange> ranges) {
+  for (const IntField& field : kIntFields) {
+    if (field.member == &KernelConfig::priority) continue;
+    const int value = config.*field.member;
+    const ConfigFieldRange* range = nullptr;
+    for (const ConfigFieldRange& r : ranges) {
+      if (r.field == field.member) range = &r;
+    }
+    if (range == nullptr) {
+      if (value == 0) continue;
+      return absl::InvalidArgumentError(absl::StrCat("config ", field.name, "=", value, ": ",
+                                                     Sv(what), " does not use ", field.name,
+                                                     " (expected 0)"));
+    }
+    if (value < range->min || value > range->max) {
+      return absl::InvalidArgumentError(absl::StrCat("config ", field.name, "=", value,
+                                                     " is out of range for ", Sv(what),
+                                                     ": expected ", range->min, "..", range->max));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string KernelConfig::DebugString() const {

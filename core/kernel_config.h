@@ -5,7 +5,9 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace kernelserve {
 
@@ -15,12 +17,12 @@ inline constexpr int kKernelConfigSchemaVersion = 1;
 
 // A value type. Fields a kernel does not use stay 0 or empty.
 struct KernelConfig {
-  int block_q = 0;     // query rows per tile (attention)
-  int block_k = 0;     // key rows per tile (attention)
-  int block_d = 0;     // head-dim slice per tile (0 = whole head)
-  int num_warps = 0;   // warps per block (GPU) or worker threads (CPU); 0 = kernel default
-  int num_stages = 0;  // pipeline depth of the copies
-  int block_size = 0;  // rows per chunk (pooling)
+  int block_q = 0;        // query rows per tile (attention)
+  int block_k = 0;        // key rows per tile (attention)
+  int block_d = 0;        // head-dim slice per tile (0 = whole head)
+  int num_warps = 0;      // warps per block (GPU) or worker threads (CPU); 0 = kernel default
+  int num_stages = 0;     // pipeline depth of the copies
+  int block_size = 0;     // rows per chunk (pooling)
   std::string platform;   // "cpu", "cuda", "cudnn"; "" = whatever runs the call
   std::string backend;    // free-form backend detail ("", "wmma", ...)
   std::string algorithm;  // free-form variant name ("", "split", ...)
@@ -36,6 +38,26 @@ struct KernelConfig {
   // "block_q=64 block_k=64 num_warps=4 platform=cuda" (zero and empty fields left out).
   std::string DebugString() const;
 };
+
+// The values one int field of KernelConfig may take on a platform.
+struct ConfigFieldRange {
+  const char* name = "";               // "num_warps"
+  int KernelConfig::*field = nullptr;  // &KernelConfig::num_warps
+  int min = 0;                         // inclusive
+  int max = 0;                         // inclusive
+};
+
+// Why `config` is none of `allowed` (for error messages): the first int field whose value no
+// allowed config has, with the values they have ("block_q=7: expected one of 64, 128"), or,
+// when each value occurs but not together, the allowed configs (at most a dozen listed).
+std::string ExplainNotAmong(const KernelConfig& config, absl::Span<const KernelConfig> allowed);
+
+// OK when every field listed in `ranges` lies in its range and every other int field but
+// priority is 0. InvalidArgument otherwise, naming `what` (e.g. "mean_pooling on cpu"), the
+// first offending field, its value and the allowed range. Configs are checked this way before
+// anything is sized from them.
+absl::Status CheckConfigFields(const KernelConfig& config, std::string_view what,
+                               absl::Span<const ConfigFieldRange> ranges);
 
 }  // namespace kernelserve
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/utils/elide.h"
 #include "core/utils/string_view.h"
 
 namespace kernelserve {
@@ -27,7 +28,7 @@ absl::StatusOr<const Kernel*> KernelRegistry::Find(std::string_view name) const 
   std::vector<std::string> known;
   for (const auto& [key, kernel] : kernels_) known.push_back(kernel->id());
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown kernel '", Sv(name),
+      absl::StrCat("unknown kernel '", Elide(name),
                    "'; known: ", known.empty() ? "none" : absl::StrJoin(known, ", ")));
 }
 

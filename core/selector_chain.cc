@@ -61,12 +61,15 @@ absl::Status ConfigSelectorChain::CheckSupported(const SelectRequest& request,
   }
   absl::StatusOr<Platform> p = ParsePlatform(platform);
   PlatformImpl* impl = p.ok() ? request.kernel->impl(*p) : nullptr;
-  if (impl == nullptr ||
-      !impl->Supports(config, request.invocation->inputs, *request.device)) {
+  if (impl == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(request.kernel->id(), " has no platform '",
+                                                   platform, "' for the ", Sv(what), " config"));
+  }
+  absl::Status checked = impl->CheckConfig(config, request.invocation->inputs, *request.device);
+  if (!checked.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(what), " config {", config.DebugString(),
-                                                   "} is not supported by ",
-                                                   request.kernel->id(), " on ", platform,
-                                                   " for these inputs"));
+                                                   "} cannot run ", request.kernel->id(), " on ",
+                                                   platform, ": ", checked.message()));
   }
   return absl::OkStatus();
 }
@@ -77,8 +80,8 @@ absl::StatusOr<Selection> ConfigSelectorChain::Select(const SelectRequest& reque
     KS_RETURN_IF_ERROR(CheckSupported(request, *request.override_config, "override"));
     return Make(*request.override_config, ConfigSource::kOverride, key);
   }
-  if (std::optional<KernelConfig> c = ScopedConfigOverlay::Lookup(
-          key, request.kernel->id(), request.kernel->name())) {
+  if (std::optional<KernelConfig> c =
+          ScopedConfigOverlay::Lookup(key, request.kernel->id(), request.kernel->name())) {
     KS_RETURN_IF_ERROR(CheckSupported(request, *c, "overlay"));
     return Make(*c, ConfigSource::kOverlay, key);
   }
@@ -122,8 +125,7 @@ std::optional<Selection> ConfigSelectorChain::FromStore(const SelectRequest& req
 }
 
 absl::StatusOr<Selection> ConfigSelectorChain::TuneOnce(const SelectRequest& request,
-                                                        const std::string& key,
-                                                        bool use_lease) {
+                                                        const std::string& key, bool use_lease) {
   std::shared_ptr<Flight> flight;
   bool leader = false;
   {
@@ -137,6 +139,10 @@ absl::StatusOr<Selection> ConfigSelectorChain::TuneOnce(const SelectRequest& req
     absl::MutexLock lock(&flight->mu);
     flight->mu.Await(absl::Condition(&flight->done));
     absl::StatusOr<Selection> result = flight->result;
+    if (absl::IsDeadlineExceeded(result.status()) || absl::IsCancelled(result.status())) {
+      // The leader's caller went away mid-tuning; that is not this call's error.
+      return Heuristic(request, key, /*write_back=*/false);
+    }
     if (result.ok()) result->tune_report.reset();  // the report belongs to the leader's call
     return result;
   }
@@ -152,8 +158,7 @@ absl::StatusOr<Selection> ConfigSelectorChain::TuneOnce(const SelectRequest& req
 }
 
 absl::StatusOr<Selection> ConfigSelectorChain::RunTuning(const SelectRequest& request,
-                                                         const std::string& key,
-                                                         bool use_lease) {
+                                                         const std::string& key, bool use_lease) {
   const std::string fp = request.invocation->device.Hash();
   bool leased = false;
   if (use_lease && store_ != nullptr) {
@@ -181,8 +186,8 @@ absl::StatusOr<Selection> ConfigSelectorChain::RunTuning(const SelectRequest& re
   Selection s = Make(report->best, ConfigSource::kAutotune, key);
   if (report->all_failed) {
     s.source = ConfigSource::kHeuristic;
-    s.warnings.push_back(absl::StrCat("every autotune candidate failed for ", key,
-                                      "; using the heuristic config"));
+    s.warnings.push_back(
+        absl::StrCat("every autotune candidate failed for ", key, "; using the heuristic config"));
   } else {
     WriteBack(request, key, report->best, "autotune", report->best_seconds);
   }
@@ -191,8 +196,7 @@ absl::StatusOr<Selection> ConfigSelectorChain::RunTuning(const SelectRequest& re
 }
 
 absl::StatusOr<Selection> ConfigSelectorChain::Heuristic(const SelectRequest& request,
-                                                         const std::string& key,
-                                                         bool write_back) {
+                                                         const std::string& key, bool write_back) {
   if (!request.policy.allow_heuristics) {
     return absl::FailedPreconditionError(
         absl::StrCat("no cached config for ", key,

@@ -25,6 +25,9 @@ absl::StatusOr<size_t> ByteCount(DType dtype, const Shape& shape) {
 }  // namespace
 
 std::string ShapeString(const Shape& shape) {
+  if (shape.size() > kMaxShapeStringDims) {
+    return absl::StrCat("a shape of ", shape.size(), " dims");
+  }
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 

@@ -14,7 +14,13 @@ namespace kernelserve {
 
 using Shape = std::vector<int64_t>;
 
-// "[2,3,4]".
+// The most dims a tensor may have (numpy's own limit); the wire conversion refuses more.
+inline constexpr size_t kMaxRank = 64;
+// Shapes of more dims than this are named by their rank alone in messages.
+inline constexpr size_t kMaxShapeStringDims = 16;
+
+// "[2,3,4]"; "a shape of 100000 dims" past kMaxShapeStringDims, so that error messages stay
+// short whatever a client sends.
 std::string ShapeString(const Shape& shape);
 // Product of the dims; InvalidArgument if a dim is negative or the product overflows int64.
 absl::StatusOr<int64_t> NumElements(const Shape& shape);

@@ -94,7 +94,15 @@ absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuris
   const auto elapsed = [&start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  KS_RETURN_IF_ERROR(run.Launch(heuristic).status());
+  const auto interrupted = [&options]() -> absl::Status {
+    return options.interrupt ? options.interrupt() : absl::OkStatus();
+  };
+  // Every launch first checks the interrupt; a launch stopped part way fails with it too.
+  const auto launch = [&](const KernelConfig& config) -> absl::StatusOr<double> {
+    KS_RETURN_IF_ERROR(interrupted());
+    return run.Launch(config);
+  };
+  KS_RETURN_IF_ERROR(launch(heuristic).status());
   KS_ASSIGN_OR_RETURN(TensorMap reference, run.Fetch());
   const double tolerance = MatchTolerance(FirstFloatDType(reference));
   const double budget = absl::ToDoubleSeconds(options.time_budget);
@@ -110,8 +118,9 @@ absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuris
       continue;
     }
     absl::StatusOr<double> seconds =
-        Benchmark([&] { return run.Launch(config); }, options.warmup, options.iters);
+        Benchmark([&] { return launch(config); }, options.warmup, options.iters);
     if (!seconds.ok()) {
+      KS_RETURN_IF_ERROR(interrupted());  // the caller is gone: no report, no winner
       result.status = seconds.status();
       continue;
     }

@@ -19,8 +19,8 @@ namespace kernelserve {
 // Runs `launch` `warmup` times untimed, then `iters` times, and returns the median of the
 // seconds each timed launch reports. The first failing launch's status is returned.
 // REQUIRES: iters >= 1.
-absl::StatusOr<double> Benchmark(const std::function<absl::StatusOr<double>()>& launch,
-                                 int warmup, int iters);
+absl::StatusOr<double> Benchmark(const std::function<absl::StatusOr<double>()>& launch, int warmup,
+                                 int iters);
 
 // Largest relative error ||out - ref|| / ||ref|| (over all outputs) a candidate may have and
 // still count as the same function, for outputs of `dtype`.
@@ -31,13 +31,16 @@ struct TuneOptions {
   int warmup = 1;                                  // untimed launches per candidate
   int iters = 5;                                   // timed launches per candidate
   absl::Duration time_budget = absl::Seconds(30);  // candidates after this are skipped
+  // Checked before every launch; a non-OK status ends the tuning with that status (the
+  // caller's deadline passed or it cancelled). Empty = never.
+  std::function<absl::Status()> interrupt;
 };
 
 // How one candidate fared. A value type.
 struct CandidateResult {
   KernelConfig config;
-  absl::Status status;           // why it was rejected (launch error, mismatch, budget)
-  double median_seconds = 0.0;   // valid when status.ok()
+  absl::Status status;          // why it was rejected (launch error, mismatch, budget)
+  double median_seconds = 0.0;  // valid when status.ok()
 };
 
 // The outcome of a tuning run. A value type.
@@ -53,7 +56,8 @@ struct TuneReport {
 // (warmup + iters); a candidate wins only if its output matches the reference within
 // MatchTolerance and it is the fastest (ties: higher priority, then earlier). Candidates that
 // fail keep their error. If all fail, the report says so and names the heuristic as best.
-// Errors only when the heuristic itself cannot run (its status is returned).
+// Errors only when the heuristic itself cannot run (its status is returned), or when
+// options.interrupt stops the tuning (its status is returned; nothing is chosen).
 absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuristic,
                                     const std::vector<KernelConfig>& candidates,
                                     const TuneOptions& options);

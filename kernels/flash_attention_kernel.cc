@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/utils/elide.h"
 #include "core/utils/seqlens.h"
 #include "core/utils/string_view.h"
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/flash_attention_impl.h"
 #include "kernels/cuda/flash_attention_config.h"
 
@@ -60,7 +62,7 @@ absl::Status CheckNames(const TensorSpecMap& inputs, const Attributes& attrs) {
   for (const auto& [name, spec] : inputs) {
     if (!kInputNames.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown input '", name,
+          "unknown input '", Elide(name),
           "': expected q, k, v, cu_seqlens_q, cu_seqlens_k, q_segment_ids, kv_segment_ids or "
           "bias"));
     }
@@ -68,7 +70,7 @@ absl::Status CheckNames(const TensorSpecMap& inputs, const Attributes& attrs) {
   for (const auto& [name, value] : attrs) {
     if (!kAttributeNames.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown attribute '", name,
+          "unknown attribute '", Elide(name),
           "': expected causal, softmax_scale, window_left, window_right, logits_soft_cap or "
           "return_lse"));
     }
@@ -229,7 +231,9 @@ absl::Status AnalyzeAttributes(const Attributes& attrs, FlashAttentionProblem& p
   return absl::OkStatus();
 }
 
-int HardwareThreads(const DeviceInfo& device) { return std::max(device.num_threads, 1); }
+int HardwareThreads(const DeviceInfo& device) {
+  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
+}
 
 KernelConfig CpuConfig(int block_q, int block_k, int threads) {
   KernelConfig config;

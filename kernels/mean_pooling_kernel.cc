@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/utils/elide.h"
 #include "core/utils/seqlens.h"
 #include "core/utils/string_view.h"
+#include "kernels/cpu/checks.h"
 #include "kernels/cpu/mean_pooling_impl.h"
 #include "kernels/cuda/mean_pooling_config.h"
 
@@ -29,13 +31,13 @@ absl::Status CheckNames(const TensorSpecMap& inputs, const Attributes& attrs) {
   for (const auto& [name, spec] : inputs) {
     if (name != "x" && name != "mask" && name != "cu_seqlens") {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown input '", name, "': expected x, mask or cu_seqlens"));
+          absl::StrCat("unknown input '", Elide(name), "': expected x, mask or cu_seqlens"));
     }
   }
   for (const auto& [name, value] : attrs) {
     if (name != "chunk_size") {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown attribute '", name, "': expected chunk_size"));
+          absl::StrCat("unknown attribute '", Elide(name), "': expected chunk_size"));
     }
   }
   if (!inputs.contains("x")) {
@@ -70,10 +72,13 @@ absl::Status AnalyzeVarlen(const TensorSpec& x, const TensorSpec& cu, MeanPoolin
   return absl::OkStatus();
 }
 
-int HardwareThreads(const DeviceInfo& device) { return std::max(device.num_threads, 1); }
+int HardwareThreads(const DeviceInfo& device) {
+  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
+}
 
-int ClampToInt(int64_t value) {
-  return static_cast<int>(std::min<int64_t>(value, std::numeric_limits<int>::max()));
+// chunk_size as a CPU block_size: larger chunks than the kernel's limit split the same way.
+int CpuBlockRows(int64_t chunk_size) {
+  return static_cast<int>(std::min<int64_t>(chunk_size, cpu::kMaxCpuBlockRows));
 }
 
 KernelConfig CpuConfig(int block_size, int threads) {
@@ -202,7 +207,7 @@ KernelConfig MeanPoolingKernel::HeuristicConfig(const TensorSpecMap& inputs,
       // enough to hide their start-up.
       const int64_t elements = p.total_rows * p.hidden;
       const int threads = elements < kSingleThreadElements ? 1 : HardwareThreads(device);
-      return CpuConfig(ClampToInt(p.chunk_size), threads);
+      return CpuConfig(CpuBlockRows(p.chunk_size), threads);
     }
     case Platform::kCuda:
       return cuda::MeanPoolingHeuristic(CudaShape(p), device);
@@ -217,7 +222,7 @@ std::vector<KernelConfig> MeanPoolingKernel::CandidateConfigs(const TensorSpecMa
   const MeanPoolingProblem p = ProblemOrDefault(inputs, attrs);
   switch (device.platform) {
     case Platform::kCpu: {
-      const std::set<int> block_sizes = {ClampToInt(p.chunk_size), 32, 128, 512};
+      const std::set<int> block_sizes = {CpuBlockRows(p.chunk_size), 32, 128, 512};
       const std::set<int> threads = {1, 2, HardwareThreads(device)};
       std::vector<KernelConfig> configs;
       for (int block_size : block_sizes) {

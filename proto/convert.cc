@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/utils/elide.h"
 
 namespace kernelserve {
 namespace {
@@ -14,6 +15,10 @@ absl::StatusOr<TensorSpec> CheckTensor(const v1::Tensor& proto, const std::strin
                                        bool allow_empty) {
   TensorSpec spec;
   KS_ASSIGN_OR_RETURN(spec.dtype, FromProto(proto.dtype(), what));
+  if (static_cast<size_t>(proto.shape_size()) > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape of ", proto.shape_size(),
+                                                   " dims: expected at most ", kMaxRank));
+  }
   spec.shape.assign(proto.shape().begin(), proto.shape().end());
   for (size_t i = 0; i < spec.shape.size(); ++i) {
     if (spec.shape[i] < 0) {
@@ -107,7 +112,8 @@ void PutTensor(Tensor tensor, v1::Tensor* proto) {
 absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos) {
   TensorMap tensors;
   for (auto& [name, proto] : *protos) {
-    KS_ASSIGN_OR_RETURN(tensors[name], TakeTensor(&proto, absl::StrCat("input '", name, "'")));
+    KS_ASSIGN_OR_RETURN(tensors[name],
+                        TakeTensor(&proto, absl::StrCat("input '", Elide(name), "'")));
   }
   return tensors;
 }
@@ -116,7 +122,8 @@ absl::StatusOr<TensorSpecMap> SpecsFromProto(
     const google::protobuf::Map<std::string, v1::Tensor>& protos) {
   TensorSpecMap specs;
   for (const auto& [name, proto] : protos) {
-    KS_ASSIGN_OR_RETURN(specs[name], SpecFromProto(proto, absl::StrCat("input '", name, "'")));
+    KS_ASSIGN_OR_RETURN(specs[name],
+                        SpecFromProto(proto, absl::StrCat("input '", Elide(name), "'")));
   }
   return specs;
 }

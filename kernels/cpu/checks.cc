@@ -1,28 +1,49 @@
 #include "kernels/cpu/checks.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/utils/string_view.h"
 
 namespace kernelserve::cpu {
 
-absl::Status CheckCpuConfig(const KernelConfig& config) {
+namespace {
+
+absl::Status CheckCpuPlatform(const KernelConfig& config) {
   if (!config.platform.empty() && config.platform != "cpu") {
     return absl::InvalidArgumentError(
         absl::StrCat("config platform '", config.platform, "': expected \"cpu\" or \"\""));
   }
-  const std::pair<const char*, int> fields[] = {
-      {"block_q", config.block_q},       {"block_k", config.block_k},
-      {"block_d", config.block_d},       {"num_warps", config.num_warps},
-      {"num_stages", config.num_stages}, {"block_size", config.block_size}};
-  for (const auto& [name, value] : fields) {
-    if (value < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config ", name, "=", value, ": expected >= 0"));
-    }
-  }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckMeanPoolingCpuConfig(const KernelConfig& config) {
+  KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
+  static constexpr ConfigFieldRange kRanges[] = {
+      {"block_size", &KernelConfig::block_size, 0, kMaxCpuBlockRows},
+      {"num_warps", &KernelConfig::num_warps, 0, kMaxCpuThreads}};
+  return CheckConfigFields(config, "mean_pooling on cpu", kRanges);
+}
+
+absl::Status CheckFlashAttentionCpuConfig(const KernelConfig& config) {
+  KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
+  static constexpr ConfigFieldRange kRanges[] = {
+      {"block_q", &KernelConfig::block_q, 0, kMaxCpuAttentionTile},
+      {"block_k", &KernelConfig::block_k, 0, kMaxCpuAttentionTile},
+      {"num_warps", &KernelConfig::num_warps, 0, kMaxCpuThreads}};
+  return CheckConfigFields(config, "flash_attention on cpu", kRanges);
+}
+
+int CpuWorkerCount(int requested, int64_t items) {
+  const unsigned hardware = std::thread::hardware_concurrency();
+  int64_t workers = requested > 0 ? requested : std::max<int64_t>(hardware, 1);
+  if (hardware > 0) workers = std::min<int64_t>(workers, hardware);
+  return static_cast<int>(std::max<int64_t>(1, std::min(workers, items)));
 }
 
 absl::Status CheckOffsets(const int64_t* offsets, int64_t count, int64_t total,

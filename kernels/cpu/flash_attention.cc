@@ -247,12 +247,15 @@ void ClearUncoveredRows(const FlashAttentionArgs& a) {
 }  // namespace
 
 absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfig& config) {
-  KS_RETURN_IF_ERROR(CheckCpuConfig(config));
+  KS_RETURN_IF_ERROR(CheckFlashAttentionCpuConfig(config));
   KS_RETURN_IF_ERROR(CheckArgs(args));
   Plan plan;
   plan.args = &args;
-  plan.block_q = config.block_q > 0 ? config.block_q : kDefaultBlockQ;
-  plan.block_k = config.block_k > 0 ? config.block_k : kDefaultBlockK;
+  // Tiles larger than the problem cover it in one; clamping keeps scratch within its size.
+  plan.block_q = std::clamp<int64_t>(config.block_q > 0 ? config.block_q : kDefaultBlockQ, 1,
+                                     std::max<int64_t>(args.total_q, 1));
+  plan.block_k = std::clamp<int64_t>(config.block_k > 0 ? config.block_k : kDefaultBlockK, 1,
+                                     std::max<int64_t>(args.total_k, 1));
   plan.group = args.num_heads_q / args.num_heads_kv;
 
   std::vector<QueryTile> tiles;
@@ -264,7 +267,8 @@ absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfi
   }
   ClearUncoveredRows(args);
 
-  const int threads = ResolveNumThreads(config.num_warps);
+  const int threads =
+      CpuWorkerCount(config.num_warps, static_cast<int64_t>(tiles.size()) * args.num_heads_q);
   const auto bq = static_cast<size_t>(plan.block_q);
   const auto bk = static_cast<size_t>(plan.block_k);
   const auto d = static_cast<size_t>(args.head_dim);
@@ -281,11 +285,11 @@ absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfi
     w.hi.resize(bq);
   }
   const int64_t heads = args.num_heads_q;
-  ParallelFor(static_cast<int64_t>(tiles.size()) * heads, threads, [&](int worker, int64_t i) {
-    RunTile(plan, tiles[static_cast<size_t>(i / heads)], i % heads,
-            scratch[static_cast<size_t>(worker)]);
-  });
-  return absl::OkStatus();
+  return ParallelForInterruptible(static_cast<int64_t>(tiles.size()) * heads, threads,
+                                  args.interrupt, [&](int worker, int64_t i) {
+                                    RunTile(plan, tiles[static_cast<size_t>(i / heads)], i % heads,
+                                            scratch[static_cast<size_t>(worker)]);
+                                  });
 }
 
 }  // namespace kernelserve::cpu

@@ -3,6 +3,7 @@
 #define KERNELSERVE_KERNELS_CPU_FLASH_ATTENTION_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
@@ -50,6 +51,9 @@ struct FlashAttentionArgs {
   // iff q_segment_ids[i] > 0 and equals kv_segment_ids[j]. Both null = no segments.
   const int64_t* q_segment_ids = nullptr;
   const int64_t* kv_segment_ids = nullptr;
+  // Checked between work items when not null; its first non-OK status stops the call, which
+  // then returns it (out is left partly written).
+  const std::function<absl::Status()>* interrupt = nullptr;
 };
 
 // out = softmax(logits over the visible keys) @ v per sequence, query row and head, with head

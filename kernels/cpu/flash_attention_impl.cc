@@ -68,6 +68,8 @@ class FlashAttentionCpuRun : public PreparedRun {
   }
 
   absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    launched_ = false;  // a launch that fails part way leaves the outputs partly written
+    args_.interrupt = interrupt() ? &interrupt() : nullptr;
     const auto start = std::chrono::steady_clock::now();
     KS_RETURN_IF_ERROR(FlashAttentionCpu(args_, config));
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -104,9 +106,10 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> FlashAttentionCpuImpl::Prepare(
   return std::unique_ptr<PreparedRun>(std::make_unique<FlashAttentionCpuRun>(problem, inputs));
 }
 
-bool FlashAttentionCpuImpl::Supports(const KernelConfig& config, const TensorSpecMap& /*inputs*/,
-                                     const DeviceInfo& /*device*/) const {
-  return CheckCpuConfig(config).ok();
+absl::Status FlashAttentionCpuImpl::CheckConfig(const KernelConfig& config,
+                                                const TensorSpecMap& /*inputs*/,
+                                                const DeviceInfo& /*device*/) const {
+  return CheckFlashAttentionCpuConfig(config);
 }
 
 }  // namespace kernelserve::cpu

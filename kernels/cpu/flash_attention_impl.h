@@ -19,9 +19,9 @@ class FlashAttentionCpuImpl : public PlatformImpl {
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap& inputs,
                                                        const Attributes& attrs,
                                                        const DeviceInfo& device) override;
-  // True for configs with platform "" or "cpu" and no negative field.
-  bool Supports(const KernelConfig& config, const TensorSpecMap& inputs,
-                const DeviceInfo& device) const override;
+  // CheckFlashAttentionCpuConfig (kernels/cpu/checks.h).
+  absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap& inputs,
+                           const DeviceInfo& device) const override;
 };
 
 }  // namespace kernelserve::cpu

@@ -112,7 +112,7 @@ std::vector<int64_t> CountRows(const MeanPoolingArgs& args) {
 }  // namespace
 
 absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& config) {
-  KS_RETURN_IF_ERROR(CheckCpuConfig(config));
+  KS_RETURN_IF_ERROR(CheckMeanPoolingCpuConfig(config));
   KS_RETURN_IF_ERROR(CheckArgs(args));
   const int64_t block_rows = config.block_size > 0 ? config.block_size : kDefaultBlockRows;
   const int64_t leaves_per_item = CeilDiv(block_rows, kMeanPoolingLeafRows);
@@ -139,42 +139,45 @@ absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& con
   const std::vector<int64_t> counts = CountRows(args);
   std::vector<float> partials(static_cast<size_t>(num_partials * h_count));
 
-  const int threads = ResolveNumThreads(config.num_warps);
+  const int threads = CpuWorkerCount(config.num_warps, static_cast<int64_t>(items.size()));
   std::vector<Scratch> scratch(static_cast<size_t>(threads));
   for (Scratch& s : scratch) {
     s.row.resize(static_cast<size_t>(h_count));
     s.leaf.resize(static_cast<size_t>(h_count));
     s.total.resize(static_cast<size_t>(h_count));
   }
-  ParallelFor(static_cast<int64_t>(items.size()), threads, [&](int worker, int64_t i) {
-    const WorkItem& item = items[static_cast<size_t>(i)];
-    Scratch& s = scratch[static_cast<size_t>(worker)];
-    std::fill(s.total.begin(), s.total.end(), 0.0f);
-    for (int64_t leaf = item.leaf_begin; leaf < item.leaf_end; ++leaf) {
-      SumLeaf(args, item.seq, leaf, s);
-      if (item.whole) {
-        for (int64_t h = 0; h < h_count; ++h) s.total[h] += s.leaf[h];
-      } else {
-        const int64_t at = (leaf_base[static_cast<size_t>(item.seq)] + leaf) * h_count;
-        std::copy(s.leaf.begin(), s.leaf.end(), partials.begin() + at);
-      }
-    }
-    if (item.whole) Finalize(args, item.seq, counts[static_cast<size_t>(item.seq)], s.total.data());
-  });
+  KS_RETURN_IF_ERROR(ParallelForInterruptible(
+      static_cast<int64_t>(items.size()), threads, args.interrupt, [&](int worker, int64_t i) {
+        const WorkItem& item = items[static_cast<size_t>(i)];
+        Scratch& s = scratch[static_cast<size_t>(worker)];
+        std::fill(s.total.begin(), s.total.end(), 0.0f);
+        for (int64_t leaf = item.leaf_begin; leaf < item.leaf_end; ++leaf) {
+          SumLeaf(args, item.seq, leaf, s);
+          if (item.whole) {
+            for (int64_t h = 0; h < h_count; ++h) s.total[h] += s.leaf[h];
+          } else {
+            const int64_t at = (leaf_base[static_cast<size_t>(item.seq)] + leaf) * h_count;
+            std::copy(s.leaf.begin(), s.leaf.end(), partials.begin() + at);
+          }
+        }
+        if (item.whole)
+          Finalize(args, item.seq, counts[static_cast<size_t>(item.seq)], s.total.data());
+      }));
   // Second pass: add the leaf sums of each split sequence in leaf order, as the first pass
   // does for whole sequences.
-  ParallelFor(static_cast<int64_t>(split_seqs.size()), threads, [&](int worker, int64_t i) {
-    const int64_t seq = split_seqs[static_cast<size_t>(i)];
-    Scratch& s = scratch[static_cast<size_t>(worker)];
-    std::fill(s.total.begin(), s.total.end(), 0.0f);
-    const int64_t leaves = CeilDiv(SeqRows(args, seq), kMeanPoolingLeafRows);
-    for (int64_t leaf = 0; leaf < leaves; ++leaf) {
-      const float* sum = partials.data() + (leaf_base[static_cast<size_t>(seq)] + leaf) * h_count;
-      for (int64_t h = 0; h < h_count; ++h) s.total[h] += sum[h];
-    }
-    Finalize(args, seq, counts[static_cast<size_t>(seq)], s.total.data());
-  });
-  return absl::OkStatus();
+  return ParallelForInterruptible(
+      static_cast<int64_t>(split_seqs.size()), threads, args.interrupt, [&](int worker, int64_t i) {
+        const int64_t seq = split_seqs[static_cast<size_t>(i)];
+        Scratch& s = scratch[static_cast<size_t>(worker)];
+        std::fill(s.total.begin(), s.total.end(), 0.0f);
+        const int64_t leaves = CeilDiv(SeqRows(args, seq), kMeanPoolingLeafRows);
+        for (int64_t leaf = 0; leaf < leaves; ++leaf) {
+          const float* sum =
+              partials.data() + (leaf_base[static_cast<size_t>(seq)] + leaf) * h_count;
+          for (int64_t h = 0; h < h_count; ++h) s.total[h] += sum[h];
+        }
+        Finalize(args, seq, counts[static_cast<size_t>(seq)], s.total.data());
+      });
 }
 
 }  // namespace kernelserve::cpu

@@ -3,6 +3,7 @@
 #define KERNELSERVE_KERNELS_CPU_MEAN_POOLING_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
@@ -31,6 +32,9 @@ struct MeanPoolingArgs {
   const int64_t* cu_seqlens = nullptr;
   // Masked when not null: [num_sequences, seq_len], nonzero = the row counts. Dense only.
   const uint8_t* mask = nullptr;
+  // Checked between work items when not null; its first non-OK status stops the call, which
+  // then returns it (out is left partly written).
+  const std::function<absl::Status()>* interrupt = nullptr;
 };
 
 // out[n, h] = mean over the counted rows of sequence n of x[row, h], accumulated in float and

@@ -35,10 +35,12 @@ class MeanPoolingCpuRun : public PreparedRun {
     args.seq_len = problem_.seq_len;
     if (problem_.form == MeanPoolingProblem::Form::kVarlen) args.cu_seqlens = cu_seqlens_.data();
     if (problem_.form == MeanPoolingProblem::Form::kMasked) args.mask = mask_.data();
+    if (interrupt()) args.interrupt = &interrupt();
     KernelConfig effective = config;
     if (effective.block_size == 0) {
       effective.block_size = static_cast<int>(std::min<int64_t>(problem_.chunk_size, 1 << 30));
     }
+    launched_ = false;  // a launch that fails part way leaves the outputs partly written
     const auto start = std::chrono::steady_clock::now();
     KS_RETURN_IF_ERROR(MeanPoolingCpu(args, effective));
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -75,9 +77,10 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> MeanPoolingCpuImpl::Prepare(
       problem, &inputs.at("x"), std::move(cu_seqlens), std::move(mask)));
 }
 
-bool MeanPoolingCpuImpl::Supports(const KernelConfig& config, const TensorSpecMap& /*inputs*/,
-                                  const DeviceInfo& /*device*/) const {
-  return CheckCpuConfig(config).ok();
+absl::Status MeanPoolingCpuImpl::CheckConfig(const KernelConfig& config,
+                                             const TensorSpecMap& /*inputs*/,
+                                             const DeviceInfo& /*device*/) const {
+  return CheckMeanPoolingCpuConfig(config);
 }
 
 }  // namespace kernelserve::cpu

@@ -6,13 +6,9 @@
 #include <thread>
 #include <vector>
 
-namespace kernelserve::cpu {
+#include "absl/synchronization/mutex.h"
 
-int ResolveNumThreads(int requested) {
-  if (requested > 0) return requested;
-  const unsigned hardware = std::thread::hardware_concurrency();
-  return hardware == 0 ? 1 : static_cast<int>(hardware);
-}
+namespace kernelserve::cpu {
 
 void ParallelFor(int64_t num_items, int num_threads,
                  absl::FunctionRef<void(int worker, int64_t item)> fn) {
@@ -39,6 +35,31 @@ void ParallelFor(int64_t num_items, int num_threads,
   }
   work(0);
   for (std::thread& thread : threads) thread.join();
+}
+
+absl::Status ParallelForInterruptible(int64_t num_items, int num_threads,
+                                      const std::function<absl::Status()>* interrupt,
+                                      absl::FunctionRef<void(int worker, int64_t item)> fn) {
+  if (interrupt == nullptr || !*interrupt) {
+    ParallelFor(num_items, num_threads, fn);
+    return absl::OkStatus();
+  }
+  std::atomic<bool> stop{false};
+  absl::Mutex mu;
+  absl::Status first;  // guarded by mu
+  ParallelFor(num_items, num_threads, [&](int worker, int64_t item) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    absl::Status status = (*interrupt)();
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu);
+      if (first.ok()) first = std::move(status);
+      stop.store(true, std::memory_order_relaxed);
+      return;
+    }
+    fn(worker, item);
+  });
+  absl::MutexLock lock(&mu);
+  return first;
 }
 
 }  // namespace kernelserve::cpu

@@ -32,12 +32,12 @@ std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& nam
 }
 
 // InvalidArgument unless `config` is compiled for the head dim and fits the device.
-absl::Status CheckConfig(const KernelConfig& config, const FlashAttentionProblem& p,
-                         const DeviceInfo& device) {
+absl::Status CheckFlashConfig(const KernelConfig& config, const FlashAttentionProblem& p,
+                              const DeviceInfo& device) {
   if (!cuda::IsFlashConfigCompiled(config, p.head_dim)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "flash attention (cuda): config {", config.DebugString(), "} is not compiled for head dim ",
-        p.head_dim, " (see kernels/cuda/flash_attention_config.h)"));
+        "flash attention (cuda): config is not compiled for head dim ", p.head_dim, ": ",
+        ExplainNotAmong(config, cuda::FlashAttentionCompiledConfigs(p.head_dim))));
   }
   if (!cuda::FlashConfigFits(config, p.head_dim, device)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -177,7 +177,7 @@ absl::Status CudaFlashAttentionRun::Init(const TensorMap& inputs, DeviceThreadRe
 }
 
 absl::StatusOr<double> CudaFlashAttentionRun::Launch(const KernelConfig& config) {
-  KS_RETURN_IF_ERROR(CheckConfig(config, problem_, device_));
+  KS_RETURN_IF_ERROR(CheckFlashConfig(config, problem_, device_));
   KS_ASSIGN_OR_RETURN(const cuda::FlashLaunchFn launch,
                       cuda::SelectFlashLaunch(problem_.dtype, problem_.head_dim, config));
   KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_.ordinal));
@@ -241,12 +241,14 @@ class CudaFlashAttentionImpl : public PlatformImpl {
     return std::unique_ptr<PreparedRun>(std::move(run));
   }
 
-  bool Supports(const KernelConfig& config, const TensorSpecMap& inputs,
-                const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) return false;
-    absl::StatusOr<FlashAttentionProblem> problem = AnalyzeFlashAttention(inputs, {});
-    return problem.ok() && cuda::CheckFlashProblemSupported(*problem).ok() &&
-           CheckConfig(config, *problem, device).ok();
+  absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap& inputs,
+                           const DeviceInfo& device) const override {
+    if (device.platform != Platform::kCuda) {
+      return absl::InvalidArgumentError("flash attention (cuda): the device is not a CUDA GPU");
+    }
+    KS_ASSIGN_OR_RETURN(const FlashAttentionProblem problem, AnalyzeFlashAttention(inputs, {}));
+    KS_RETURN_IF_ERROR(cuda::CheckFlashProblemSupported(problem));
+    return CheckFlashConfig(config, problem, device);
   }
 };
 

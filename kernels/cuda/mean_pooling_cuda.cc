@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_platform.h"
 #include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/mean_pooling_config.h"
 #include "kernels/cuda/mean_pooling_dispatch.h"
 #include "kernels/cuda/mean_pooling_space.h"
 
@@ -77,12 +78,12 @@ int VectorWidth(const PoolingSpec& spec) {
 }
 
 // InvalidArgument unless `config` is compiled and its grid fits the launch limits.
-absl::Status CheckConfig(const KernelConfig& config, const PoolingSpec& spec,
-                         const cuda::PoolingDeviceArgs& args) {
+absl::Status CheckPoolingConfig(const KernelConfig& config, const PoolingSpec& spec,
+                                const cuda::PoolingDeviceArgs& args) {
   if (!cuda::IsPoolingConfigCompiled(config)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("mean pooling (cuda): config {", config.DebugString(),
-                     "} is not a compiled config (see kernels/cuda/mean_pooling_space.h)"));
+        absl::StrCat("mean pooling (cuda): config is not compiled: ",
+                     ExplainNotAmong(config, cuda::MeanPoolingCompiledConfigs())));
   }
   const cuda::PoolingPlan plan =
       cuda::PlanMeanPooling(args, LaunchShapeOf(config), VectorWidth(spec));
@@ -196,7 +197,7 @@ absl::Status CudaMeanPoolingRun::PrepareWorkspace(const cuda::PoolingPlan& plan)
 }
 
 absl::StatusOr<double> CudaMeanPoolingRun::Launch(const KernelConfig& config) {
-  KS_RETURN_IF_ERROR(CheckConfig(config, spec_, args_));
+  KS_RETURN_IF_ERROR(CheckPoolingConfig(config, spec_, args_));
   const int vec = VectorWidth(spec_);
   KS_ASSIGN_OR_RETURN(const cuda::PoolingLaunchFn launch,
                       cuda::SelectPoolingLaunch(spec_.dtype, spec_.form, vec, config.num_stages));
@@ -249,18 +250,19 @@ class CudaMeanPoolingImpl : public PlatformImpl {
     return std::unique_ptr<PreparedRun>(std::move(run));
   }
 
-  bool Supports(const KernelConfig& config, const TensorSpecMap& inputs,
-                const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) return false;
-    absl::StatusOr<PoolingSpec> spec = DescribeInputs(inputs);
-    if (!spec.ok()) return false;
+  absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap& inputs,
+                           const DeviceInfo& device) const override {
+    if (device.platform != Platform::kCuda) {
+      return absl::InvalidArgumentError("mean pooling (cuda): the device is not a CUDA GPU");
+    }
+    KS_ASSIGN_OR_RETURN(const PoolingSpec spec, DescribeInputs(inputs));
     cuda::PoolingDeviceArgs args;  // sizes only; varlen counts every row of x
-    args.num_sequences = spec->num_sequences;
-    args.used_rows = spec->total_rows;
-    args.hidden = spec->hidden;
-    return CheckConfig(config, *spec, args).ok() &&
-           cuda::SelectPoolingLaunch(spec->dtype, spec->form, VectorWidth(*spec), config.num_stages)
-               .ok();
+    args.num_sequences = spec.num_sequences;
+    args.used_rows = spec.total_rows;
+    args.hidden = spec.hidden;
+    KS_RETURN_IF_ERROR(CheckPoolingConfig(config, spec, args));
+    return cuda::SelectPoolingLaunch(spec.dtype, spec.form, VectorWidth(spec), config.num_stages)
+        .status();
   }
 };
 

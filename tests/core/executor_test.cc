@@ -91,8 +91,9 @@ class NothingOnGpu : public PlatformImpl {
                                                        const DeviceInfo&) override {
     return absl::UnimplementedError("no GPU kernel for these inputs");
   }
-  bool Supports(const KernelConfig&, const TensorSpecMap&, const DeviceInfo&) const override {
-    return false;
+  absl::Status CheckConfig(const KernelConfig&, const TensorSpecMap&,
+                           const DeviceInfo&) const override {
+    return absl::UnimplementedError("no GPU kernel for these inputs");
   }
 };
 

@@ -84,5 +84,28 @@ TEST(KernelConfigTest, DebugStringLeavesOutZeros) {
   EXPECT_EQ(KernelConfig().DebugString(), "");
 }
 
+TEST(CheckConfigFieldsTest, NamesTheFieldTheValueAndTheRange) {
+  static constexpr ConfigFieldRange kRanges[] = {{"block_q", &KernelConfig::block_q, 16, 128},
+                                                 {"num_warps", &KernelConfig::num_warps, 0, 8}};
+  KernelConfig config;
+  config.block_q = 64;
+  config.num_warps = 4;
+  config.priority = 7;  // not a launch parameter: never checked
+  EXPECT_TRUE(CheckConfigFields(config, "toy on cpu", kRanges).ok());
+  config.num_warps = 1000000000;
+  absl::Status status = CheckConfigFields(config, "toy on cpu", kRanges);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "config num_warps=1000000000 is out of range for toy on cpu: expected 0..8");
+  config.num_warps = 0;
+  config.block_q = 8;
+  EXPECT_EQ(CheckConfigFields(config, "toy on cpu", kRanges).message(),
+            "config block_q=8 is out of range for toy on cpu: expected 16..128");
+  config.block_q = 16;
+  config.block_size = 3;
+  EXPECT_EQ(CheckConfigFields(config, "toy on cpu", kRanges).message(),
+            "config block_size=3: toy on cpu does not use block_size (expected 0)");
+}
+
 }  // namespace
 }  // namespace kernelserve

@@ -14,8 +14,9 @@ class FakeImpl : public PlatformImpl {
                                                        const DeviceInfo&) override {
     return absl::UnimplementedError("fake");
   }
-  bool Supports(const KernelConfig&, const TensorSpecMap&, const DeviceInfo&) const override {
-    return true;
+  absl::Status CheckConfig(const KernelConfig&, const TensorSpecMap&,
+                           const DeviceInfo&) const override {
+    return absl::OkStatus();
   }
   int tag() const { return tag_; }
 

@@ -35,15 +35,15 @@ class FakeImpl : public PlatformImpl {
  public:
   explicit FakeImpl(std::shared_ptr<FakeCounters> counters) : counters_(std::move(counters)) {}
   Platform platform() const override { return Platform::kCpu; }
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap& inputs,
-                                                       const Attributes&,
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap& inputs, const Attributes&,
                                                        const DeviceInfo&) override {
     ++counters_->prepares;
     return std::make_unique<FakeRun>(&inputs.at("x"), counters_);
   }
-  bool Supports(const KernelConfig& config, const TensorSpecMap&,
-                const DeviceInfo&) const override {
-    return config.block_size >= 1 && config.block_size <= 5;
+  absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap&,
+                           const DeviceInfo&) const override {
+    static constexpr ConfigFieldRange kRanges[] = {{"block_size", &KernelConfig::block_size, 1, 5}};
+    return CheckConfigFields(config, "fake", kRanges);
   }
 
  private:

@@ -8,6 +8,7 @@
 #include "core/utils/testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/checks.h"
 
 namespace kernelserve::cpu {
 namespace {
@@ -418,6 +419,16 @@ TEST(FlashAttentionCpuTest, RejectsBadOffsetsAndConfigs) {
   r = RunAttention(a, in, Tiles(-2, 0));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("block_q"));
+  r = RunAttention(a, in, Tiles(2147483647, 2147483647));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("block_q=2147483647"));
+  EXPECT_THAT(r.status().message(), HasSubstr("0..1024"));
+  r = RunAttention(a, in, Tiles(0, 0, 1000000000));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("num_warps"));
+  // The largest tiles and thread count allowed run, clamped to the problem.
+  EXPECT_TRUE(
+      RunAttention(a, in, Tiles(kMaxCpuAttentionTile, kMaxCpuAttentionTile, kMaxCpuThreads)).ok());
   KernelConfig cudnn;
   cudnn.platform = "cudnn";
   r = RunAttention(a, in, cudnn);

@@ -9,6 +9,7 @@
 #include "core/utils/testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/checks.h"
 
 namespace kernelserve::cpu {
 namespace {
@@ -203,6 +204,32 @@ TEST(MeanPoolingCpuTest, RejectsBadOffsetsAndConfigs) {
   out = RunPooling(dense, config);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("num_warps"));
+}
+
+// Huge fields are refused before anything is sized from them (they once allocated scratch
+// per requested thread and threw std::bad_alloc).
+TEST(MeanPoolingCpuTest, ConfigOutsideTheLimitsIsRefusedWithTheRange) {
+  Problem dense = Dense(DType::kF32, 1, 1, 1, 7);
+  KernelConfig config;
+  config.num_warps = 1000000000;
+  absl::StatusOr<Tensor> out = RunPooling(dense, config);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("num_warps=1000000000"));
+  EXPECT_THAT(out.status().message(), HasSubstr("0..1024"));
+  config = KernelConfig{};
+  config.block_size = 1000000000;
+  out = RunPooling(dense, config);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("block_size"));
+  config = KernelConfig{};
+  config.block_q = 64;
+  out = RunPooling(dense, config);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("does not use block_q"));
+  config = KernelConfig{};
+  config.num_warps = kMaxCpuThreads;
+  config.block_size = kMaxCpuBlockRows;
+  EXPECT_TRUE(RunPooling(dense, config).ok());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "kernels/cpu/parallel_for.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -8,14 +9,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/checks.h"
 
 namespace kernelserve::cpu {
 namespace {
 
-TEST(ResolveNumThreadsTest, PositiveIsKeptZeroIsHardware) {
-  EXPECT_EQ(ResolveNumThreads(3), 3);
-  const unsigned hardware = std::thread::hardware_concurrency();
-  EXPECT_EQ(ResolveNumThreads(0), hardware == 0 ? 1 : static_cast<int>(hardware));
+TEST(CpuWorkerCountTest, NeverMoreThanTheItemsOrTheHardware) {
+  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_EQ(CpuWorkerCount(0, 1 << 20), hardware);
+  EXPECT_EQ(CpuWorkerCount(1, 1 << 20), 1);
+  EXPECT_EQ(CpuWorkerCount(kMaxCpuThreads, 1 << 20), hardware);
+  EXPECT_EQ(CpuWorkerCount(1 << 30, 3), std::min(hardware, 3));
+  EXPECT_EQ(CpuWorkerCount(8, 0), 1);
 }
 
 TEST(ParallelForTest, RunsEveryItemOnceForAnyThreadCount) {
