@@ -7,27 +7,29 @@
 
 namespace kernelserve::server {
 
-// Counts requests and their bytes from acceptance to answer.
-// Thread safety: thread-safe (lock-free).
+// Counts requests and their bytes from arrival to answer: the bytes a request arrived with
+// (taken before they are parsed) and any the server makes up for it (Autotune's synthesized
+// inputs). Thread safety: thread-safe (lock-free).
 class InflightBudget {
  public:
   // REQUIRES: max_bytes > 0.
   explicit InflightBudget(int64_t max_bytes) : max_bytes_(max_bytes) {}
 
-  // Takes `bytes` and one request; false (nothing taken) when the bytes would pass the cap.
-  // A single request larger than the cap is refused even when nothing else is in flight.
-  bool TryAcquire(int64_t bytes) {
+  // Takes `bytes`, and one request when `count_request`; false (nothing taken) when the bytes
+  // would pass the cap. A request larger than the cap is refused even when nothing else is in
+  // flight.
+  bool TryAcquire(int64_t bytes, bool count_request = true) {
     int64_t held = bytes_.load(std::memory_order_relaxed);
     do {
-      if (held + bytes > max_bytes_) return false;
+      if (bytes > max_bytes_ - held) return false;
     } while (!bytes_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
-    requests_.fetch_add(1, std::memory_order_relaxed);
+    if (count_request) requests_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  // Gives back what one TryAcquire(bytes) took.
-  void Release(int64_t bytes) {
+  // Gives back `bytes` and `requests` taken by TryAcquire.
+  void Release(int64_t bytes, int64_t requests = 1) {
     bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    requests_.fetch_sub(1, std::memory_order_relaxed);
+    requests_.fetch_sub(requests, std::memory_order_relaxed);
   }
 
   int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }

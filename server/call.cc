@@ -88,6 +88,17 @@ int64_t TensorBytes(const TensorMap& tensors) {
   return bytes;
 }
 
+int64_t OutputBytes(const Kernel& kernel, const TensorSpecMap& specs, const Attributes& attrs) {
+  if (!kernel.Validate(specs, attrs).ok()) return 0;
+  int64_t total = 0;
+  for (const auto& [name, spec] : kernel.OutputSpecs(specs, attrs)) {
+    const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
+                          static_cast<int64_t>(ItemSize(spec.dtype));
+    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
+  }
+  return total;
+}
+
 void FillResponse(ExecuteResult result, v1::ExecuteResponse* response) {
   for (auto& [name, tensor] : result.outputs) {
     PutTensor(std::move(tensor), &(*response->mutable_outputs())[name]);

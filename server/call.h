@@ -84,6 +84,9 @@ absl::StatusOr<PlannedCall> PlanCall(const Executor& executor, const WorkerPool&
 std::string DeviceLabel(int device);
 // Bytes of the tensors' data.
 int64_t TensorBytes(const TensorMap& tensors);
+// Bytes of the outputs `kernel` makes for inputs of `specs` (0 when they do not validate),
+// saturating at INT64_MAX.
+int64_t OutputBytes(const Kernel& kernel, const TensorSpecMap& specs, const Attributes& attrs);
 
 // Moves `result` into `response` (outputs, config, source, device, timings but queue_us).
 void FillResponse(ExecuteResult result, v1::ExecuteResponse* response);

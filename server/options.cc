@@ -18,7 +18,10 @@ ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(int32_t, max_queue, 1024, "queued requests per device before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{4} << 30,
-          "request bytes accepted and not yet answered before RESOURCE_EXHAUSTED");
+          "bytes of the requests in flight (received, synthesized, and their outputs) before "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_synthetic_bytes, int64_t{1} << 30,
+          "largest input bytes Autotune makes up for a call that sends shapes only");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file holding the bearer token every RPC but health must carry");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
@@ -41,6 +44,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  o.max_synthetic_bytes = absl::GetFlag(FLAGS_max_synthetic_bytes);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -60,6 +64,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   if (o.max_inflight_bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-inflight-bytes=", o.max_inflight_bytes, ": expected > 0"));
+  }
+  if (o.max_synthetic_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-synthetic-bytes=", o.max_synthetic_bytes, ": expected >= 0"));
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");

@@ -3,6 +3,9 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <chrono>
+#include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -61,9 +64,27 @@ void FillAutotune(const AutotuneResult& result, v1::AutotuneResponse* response) 
   }
 }
 
-void SetStatus(const absl::Status& status, v1::RpcStatus* out) {
-  out->set_code(status.raw_code());
-  out->set_message(std::string(status.message()));
+// Bytes of synthesized data for `specs`, saturating at INT64_MAX.
+int64_t SpecBytes(const TensorSpecMap& specs) {
+  int64_t total = 0;
+  for (const auto& [name, spec] : specs) {
+    const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
+                          static_cast<int64_t>(ItemSize(spec.dtype));
+    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
+  }
+  return total;
+}
+
+// Stops a running call's work when its deadline passes or its client cancels it.
+std::function<absl::Status()> InterruptOf(grpc::CallbackServerContext* context) {
+  const std::chrono::system_clock::time_point deadline = context->deadline();
+  return [context, deadline]() -> absl::Status {
+    if (std::chrono::system_clock::now() > deadline) {
+      return absl::DeadlineExceededError("the deadline passed while the call ran");
+    }
+    if (context->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+    return absl::OkStatus();
+  };
 }
 
 // The items of a batch request with their tensors moved out. An item whose tensors do not
@@ -105,13 +126,13 @@ void FillBatchResponse(const v1::ExecuteBatchRequest& request, const BatchItems&
   for (size_t i = 0; i < items.status.size(); ++i) {
     v1::ExecuteResponse* item = response->add_items();
     item->set_request_id(request.items(static_cast<int>(i)).request_id());
-    if (!items.status[i].ok()) SetStatus(items.status[i], item->mutable_status());
+    if (!items.status[i].ok()) ToRpcStatus(items.status[i], item->mutable_status());
   }
   for (size_t j = 0; j < items.index.size(); ++j) {
     v1::ExecuteResponse* item = response->mutable_items(static_cast<int>(items.index[j]));
     absl::StatusOr<ExecuteResult>& result = batch.items[j];
     if (!result.ok()) {
-      SetStatus(result.status(), item->mutable_status());
+      ToRpcStatus(result.status(), item->mutable_status());
       continue;
     }
     metrics.KernelRun(kernel, call.platform, DeviceLabel(result->device),
@@ -144,179 +165,176 @@ absl::Status KernelServiceImpl::Authorize(const grpc::CallbackServerContext& con
 }
 
 absl::Status KernelServiceImpl::Dispatch(
-    grpc::CallbackServerContext* context, int device, int64_t bytes,
-    std::function<void(absl::Status status, int64_t queue_us)> run, bool may_run_inline) {
-  InflightBudget& budget = *deps_.budget;
-  if (!budget.TryAcquire(bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "in-flight request bytes: this request's ", bytes, " bytes with ", budget.bytes(),
-        " bytes held would pass --max-inflight-bytes=", budget.max_bytes()));
-  }
-  deps_.metrics->InflightRequests(budget.requests());
+    grpc::CallbackServerContext* context, int worker,
+    std::function<void(absl::Status status, int64_t queue_us)> run, bool may_run_inline) const {
   WorkItem item;
   item.deadline = context->deadline();
   item.cancelled = [context] { return context->IsCancelled(); };
   item.may_run_inline = may_run_inline;
-  item.run = [this, bytes, run = std::move(run)](absl::Status status, int64_t queue_us) {
-    run(std::move(status), queue_us);
-    deps_.budget->Release(bytes);
-    deps_.metrics->InflightRequests(deps_.budget->requests());
-  };
-  absl::Status submitted = deps_.pool->Submit(device, std::move(item));
-  if (!submitted.ok()) {
-    budget.Release(bytes);
-    deps_.metrics->InflightRequests(budget.requests());
-  }
-  return submitted;
+  item.run = std::move(run);
+  return deps_.pool->Submit(worker, std::move(item));
 }
 
-void KernelServiceImpl::Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status,
-                               std::string_view kernel, std::string_view platform,
-                               Clock::time_point start, int64_t response_bytes) {
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  deps_.metrics->Request(kernel, platform, absl::StatusCodeToString(status.code()), seconds);
-  if (status.ok()) deps_.metrics->Sent(response_bytes);
-  reactor->Finish(ToGrpcStatus(status));
-}
-
-template <typename Request>
-absl::StatusOr<PlannedCall> KernelServiceImpl::Begin(const grpc::CallbackServerContext& context,
-                                                     const Request& request, Labels* labels) {
-  deps_.metrics->Received(static_cast<int64_t>(request.ByteSizeLong()));
-  KS_RETURN_IF_ERROR(Authorize(context));
-  labels->kernel = KernelLabel(*deps_.executor, request.kernel());
-  KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(*deps_.executor, *deps_.pool, ParamsOf(request)));
-  labels->platform = call.platform;
-  if constexpr (requires { request.config(); }) {
-    if (IsSet(request.config())) call.options.config = FromProto(request.config());
-  }
+absl::StatusOr<PlannedCall> KernelServiceImpl::PlanRequest(const CallParams& params,
+                                                           const v1::KernelConfig* config,
+                                                           CallTracker& tracker) const {
+  tracker.kernel = KernelLabel(*deps_.executor, params.kernel);
+  KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(*deps_.executor, *deps_.pool, params));
+  tracker.platform = call.platform;
+  if (config != nullptr && IsSet(*config)) call.options.config = FromProto(*config);
+  call.options.interrupt = InterruptOf(tracker.context());
   return call;
 }
 
+template <typename Call>
+absl::StatusOr<PlannedCall> KernelServiceImpl::Begin(Call& call) {
+  deps_.metrics->Received(call.received_bytes());
+  KS_RETURN_IF_ERROR(Authorize(*call.context()));
+  KS_RETURN_IF_ERROR(call.tracker().Hold(call.received_bytes(), "request"));
+  KS_RETURN_IF_ERROR(call.Parse());
+  const auto& request = call.request();
+  const v1::KernelConfig* config = nullptr;
+  if constexpr (requires { request.config(); }) config = &request.config();
+  return PlanRequest(ParamsOf(request), config, call.tracker());
+}
+
 grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext* context,
-                                                     const v1::ExecuteRequest* request,
-                                                     v1::ExecuteResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  response->set_request_id(request->request_id());
-  Labels labels;
-  absl::Status status = [&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(PlannedCall call, Begin(*context, *request, &labels));
-    // gRPC owns the request until Finish; its tensor bytes are moved out rather than copied.
-    auto* owned = const_cast<v1::ExecuteRequest*>(request);
-    KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(owned->mutable_inputs()));
-    const int64_t bytes = TensorBytes(inputs);
-    const int worker = call.worker;
+                                                     const Raw* request, Raw* response) {
+  auto* call = new ExecuteCall(deps_.budget, deps_.metrics, context, request, response,
+                               /*record=*/true);
+  grpc::ServerUnaryReactor* reactor = call->reactor();
+  absl::Status status = RunGuarded([&]() -> absl::Status {
+    KS_ASSIGN_OR_RETURN(PlannedCall planned, Begin(*call));
+    call->response().set_request_id(call->request().request_id());
+    KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(call->request().mutable_inputs()));
+    KS_RETURN_IF_ERROR(call->tracker().Hold(
+        OutputBytes(*planned.kernel, SpecsOf(inputs), planned.attrs), "outputs"));
+    const bool small = TensorBytes(inputs) <= kInlineRunBytes;
+    const int worker = planned.worker;
     return Dispatch(
-        context, worker, bytes,
-        [this, reactor, response, start, call = std::move(call), inputs = std::move(inputs)](
-            absl::Status status, int64_t queue_us) {
-          if (status.ok()) status = RunCall(deps_, call, inputs, response);
-          response->mutable_timing()->set_queue_us(queue_us);
-          Finish(reactor, status, call.kernel->name(), call.platform, start,
-                 static_cast<int64_t>(response->ByteSizeLong()));
+        context, worker,
+        [this, call, planned = std::move(planned), inputs = std::move(inputs)](absl::Status status,
+                                                                               int64_t queue_us) {
+          if (status.ok()) {
+            status = RunGuarded([&] { return RunCall(deps_, planned, inputs, &call->response()); });
+          }
+          call->response().mutable_timing()->set_queue_us(queue_us);
+          call->Finish(status);
         },
-        /*may_run_inline=*/bytes <= kInlineRunBytes);
-  }();
-  if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
+        /*may_run_inline=*/small);
+  });
+  if (!status.ok()) call->Finish(status);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerContext* context,
-                                                          const v1::ExecuteBatchRequest* request,
-                                                          v1::ExecuteBatchResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  response->set_request_id(request->request_id());
-  Labels labels;
-  absl::Status status = [&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(PlannedCall call, Begin(*context, *request, &labels));
-    if (request->items().empty()) {
+                                                          const Raw* request, Raw* response) {
+  auto* call = new BatchCall(deps_.budget, deps_.metrics, context, request, response,
+                             /*record=*/true);
+  grpc::ServerUnaryReactor* reactor = call->reactor();
+  absl::Status status = RunGuarded([&]() -> absl::Status {
+    KS_ASSIGN_OR_RETURN(PlannedCall planned, Begin(*call));
+    v1::ExecuteBatchRequest& batch_request = call->request();
+    call->response().set_request_id(batch_request.request_id());
+    if (batch_request.items().empty()) {
       return absl::InvalidArgumentError("items: expected at least one item");
     }
     BatchOptions options;
-    options.call = call.options;
-    for (int device : request->devices()) {
+    options.call = planned.options;
+    for (int device : batch_request.devices()) {
       if (!deps_.pool->Owns(device)) {
         return absl::InvalidArgumentError(
             absl::StrCat("devices: device ", device, " is not served by this server"));
       }
       options.devices.push_back(device);
     }
-    auto* owned = const_cast<v1::ExecuteBatchRequest*>(request);
-    BatchItems items = TakeBatchItems(owned);
+    BatchItems items = TakeBatchItems(&batch_request);
     if (items.inputs.empty()) return items.status.front();
-    const int worker = options.devices.empty() ? call.worker : options.devices.front();
-    const int64_t bytes = items.bytes;
-    return Dispatch(context, worker, bytes,
-                    [this, reactor, request, response, start, call = std::move(call),
-                     options = std::move(options),
+    int64_t outputs = 0;
+    for (const TensorMap& inputs : items.inputs) {
+      const int64_t bytes = OutputBytes(*planned.kernel, SpecsOf(inputs), planned.attrs);
+      if (__builtin_add_overflow(outputs, bytes, &outputs)) outputs = INT64_MAX;
+    }
+    KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "outputs"));
+    const int worker = options.devices.empty() ? planned.worker : options.devices.front();
+    return Dispatch(context, worker,
+                    [this, call, planned = std::move(planned), options = std::move(options),
                      items = std::move(items)](absl::Status status, int64_t queue_us) {
-                      absl::StatusOr<BatchResult> batch =
-                          status.ok()
-                              ? kernelserve::ExecuteBatch(*deps_.executor, call.kernel->name(),
-                                                          items.inputs, call.attrs, options)
-                              : absl::StatusOr<BatchResult>(status);
-                      if (batch.ok()) {
-                        FillBatchResponse(*request, items, *std::move(batch), call, queue_us,
-                                          *deps_.metrics, response);
+                      absl::StatusOr<BatchResult> batch = absl::UnknownError("not run");
+                      if (!status.ok()) batch = status;
+                      if (status.ok()) {
+                        absl::Status run = RunGuarded([&]() -> absl::Status {
+                          batch = kernelserve::ExecuteBatch(*deps_.executor, planned.kernel->name(),
+                                                            items.inputs, planned.attrs, options);
+                          return absl::OkStatus();
+                        });
+                        if (!run.ok()) batch = run;
                       }
-                      Finish(reactor, batch.status(), call.kernel->name(), call.platform, start,
-                             static_cast<int64_t>(response->ByteSizeLong()));
+                      if (batch.ok()) {
+                        FillBatchResponse(call->request(), items, *std::move(batch), planned,
+                                          queue_us, *deps_.metrics, &call->response());
+                      }
+                      call->Finish(batch.status());
                     });
-  }();
-  if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
+  });
+  if (!status.ok()) call->Finish(status);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContext* context,
-                                                      const v1::AutotuneRequest* request,
-                                                      v1::AutotuneResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  Labels labels;
-  absl::Status status = [&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(PlannedCall call, Begin(*context, *request, &labels));
-    KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request->inputs()));
+                                                      const Raw* request, Raw* response) {
+  auto* call = new AutotuneCall(deps_.budget, deps_.metrics, context, request, response,
+                                /*record=*/true);
+  grpc::ServerUnaryReactor* reactor = call->reactor();
+  absl::Status status = RunGuarded([&]() -> absl::Status {
+    KS_ASSIGN_OR_RETURN(PlannedCall planned, Begin(*call));
+    KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(call->request().inputs()));
     std::optional<TensorMap> inputs;
-    if (AllHaveData(request->inputs())) {
-      auto* owned = const_cast<v1::AutotuneRequest*>(request);
-      KS_ASSIGN_OR_RETURN(inputs, TakeTensors(owned->mutable_inputs()));
+    if (AllHaveData(call->request().inputs())) {
+      KS_ASSIGN_OR_RETURN(inputs, TakeTensors(call->request().mutable_inputs()));
+    } else {
+      // Inputs made up from shapes count like received ones, under a limit of their own.
+      const int64_t synthesized = SpecBytes(specs);
+      if (synthesized > deps_.options->max_synthetic_bytes) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("inputs given by shape only: ", synthesized,
+                         " bytes to synthesize would pass --max-synthetic-bytes=",
+                         deps_.options->max_synthetic_bytes, "; send the data, or smaller shapes"));
+      }
+      KS_RETURN_IF_ERROR(call->tracker().Hold(synthesized, "synthesized inputs"));
     }
-    const int64_t bytes = inputs.has_value() ? TensorBytes(*inputs) : 0;
-    const int worker = call.worker;
+    KS_RETURN_IF_ERROR(
+        call->tracker().Hold(OutputBytes(*planned.kernel, specs, planned.attrs), "outputs"));
+    const int worker = planned.worker;
     return Dispatch(
-        context, worker, bytes,
-        [this, reactor, response, start, call = std::move(call), specs = std::move(specs),
+        context, worker,
+        [this, call, planned = std::move(planned), specs = std::move(specs),
          inputs = std::move(inputs)](absl::Status status, int64_t /*queue_us*/) {
-          absl::StatusOr<AutotuneResult> result =
-              status.ok() ? deps_.executor->Autotune(call.kernel->name(), specs, call.attrs,
-                                                     call.options, inputs ? &*inputs : nullptr)
-                          : absl::StatusOr<AutotuneResult>(status);
-          const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-          if (result.ok()) {
-            const bool all_failed = result->selection.tune_report.has_value() &&
-                                    result->selection.tune_report->all_failed;
-            deps_.metrics->AutotuneRun(call.kernel->name(), all_failed ? "all_failed" : "ok",
-                                       seconds);
-            FillAutotune(*result, response);
-          } else if (status.ok()) {
-            deps_.metrics->AutotuneRun(call.kernel->name(), "error", seconds);
+          absl::StatusOr<AutotuneResult> result = absl::UnknownError("not run");
+          if (!status.ok()) result = status;
+          if (status.ok()) {
+            absl::Status run = RunGuarded([&]() -> absl::Status {
+              result = deps_.executor->Autotune(planned.kernel->name(), specs, planned.attrs,
+                                                planned.options, inputs ? &*inputs : nullptr);
+              return absl::OkStatus();
+            });
+            if (!run.ok()) result = run;
           }
-          Finish(reactor, result.status(), call.kernel->name(), call.platform, start,
-                 static_cast<int64_t>(response->ByteSizeLong()));
+          const absl::Status outcome = call->tracker().Outcome(result.status());
+          if (status.ok()) {
+            const bool all_failed = result.ok() && result->selection.tune_report.has_value() &&
+                                    result->selection.tune_report->all_failed;
+            deps_.metrics->AutotuneRun(planned.kernel->name(),
+                                       !outcome.ok() ? "error"
+                                       : all_failed  ? "all_failed"
+                                                     : "ok",
+                                       call->tracker().seconds());
+          }
+          if (outcome.ok()) FillAutotune(*result, &call->response());
+          call->Finish(outcome);
         });
-  }();
-  if (!status.ok()) Finish(reactor, status, labels.kernel, labels.platform, start, 0);
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* KernelServiceImpl::Inline(grpc::CallbackServerContext* context,
-                                                    const std::function<absl::Status()>& body) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = Authorize(*context);
-  if (status.ok()) status = body();
-  reactor->Finish(ToGrpcStatus(status));
+  });
+  if (!status.ok()) call->Finish(status);
   return reactor;
 }
 

@@ -1,87 +1,108 @@
 // KernelServiceImpl: the kernelserve.v1.KernelService handlers on gRPC's callback API. Thin:
-// each validates, converts, hands the work to a device worker and finishes the call.
+// each authorizes, parses, plans, hands the work to a device worker and finishes the call.
+// Every method is registered raw (gRPC hands over the received bytes; see UnaryCall).
 #ifndef KERNELSERVE_SERVER_SERVICE_H_
 #define KERNELSERVE_SERVER_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
-#include <string>
-#include <string_view>
+#include <functional>
 
 #include "absl/status/status.h"
+#include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.grpc.pb.h"
 #include "server/call.h"
+#include "server/call_tracker.h"
+#include "server/unary_call.h"
 
 namespace kernelserve::server {
 
+// The generated service with every method taking raw bytes.
+using RawKernelService = v1::KernelService::WithRawCallbackMethod_Execute<
+    v1::KernelService::WithRawCallbackMethod_ExecuteStream<
+        v1::KernelService::WithRawCallbackMethod_ExecuteBatch<
+            v1::KernelService::WithRawCallbackMethod_Autotune<
+                v1::KernelService::WithRawCallbackMethod_ListKernels<
+                    v1::KernelService::WithRawCallbackMethod_GetServerInfo<
+                        v1::KernelService::WithRawCallbackMethod_ListConfigs<
+                            v1::KernelService::WithRawCallbackMethod_PutConfig<
+                                v1::KernelService::WithRawCallbackMethod_DeleteConfig<
+                                    v1::KernelService::Service>>>>>>>>>;
+
 // Thread safety: thread-safe; gRPC calls the handlers from many threads.
-class KernelServiceImpl final : public v1::KernelService::CallbackService {
+class KernelServiceImpl final : public RawKernelService {
  public:
   // `deps` pointers are borrowed and must outlive the service and every call it starts.
   explicit KernelServiceImpl(ServiceDeps deps) : deps_(std::move(deps)) {}
 
-  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* context,
-                                    const v1::ExecuteRequest* request,
-                                    v1::ExecuteResponse* response) override;
-  grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* ExecuteStream(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* ExecuteBatch(grpc::CallbackServerContext* context,
-                                         const v1::ExecuteBatchRequest* request,
-                                         v1::ExecuteBatchResponse* response) override;
-  grpc::ServerUnaryReactor* Autotune(grpc::CallbackServerContext* context,
-                                     const v1::AutotuneRequest* request,
-                                     v1::AutotuneResponse* response) override;
-  grpc::ServerUnaryReactor* ListKernels(grpc::CallbackServerContext* context,
-                                        const v1::ListKernelsRequest* request,
-                                        v1::ListKernelsResponse* response) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const v1::GetServerInfoRequest* request,
-                                          v1::ServerInfo* response) override;
-  grpc::ServerUnaryReactor* ListConfigs(grpc::CallbackServerContext* context,
-                                        const v1::ListConfigsRequest* request,
-                                        v1::ListConfigsResponse* response) override;
-  grpc::ServerUnaryReactor* PutConfig(grpc::CallbackServerContext* context,
-                                      const v1::PutConfigRequest* request,
-                                      v1::PutConfigResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteConfig(grpc::CallbackServerContext* context,
-                                         const v1::DeleteConfigRequest* request,
-                                         v1::DeleteConfigResponse* response) override;
+  using Raw = grpc::ByteBuffer;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* context, const Raw* request,
+                                    Raw* response) override;
+  grpc::ServerBidiReactor<Raw, Raw>* ExecuteStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ExecuteBatch(grpc::CallbackServerContext* context, const Raw* request,
+                                         Raw* response) override;
+  grpc::ServerUnaryReactor* Autotune(grpc::CallbackServerContext* context, const Raw* request,
+                                     Raw* response) override;
+  grpc::ServerUnaryReactor* ListKernels(grpc::CallbackServerContext* context, const Raw* request,
+                                        Raw* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context, const Raw* request,
+                                          Raw* response) override;
+  grpc::ServerUnaryReactor* ListConfigs(grpc::CallbackServerContext* context, const Raw* request,
+                                        Raw* response) override;
+  grpc::ServerUnaryReactor* PutConfig(grpc::CallbackServerContext* context, const Raw* request,
+                                      Raw* response) override;
+  grpc::ServerUnaryReactor* DeleteConfig(grpc::CallbackServerContext* context, const Raw* request,
+                                         Raw* response) override;
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using ExecuteCall = UnaryCall<v1::ExecuteRequest, v1::ExecuteResponse>;
+  using BatchCall = UnaryCall<v1::ExecuteBatchRequest, v1::ExecuteBatchResponse>;
+  using AutotuneCall = UnaryCall<v1::AutotuneRequest, v1::AutotuneResponse>;
 
   // OK when no token is configured or the call carries "authorization: Bearer <token>";
   // Unauthenticated otherwise. The compare takes the same time wherever the token differs.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
-  // Queues `run` on `device`'s worker under the in-flight byte budget; the budget is given
-  // back after `run`. ResourceExhausted when the budget or the queue is full (run not called).
-  // `may_run_inline`: see WorkItem::may_run_inline (run here when the CPU worker is idle).
-  absl::Status Dispatch(grpc::CallbackServerContext* context, int device, int64_t bytes,
+  // The first steps of a unary kernel call: counts the received bytes, authorizes, takes them
+  // from the in-flight budget, parses and plans (PlanRequest).
+  template <typename Call>
+  absl::StatusOr<PlannedCall> Begin(Call& call);
+  // Plans a parsed request from its `params`: kernel, attributes, platform, worker, the
+  // explicit `config` when set (may be null), and the interrupt (deadline, cancellation) of
+  // `tracker`'s call. Sets the tracker's labels as it goes, for the metrics of a call that
+  // fails here.
+  absl::StatusOr<PlannedCall> PlanRequest(const CallParams& params, const v1::KernelConfig* config,
+                                          CallTracker& tracker) const;
+  // Queues `run` on `worker`. ResourceExhausted when the queue is full, Unavailable when
+  // shutting down (run not called). `run` must not throw. `may_run_inline`: see
+  // WorkItem::may_run_inline (run here when the CPU worker is idle).
+  absl::Status Dispatch(grpc::CallbackServerContext* context, int worker,
                         std::function<void(absl::Status status, int64_t queue_us)> run,
-                        bool may_run_inline = false);
-  // Records the request metrics and finishes `reactor` with `status`.
-  void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status,
-              std::string_view kernel, std::string_view platform, Clock::time_point start,
-              int64_t response_bytes);
-  // Metric labels of a call, known as far as the call got.
-  struct Labels {
-    std::string kernel = "unknown";
-    std::string platform = "unknown";
-  };
-  // The first steps of every kernel call: counts the received bytes, authorizes, plans the
-  // call (kernel, attributes, platform, worker) and takes an explicit config from the request
-  // when it has one. Fills `labels` as it goes, for the metrics of a call that fails here.
-  template <typename Request>
-  absl::StatusOr<PlannedCall> Begin(const grpc::CallbackServerContext& context,
-                                    const Request& request, Labels* labels);
-  // Admin calls that run on gRPC's thread: authorize, run `body`, finish.
-  grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
-                                   const std::function<absl::Status()>& body);
+                        bool may_run_inline = false) const;
+  // Admin calls that run on gRPC's thread: authorize, parse, run `body`, finish.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Admin(
+      grpc::CallbackServerContext* context, const Raw* request, Raw* response,
+      const std::function<absl::Status(const Request&, Response*)>& body);
 
   friend class StreamReactor;
   const ServiceDeps deps_;
 };
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* KernelServiceImpl::Admin(
+    grpc::CallbackServerContext* context, const Raw* request, Raw* response,
+    const std::function<absl::Status(const Request&, Response*)>& body) {
+  auto* call = new UnaryCall<Request, Response>(deps_.budget, deps_.metrics, context, request,
+                                                response, /*record=*/false);
+  grpc::ServerUnaryReactor* reactor = call->reactor();
+  call->Finish(RunGuarded([&]() -> absl::Status {
+    KS_RETURN_IF_ERROR(Authorize(*context));
+    KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
+    KS_RETURN_IF_ERROR(call->Parse());
+    return body(call->request(), &call->response());
+  }));
+  return reactor;
+}
 
 }  // namespace kernelserve::server
 

@@ -63,111 +63,130 @@ void AddStored(const StoredConfig& stored, std::string_view tier, v1::ListConfig
 }  // namespace
 
 grpc::ServerUnaryReactor* KernelServiceImpl::ListKernels(grpc::CallbackServerContext* context,
-                                                         const v1::ListKernelsRequest* /*request*/,
-                                                         v1::ListKernelsResponse* response) {
-  return Inline(context, [&]() -> absl::Status {
-    for (const Kernel* kernel : deps_.executor->registry().kernels()) {
-      v1::KernelInfo* info = response->add_kernels();
-      info->set_name(kernel->name());
-      info->set_version(kernel->version());
-      info->set_id(kernel->id());
-      for (Platform p : kernel->platforms()) info->add_platforms(std::string(PlatformName(p)));
-      AddArgs(kernel->input_docs(), info->mutable_inputs());
-      AddArgs(kernel->output_docs(), info->mutable_outputs());
-      AddArgs(kernel->attribute_docs(), info->mutable_params());
-    }
-    return absl::OkStatus();
-  });
+                                                         const Raw* raw_request,
+                                                         Raw* raw_response) {
+  using Request = v1::ListKernelsRequest;
+  using Response = v1::ListKernelsResponse;
+  return Admin<Request, Response>(
+      context, raw_request, raw_response, [&](const Request&, Response* response) -> absl::Status {
+        for (const Kernel* kernel : deps_.executor->registry().kernels()) {
+          v1::KernelInfo* info = response->add_kernels();
+          info->set_name(kernel->name());
+          info->set_version(kernel->version());
+          info->set_id(kernel->id());
+          for (Platform p : kernel->platforms()) info->add_platforms(std::string(PlatformName(p)));
+          AddArgs(kernel->input_docs(), info->mutable_inputs());
+          AddArgs(kernel->output_docs(), info->mutable_outputs());
+          AddArgs(kernel->attribute_docs(), info->mutable_params());
+        }
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(
-    grpc::CallbackServerContext* context, const v1::GetServerInfoRequest* /*request*/,
-    v1::ServerInfo* response) {
-  return Inline(context, [&]() -> absl::Status {
-    const Executor& executor = *deps_.executor;
-    response->set_version(KERNELSERVE_VERSION);
-    AddDevice(executor.cpu(), deps_.pool->Depth(-1), response);
-    for (const DeviceInfo& gpu : executor.gpus()) {
-      if (deps_.pool->Owns(gpu.ordinal)) AddDevice(gpu, deps_.pool->Depth(gpu.ordinal), response);
-    }
-    for (const char* tier : {"override", "overlay", "memory"}) response->add_cache_tiers(tier);
-    if (PersistentStore* store = executor.chain().store()) {
-      response->add_cache_tiers(std::string(store->name()));
-    }
-    response->set_store(deps_.store_location);
-    const AutotunePolicy policy = executor.options().policy;
-    response->set_allow_autotune(policy.allow_autotune);
-    response->set_allow_heuristics(policy.allow_heuristics);
-    response->set_persist(policy.persist);
-    response->set_max_message_bytes(deps_.options->max_message_bytes);
-    response->set_max_queue(deps_.options->max_queue);
-    response->set_max_inflight_bytes(deps_.options->max_inflight_bytes);
-    response->set_built_with_cuda(deps_.built_with_cuda);
-    response->set_host(HostName());
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
+                                                           const Raw* raw_request,
+                                                           Raw* raw_response) {
+  using Request = v1::GetServerInfoRequest;
+  using Response = v1::ServerInfo;
+  return Admin<Request, Response>(
+      context, raw_request, raw_response, [&](const Request&, Response* response) -> absl::Status {
+        const Executor& executor = *deps_.executor;
+        response->set_version(KERNELSERVE_VERSION);
+        AddDevice(executor.cpu(), deps_.pool->Depth(-1), response);
+        for (const DeviceInfo& gpu : executor.gpus()) {
+          if (deps_.pool->Owns(gpu.ordinal))
+            AddDevice(gpu, deps_.pool->Depth(gpu.ordinal), response);
+        }
+        for (const char* tier : {"override", "overlay", "memory"}) response->add_cache_tiers(tier);
+        if (PersistentStore* store = executor.chain().store()) {
+          response->add_cache_tiers(std::string(store->name()));
+        }
+        response->set_store(deps_.store_location);
+        const AutotunePolicy policy = executor.options().policy;
+        response->set_allow_autotune(policy.allow_autotune);
+        response->set_allow_heuristics(policy.allow_heuristics);
+        response->set_persist(policy.persist);
+        response->set_max_message_bytes(deps_.options->max_message_bytes);
+        response->set_max_queue(deps_.options->max_queue);
+        response->set_max_inflight_bytes(deps_.options->max_inflight_bytes);
+        response->set_built_with_cuda(deps_.built_with_cuda);
+        response->set_host(HostName());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::ListConfigs(grpc::CallbackServerContext* context,
-                                                         const v1::ListConfigsRequest* request,
-                                                         v1::ListConfigsResponse* response) {
-  return Inline(context, [&]() -> absl::Status {
-    const std::string& filter = request->kernel();
-    ConfigSelectorChain& chain = deps_.executor->chain();
-    for (const auto& [key, config] : chain.memory()->Entries()) {
-      if (!absl::StartsWith(key, filter)) continue;
-      v1::ConfigEntry* entry = response->add_entries();
-      entry->set_kernel(key.substr(0, key.find(':')));
-      entry->set_cache_key(key);
-      *entry->mutable_config() = ToProto(config);
-      entry->set_tier("memory");
-    }
-    PersistentStore* store = chain.store();
-    if (store == nullptr) return absl::OkStatus();
-    absl::StatusOr<std::vector<StoredConfig>> stored = store->List(filter);
-    if (!stored.ok()) {
-      deps_.metrics->StoreError(store->name(), "list");
-      return absl::OkStatus();  // the memory tier still answers
-    }
-    for (const StoredConfig& s : *stored) AddStored(s, store->name(), response);
-    return absl::OkStatus();
-  });
+                                                         const Raw* raw_request,
+                                                         Raw* raw_response) {
+  using Request = v1::ListConfigsRequest;
+  using Response = v1::ListConfigsResponse;
+  return Admin<Request, Response>(context, raw_request, raw_response,
+                                  [&](const Request& request, Response* response) -> absl::Status {
+                                    const std::string& filter = request.kernel();
+                                    ConfigSelectorChain& chain = deps_.executor->chain();
+                                    for (const auto& [key, config] : chain.memory()->Entries()) {
+                                      if (!absl::StartsWith(key, filter)) continue;
+                                      v1::ConfigEntry* entry = response->add_entries();
+                                      entry->set_kernel(key.substr(0, key.find(':')));
+                                      entry->set_cache_key(key);
+                                      *entry->mutable_config() = ToProto(config);
+                                      entry->set_tier("memory");
+                                    }
+                                    PersistentStore* store = chain.store();
+                                    if (store == nullptr) return absl::OkStatus();
+                                    absl::StatusOr<std::vector<StoredConfig>> stored =
+                                        store->List(filter);
+                                    if (!stored.ok()) {
+                                      deps_.metrics->StoreError(store->name(), "list");
+                                      return absl::OkStatus();  // the memory tier still answers
+                                    }
+                                    for (const StoredConfig& s : *stored)
+                                      AddStored(s, store->name(), response);
+                                    return absl::OkStatus();
+                                  });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::PutConfig(grpc::CallbackServerContext* context,
-                                                       const v1::PutConfigRequest* request,
-                                                       v1::PutConfigResponse* response) {
-  return Inline(context, [&]() -> absl::Status {
-    const Executor& executor = *deps_.executor;
-    KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(executor, *deps_.pool, ParamsOf(*request)));
-    KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request->inputs()));
-    KS_ASSIGN_OR_RETURN(Invocation invocation,
-                        executor.Describe(call.kernel->name(), specs, call.attrs, call.options));
-    const DeviceInfo& device =
-        call.worker < 0 ? executor.cpu() : executor.gpus()[static_cast<size_t>(call.worker)];
-    KS_RETURN_IF_ERROR(
-        executor.chain().Pin(*call.kernel, invocation, device, FromProto(request->config())));
-    response->set_cache_key(invocation.CacheKey());
-    response->set_device_fingerprint(invocation.device.Hash());
-    return absl::OkStatus();
-  });
+                                                       const Raw* raw_request, Raw* raw_response) {
+  using Request = v1::PutConfigRequest;
+  using Response = v1::PutConfigResponse;
+  return Admin<Request, Response>(
+      context, raw_request, raw_response,
+      [&](const Request& request, Response* response) -> absl::Status {
+        const Executor& executor = *deps_.executor;
+        KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(executor, *deps_.pool, ParamsOf(request)));
+        KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request.inputs()));
+        KS_ASSIGN_OR_RETURN(Invocation invocation, executor.Describe(call.kernel->name(), specs,
+                                                                     call.attrs, call.options));
+        const DeviceInfo& device =
+            call.worker < 0 ? executor.cpu() : executor.gpus()[static_cast<size_t>(call.worker)];
+        KS_RETURN_IF_ERROR(
+            executor.chain().Pin(*call.kernel, invocation, device, FromProto(request.config())));
+        response->set_cache_key(invocation.CacheKey());
+        response->set_device_fingerprint(invocation.device.Hash());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::DeleteConfig(grpc::CallbackServerContext* context,
-                                                          const v1::DeleteConfigRequest* request,
-                                                          v1::DeleteConfigResponse* /*response*/) {
-  return Inline(context, [&]() -> absl::Status {
-    if (request->cache_key().empty()) {
-      return absl::InvalidArgumentError("cache_key: expected a key such as mean_pooling@v1:...");
-    }
-    const Executor& executor = *deps_.executor;
-    std::string fingerprint = request->device_fingerprint();
-    if (fingerprint.empty()) {
-      fingerprint = executor.gpus().empty() ? executor.cpu().fingerprint.Hash()
-                                            : executor.gpus().front().fingerprint.Hash();
-    }
-    return executor.chain().Forget(fingerprint, request->cache_key());
-  });
+                                                          const Raw* raw_request,
+                                                          Raw* raw_response) {
+  using Request = v1::DeleteConfigRequest;
+  using Response = v1::DeleteConfigResponse;
+  return Admin<Request, Response>(
+      context, raw_request, raw_response, [&](const Request& request, Response*) -> absl::Status {
+        if (request.cache_key().empty()) {
+          return absl::InvalidArgumentError(
+              "cache_key: expected a key such as mean_pooling@v1:...");
+        }
+        const Executor& executor = *deps_.executor;
+        std::string fingerprint = request.device_fingerprint();
+        if (fingerprint.empty()) {
+          fingerprint = executor.gpus().empty() ? executor.cpu().fingerprint.Hash()
+                                                : executor.gpus().front().fingerprint.Hash();
+        }
+        return executor.chain().Forget(fingerprint, request.cache_key());
+      });
 }
 
 }  // namespace kernelserve::server

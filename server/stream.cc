@@ -1,21 +1,23 @@
 // ExecuteStream: a bidirectional stream of Execute calls. Each request goes to a worker as it
-// arrives; each answer (result or in-band error) is written when ready, echoing request_id.
+// arrives; each answer (result or in-band error) is written when ready, echoing request_id. An
+// item that does not parse is answered in-band with INVALID_ARGUMENT and the stream goes on.
 #include <deque>
+#include <memory>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
+#include "proto/parse.h"
 #include "server/service.h"
 #include "server/status.h"
 
 namespace kernelserve::server {
 
-// Thread safety: gRPC calls the reactions one at a time; worker threads call Respond, which
+// Thread safety: gRPC calls the reactions one at a time; worker threads call Answer, which
 // takes mu_.
-class StreamReactor final
-    : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(KernelServiceImpl* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
@@ -23,7 +25,7 @@ class StreamReactor final
       Finish(ToGrpcStatus(auth));
       return;
     }
-    StartRead(&request_);
+    StartRead(&read_);
   }
 
   void OnReadDone(bool ok) override {
@@ -38,13 +40,13 @@ class StreamReactor final
       return;
     }
     Handle();
-    request_.Clear();
-    StartRead(&request_);
+    read_.Clear();
+    StartRead(&read_);
   }
 
   void OnWriteDone(bool /*ok*/) override {
     // A failed write means the client is gone; the remaining answers are dropped the same way.
-    const v1::ExecuteResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
     {
       absl::MutexLock lock(&mu_);
@@ -63,63 +65,74 @@ class StreamReactor final
   void OnDone() override { delete this; }
 
  private:
-  using Clock = std::chrono::steady_clock;
-
-  // Plans request_ and hands it to a worker; answers in-band when it cannot.
+  // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
   void Handle() {
-    const Clock::time_point start = Clock::now();
-    Metrics& metrics = *service_->deps_.metrics;
-    metrics.Received(static_cast<int64_t>(request_.ByteSizeLong()));
-    const std::string id = request_.request_id();
-    std::string kernel = "unknown";
-    std::string platform = "unknown";
+    const KernelServiceImpl& service = *service_;
+    auto tracker =
+        std::make_shared<CallTracker>(service.deps_.budget, service.deps_.metrics, context_);
+    std::string id;
     {
       absl::MutexLock lock(&mu_);
       ++pending_;
     }
-    absl::Status status = [&]() -> absl::Status {
-      const ServiceDeps& deps = service_->deps_;
+    absl::Status status = RunGuarded([&]() -> absl::Status {
+      const auto bytes = static_cast<int64_t>(read_.Length());
+      service.deps_.metrics->Received(bytes);
+      KS_RETURN_IF_ERROR(tracker->Hold(bytes, "request"));
+      v1::ExecuteRequest request;
+      KS_RETURN_IF_ERROR(wire::ParseRequest(&read_, &request));
+      id = request.request_id();
       KS_ASSIGN_OR_RETURN(PlannedCall call,
-                          PlanCall(*deps.executor, *deps.pool, ParamsOf(request_)));
-      kernel = call.kernel->name();
-      platform = call.platform;
-      if (IsSet(request_.config())) call.options.config = FromProto(request_.config());
-      KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(request_.mutable_inputs()));
-      const int64_t bytes = TensorBytes(inputs);
+                          service.PlanRequest(ParamsOf(request), &request.config(), *tracker));
+      KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(request.mutable_inputs()));
+      KS_RETURN_IF_ERROR(
+          tracker->Hold(OutputBytes(*call.kernel, SpecsOf(inputs), call.attrs), "outputs"));
       const int worker = call.worker;
-      return service_->Dispatch(
-          context_, worker, bytes,
-          [this, id, start, call = std::move(call), inputs = std::move(inputs)](absl::Status status,
-                                                                                int64_t queue_us) {
-            v1::ExecuteResponse response;
-            if (status.ok()) status = RunCall(service_->deps_, call, inputs, &response);
-            Answer(std::move(response), status, id, queue_us, call.kernel->name(), call.platform,
-                   start);
-          });
-    }();
-    if (!status.ok()) Answer(v1::ExecuteResponse(), status, id, 0, kernel, platform, start);
+      return service.Dispatch(context_, worker,
+                              [this, id, tracker, call = std::move(call),
+                               inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
+                                v1::ExecuteResponse response;
+                                if (status.ok()) {
+                                  status = RunGuarded([&] {
+                                    return RunCall(service_->deps_, call, inputs, &response);
+                                  });
+                                }
+                                Answer(std::move(response), status, id, queue_us, *tracker);
+                              });
+    });
+    if (!status.ok()) Answer(v1::ExecuteResponse(), status, id, 0, *tracker);
   }
 
   // Completes one pending request: records it and queues its answer.
   void Answer(v1::ExecuteResponse response, const absl::Status& status, const std::string& id,
-              int64_t queue_us, std::string_view kernel, std::string_view platform,
-              Clock::time_point start) {
-    if (!status.ok()) {
+              int64_t queue_us, CallTracker& tracker) {
+    absl::Status outcome = tracker.Outcome(status);
+    tracker.ReleaseHold();
+    if (!outcome.ok()) {
       response.Clear();
-      response.mutable_status()->set_code(status.raw_code());
-      response.mutable_status()->set_message(std::string(status.message()));
+      ToRpcStatus(outcome, response.mutable_status());
     }
     response.set_request_id(id);
     response.mutable_timing()->set_queue_us(queue_us);
-    Metrics& metrics = *service_->deps_.metrics;
-    metrics.Request(kernel, platform, absl::StatusCodeToString(status.code()),
-                    std::chrono::duration<double>(Clock::now() - start).count());
-    metrics.Sent(static_cast<int64_t>(response.ByteSizeLong()));
-    const v1::ExecuteResponse* write = nullptr;
+    const auto bytes = static_cast<int64_t>(response.ByteSizeLong());
+    grpc::ByteBuffer buffer;
+    bool own_buffer = false;
+    const grpc::Status serialized =
+        grpc::SerializationTraits<v1::ExecuteResponse>::Serialize(response, &buffer, &own_buffer);
+    if (!serialized.ok()) {
+      outcome = absl::InternalError(
+          absl::StrCat("serializing the response: ", serialized.error_message()));
+      v1::ExecuteResponse failed;
+      failed.set_request_id(id);
+      ToRpcStatus(outcome, failed.mutable_status());
+      (void)grpc::SerializationTraits<v1::ExecuteResponse>::Serialize(failed, &buffer, &own_buffer);
+    }
+    tracker.Record(outcome, bytes);
+    const grpc::ByteBuffer* write = nullptr;
     {
       absl::MutexLock lock(&mu_);
       --pending_;
-      writes_.push_back(std::move(response));
+      writes_.push_back(std::move(buffer));
       if (!writing_) {
         writing_ = true;
         write = &writes_.back();
@@ -136,16 +149,16 @@ class StreamReactor final
 
   KernelServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
-  v1::ExecuteRequest request_;  // the read in progress; touched only by the reactions
+  grpc::ByteBuffer read_;  // the read in progress; touched only by the reactions
   absl::Mutex mu_;
-  std::deque<v1::ExecuteResponse> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;  // requests read and not yet answered
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;                      // requests read and not yet answered
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* KernelServiceImpl::ExecuteStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KernelServiceImpl::ExecuteStream(
     grpc::CallbackServerContext* context) {
   return new StreamReactor(this, context);
 }

@@ -1,5 +1,7 @@
 #include "server/worker_pool.h"
 
+#include <cstdio>
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,19 @@ absl::Status DropReason(const WorkItem& item) {
     return absl::CancelledError("the call was cancelled while the request was queued");
   }
   return absl::OkStatus();
+}
+
+// Runs `item` with `status`. Work items finish their calls themselves and must not throw;
+// should one throw all the same, the exception ends here, on the worker or submitting thread,
+// rather than terminating the process, and the pool's counts stay right.
+void RunItem(WorkItem& item, absl::Status status, int64_t queue_us) {
+  try {
+    item.run(std::move(status), queue_us);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernelserve-server: a work item threw: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kernelserve-server: a work item threw a non-standard exception\n");
+  }
 }
 
 }  // namespace
@@ -61,7 +76,7 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
   }
   ReportDepth(worker, depth);
   if (run_here) {
-    item.run(DropReason(item), 0);
+    RunItem(item, DropReason(item), 0);
     {
       absl::MutexLock lock(&worker.mu);
       --worker.running;
@@ -134,7 +149,7 @@ void WorkerPool::Loop(Worker* worker) {
     const int64_t queue_us =
         std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - queued_at)
             .count();
-    item.run(DropReason(item), queue_us);
+    RunItem(item, DropReason(item), queue_us);
     {
       absl::MutexLock lock(&worker->mu);
       --worker->running;

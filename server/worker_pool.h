@@ -27,6 +27,8 @@ struct WorkItem {
   std::function<bool()> cancelled;
   // Runs exactly once on the worker thread: `status` is OK to do the work, or why it was
   // dropped (DeadlineExceeded, Cancelled). `queue_us` is the time spent waiting. REQUIRED.
+  // It must not throw (an exception is caught and logged, but its call is then never
+  // answered).
   std::function<void(absl::Status status, int64_t queue_us)> run;
   // With this set, Submit may run the item itself, on the submitting thread, when the device
   // is the CPU and its worker is idle (nothing queued or running): small work then skips the

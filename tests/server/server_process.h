@@ -18,7 +18,7 @@
 
 namespace kernelserve::testing {
 
-// Path of the server binary under test (from the build).
+// Path of the server binary under test: $KERNELSERVE_SERVER_BINARY, else the one built here.
 std::string ServerBinary();
 
 // A kernelserve-server child process. Listens on free ports unless `args` name --listen or

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -103,6 +105,43 @@ TEST(WorkerPoolTest, WorkerWaitsForAnInlineItemBeforeStartingQueuedWork) {
   queued_done.WaitForNotification();
   submitter.join();
   EXPECT_FALSE(overlapped);
+}
+
+// An item that throws (on the submitting thread or the worker's) neither ends the process nor
+// leaves the device counted busy: later items run, and inline ones still run inline.
+TEST(WorkerPoolTest, ThrowingItemLeavesThePoolWorking) {
+  WorkerPool pool({-1});
+  WorkItem inline_throw;
+  inline_throw.may_run_inline = true;
+  inline_throw.run = [](absl::Status, int64_t) { throw std::bad_alloc(); };
+  ASSERT_TRUE(pool.Submit(-1, std::move(inline_throw)).ok());
+  EXPECT_EQ(pool.Depth(-1), 0);
+
+  absl::Notification thrown;
+  WorkItem worker_throw;
+  worker_throw.run = [&](absl::Status, int64_t) {
+    thrown.Notify();
+    throw std::runtime_error("boom");
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(worker_throw)).ok());
+  thrown.WaitForNotification();
+
+  absl::Notification ran;
+  WorkItem next;
+  next.run = [&](absl::Status status, int64_t) {
+    EXPECT_TRUE(status.ok()) << status;
+    ran.Notify();
+  };
+  ASSERT_TRUE(pool.Submit(-1, std::move(next)).ok());
+  ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  while (pool.Depth(-1) != 0) std::this_thread::yield();
+
+  std::thread::id ran_on;
+  WorkItem small;
+  small.may_run_inline = true;
+  small.run = [&](absl::Status, int64_t) { ran_on = std::this_thread::get_id(); };
+  ASSERT_TRUE(pool.Submit(-1, std::move(small)).ok());
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
 }  // namespace

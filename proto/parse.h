@@ -1,0 +1,42 @@
+// Parsing a request from the bytes gRPC received, for handlers registered as raw methods: bytes
+// that do not parse get an INVALID_ARGUMENT that names the message and the first fault, rather
+// than gRPC's bare UNIMPLEMENTED for a callback method whose deserialization failed.
+#ifndef KERNELSERVE_PROTO_PARSE_H_
+#define KERNELSERVE_PROTO_PARSE_H_
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "google/protobuf/descriptor.h"
+#include "kernelserve/v1/kernel_service.pb.h"
+
+namespace kernelserve::wire {
+
+// The INVALID_ARGUMENT for `buffer` failing to parse as `type` (buffer left unchanged).
+absl::Status MalformedRequest(const grpc::ByteBuffer& buffer,
+                              const google::protobuf::Descriptor* type);
+
+// Parses `buffer` into `message` as the message's serialization traits do (the extracting
+// parser for messages that carry tensors) and then clears `buffer`, so the received bytes are
+// freed before the call runs. An empty buffer is the empty message. InvalidArgument (see
+// MalformedRequest) when the bytes do not parse.
+template <typename Message>
+absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message) {
+  if (!buffer->Valid() || buffer->Length() == 0) {
+    message->Clear();
+    buffer->Clear();
+    return absl::OkStatus();
+  }
+  grpc::ByteBuffer view(*buffer);  // shares the slices; Deserialize consumes the view
+  const grpc::Status parsed = grpc::SerializationTraits<Message>::Deserialize(&view, message);
+  absl::Status status =
+      parsed.ok() ? absl::OkStatus() : MalformedRequest(*buffer, Message::descriptor());
+  buffer->Clear();
+  return status;
+}
+
+}  // namespace kernelserve::wire
+
+#endif  // KERNELSERVE_PROTO_PARSE_H_

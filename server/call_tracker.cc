@@ -1,0 +1,52 @@
+#include "server/call_tracker.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelserve::server {
+
+CallTracker::CallTracker(InflightBudget* budget, Metrics* metrics,
+                         grpc::CallbackServerContext* context)
+    : budget_(budget), metrics_(metrics), context_(context), start_(Clock::now()) {}
+
+CallTracker::~CallTracker() { ReleaseHold(); }
+
+absl::Status CallTracker::Hold(int64_t bytes, const char* what) {
+  if (!budget_->TryAcquire(bytes, /*count_request=*/!holds_request_)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "in-flight bytes: this call's ", bytes, " bytes of ", what, " with ", budget_->bytes(),
+        " bytes held would pass --max-inflight-bytes=", budget_->max_bytes()));
+  }
+  held_bytes_ += bytes;
+  holds_request_ = true;
+  metrics_->InflightRequests(budget_->requests());
+  return absl::OkStatus();
+}
+
+void CallTracker::ReleaseHold() {
+  if (!holds_request_) return;
+  budget_->Release(held_bytes_);
+  held_bytes_ = 0;
+  holds_request_ = false;
+  metrics_->InflightRequests(budget_->requests());
+}
+
+absl::Status CallTracker::Outcome(absl::Status status) const {
+  if (!status.ok() || context_ == nullptr) return status;
+  if (std::chrono::system_clock::now() > context_->deadline()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the deadline passed while the call ran (", seconds(), " s)"));
+  }
+  if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+  return status;
+}
+
+void CallTracker::Record(const absl::Status& outcome, int64_t response_bytes) const {
+  metrics_->Request(kernel, platform, absl::StatusCodeToString(outcome.code()), seconds());
+  if (outcome.ok()) metrics_->Sent(response_bytes);
+}
+
+double CallTracker::seconds() const {
+  return std::chrono::duration<double>(Clock::now() - start_).count();
+}
+
+}  // namespace kernelserve::server

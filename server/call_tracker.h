@@ -1,0 +1,63 @@
+// CallTracker: what the server keeps of one kernel call (a unary RPC or one stream item) from
+// arrival to answer: its start, metric labels, the bytes it holds in the in-flight budget, and
+// the status its client sees in the end.
+#ifndef KERNELSERVE_SERVER_CALL_TRACKER_H_
+#define KERNELSERVE_SERVER_CALL_TRACKER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/budget.h"
+#include "server/metrics.h"
+
+namespace kernelserve::server {
+
+// Thread safety: one thread at a time (the handler, then the worker that runs the call).
+class CallTracker {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Borrows all three; they must outlive the tracker.
+  CallTracker(InflightBudget* budget, Metrics* metrics, grpc::CallbackServerContext* context);
+  // Gives back what the call holds in the budget.
+  ~CallTracker();
+  CallTracker(const CallTracker&) = delete;
+  CallTracker& operator=(const CallTracker&) = delete;
+
+  // Takes `bytes` more of the in-flight budget for this call (its first take also counts the
+  // request). ResourceExhausted naming `what` and the flag when the budget cannot take them.
+  absl::Status Hold(int64_t bytes, const char* what);
+  // Gives back everything held now (the call is answered or about to be).
+  void ReleaseHold();
+
+  // The status the client sees for a call that ends with `status` now: a call that succeeded
+  // after its deadline (or was cancelled) is DEADLINE_EXCEEDED (CANCELLED) on the client, so
+  // it is recorded and finished as such.
+  absl::Status Outcome(absl::Status status) const;
+  // Records the finished call (code, duration, bytes sent when OK) under its labels.
+  void Record(const absl::Status& outcome, int64_t response_bytes) const;
+
+  grpc::CallbackServerContext* context() const { return context_; }
+  Clock::time_point start() const { return start_; }
+  double seconds() const;
+
+  // Metric labels, known as far as the call got ("unknown" until then).
+  std::string kernel = "unknown";
+  std::string platform = "unknown";
+
+ private:
+  InflightBudget* const budget_;
+  Metrics* const metrics_;
+  grpc::CallbackServerContext* const context_;
+  const Clock::time_point start_;
+  int64_t held_bytes_ = 0;
+  bool holds_request_ = false;
+};
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_CALL_TRACKER_H_
