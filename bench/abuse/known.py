@@ -159,7 +159,7 @@ def autotune_synth_huge(ctx):
             ctx.fail(f"RSS stayed at {mb(kib):.0f} MB (started at {mb(baseline):.0f} MB)")
 
 
-@case("autotune-starve", 240, 150)
+@case("autotune-starve", 240, 120)
 def autotune_starve(ctx):
     """A shapes-only Autotune of flash_attention q/k/v [1,2048,8,64] with a 2 s deadline,
     while small valid Executes with 1 s deadlines go on for 10 s (--quick: 6 s). Counts the
@@ -201,7 +201,7 @@ def autotune_starve(ctx):
         ctx.fail(f"{len(failed)} of {total} small Executes failed during the Autotune")
 
     # The Autotune's own count: the only flash_attention request of the case.
-    wait = ctx.dur(60.0, 30.0)
+    wait = ctx.dur(120.0, 60.0)  # the buggy server tunes on for ~30 s on an idle machine
     deadline, counted, after = time.monotonic() + wait, {}, None
     while time.monotonic() < deadline and not ctx.stop.is_set():
         after = ctx.server.metrics()
@@ -349,9 +349,9 @@ def unparseable(ctx):
 @case("huge-error", 90, 60)
 def huge_error(ctx):
     """x with a 100,000-dim shape: INVALID_ARGUMENT with a short message (< 1 KiB, read on a
-    channel that accepts large metadata); then, on one channel with default options, that call
-    with 200 valid calls right behind it (in flight together) and 50 more after: all the valid
-    ones OK (before: the 200 KB message in the trailers failed ~170 of the 200 with
+    channel that accepts large metadata); then, on one channel with default options, 200 valid
+    calls in flight together with 4 of those calls, and 50 valid calls after: all the valid
+    ones OK (before: the 200 KB message in the trailers failed up to ~170 of the 200 with
     RESOURCE_EXHAUSTED 'received initial metadata size exceeds limit')."""
     request = pb.ExecuteRequest(kernel="mean_pooling")
     x = request.inputs["x"]
@@ -374,20 +374,23 @@ def huge_error(ctx):
 
     with channel(ctx.server.target) as ch:
         execute = unary(ch, "Execute")
-        futures = [execute.future(huge, timeout=5.0)]
-        futures += [execute.future(SMALL, timeout=5.0) for _ in range(200)]
-        codes = []
-        for f in futures:
+        futures = []  # the huge call, then every 50 valid calls once more
+        for i in range(200):
+            if i % 50 == 0:
+                futures.append((False, execute.future(huge, timeout=5.0)))
+            futures.append((True, execute.future(SMALL, timeout=5.0)))
+        valid, huge_codes = [], []
+        for is_valid, f in futures:
             try:
                 f.result()
-                codes.append("OK")
+                code = "OK"
             except grpc.RpcError as error:
-                codes.append(error.code().name)
-        for code in codes:
+                code = error.code().name
             ctx.tally(code)
+            (valid if is_valid else huge_codes).append(code)
         after = [ctx.call(execute, SMALL, 2.0).code for _ in range(50)]
-    ctx.note(f"on a default channel the 100,000-dim call got {codes[0]}")
-    for label, got in (("200 valid calls in flight with it", codes[1:]),
+    ctx.note(f"on a default channel the 100,000-dim calls got {sorted(set(huge_codes))}")
+    for label, got in (("valid calls in flight with 4 of them", valid),
                        ("50 valid calls after it", after)):
         failed = [c for c in got if c != "OK"]
         ctx.note(f"{label}: {len(failed)} failed {sorted(set(failed))}")
