@@ -13,7 +13,8 @@ a valid Execute answered OK, each within a second. A server that died or hung is
 later cases still run; cases with several steps check (and restart) after each step.
 Every call has a deadline and every case a time limit, so a hung server shows as FAIL "hang".
 RSS of the server comes from /proc every 50 ms; past --rss-limit-mb (4096) the server is killed,
-so that a ballooning server cannot take the machine with it.
+and its address space is limited to 4x that (RLIMIT_AS), so that a ballooning server cannot
+take the machine with it (--rss-limit-mb 0: neither).
 
 Printed: one row per case (requests sent, outcomes by gRPC code, healthy after, max RSS, RSS
 after, time, verdict), then each case's notes and reasons. `stream:CODE` counts streams by
@@ -205,7 +206,8 @@ def main():
                         help="the server's store: none, or a file in a temp dir")
     parser.add_argument("--fresh", action="store_true", help="a new server for every case")
     parser.add_argument("--rss-limit-mb", type=int, default=4096,
-                        help="kill the server when its RSS passes this (default 4096)")
+                        help="kill the server when its RSS passes this (default 4096; 0: no "
+                        "limit, no address-space limit either)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs")
     opts = parser.parse_args()
     names = [n for n in opts.cases.split(",") if n]

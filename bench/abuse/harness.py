@@ -249,13 +249,14 @@ class RssSampler(threading.Thread):
         self.start()
 
     def run(self):
+        """limit_kib 0: no limit."""
         while not self._done.wait(0.05) and self.process.poll() is None:
             kib = read_rss_kib(self.process.pid)
             if kib is None:
                 continue
             self.last_kib = kib
             self.peak_kib = max(self.peak_kib, kib)
-            if kib > self.limit_kib and self.killed_at_kib is None:
+            if self.limit_kib and kib > self.limit_kib and self.killed_at_kib is None:
                 self.killed_at_kib = kib
                 self.process.kill()
 
@@ -274,7 +275,8 @@ class RssSampler(threading.Thread):
 
 
 class Server:
-    """A kernelserve-server on free loopback ports (gRPC and metrics), CPU only."""
+    """A kernelserve-server on free loopback ports (gRPC and metrics), CPU only. rss_limit_mb:
+    killed past this RSS, and its address space limited to 4x that (0: neither)."""
 
     def __init__(self, build, cache, extra_args=(), rss_limit_mb=6144, log_dir=None):
         self.build, self.cache, self.extra_args = build, cache, list(extra_args)
@@ -294,9 +296,11 @@ class Server:
         self._wait_serving(30.0)
 
     def _limits(self):
-        # A backstop under the RSS sampler: address space of 4x the RSS limit.
-        limit = self.rss_limit_mb * MIB * 4
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        # A backstop under the RSS sampler: address space of 4x the RSS limit, so that memory
+        # touched faster than the sampler looks fails to be allocated instead.
+        if self.rss_limit_mb:
+            limit = self.rss_limit_mb * MIB * 4
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     def _wait_serving(self, timeout):
         deadline = time.monotonic() + timeout

@@ -193,7 +193,7 @@ def autotune_starve(ctx):
     bad_times = [t for t, code in times if code != "OK"]
     held = (bad_times[-1] - bad_times[0] + 1.0) if bad_times else 0.0
     total = len(times)
-    ctx.data.update(small_calls=total, small_failed=len(failed), held_seconds=held)
+    ctx.data.update(small_calls=total, small_failed=len(failed), held_seconds=round(held, 1))
     ctx.note(f"small Executes: {len(failed)} of {total} failed; the worker was held for "
              f"{held:.1f} s or more" + (" (to the end of the load)" if bad_times and
                                         times[-1][1] != "OK" else ""))
