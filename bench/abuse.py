@@ -54,9 +54,12 @@ Clean (must stay clean):
   sigterm              32 calls in flight, then SIGTERM: all 32 OK, exit code 0
 """
 import argparse
+import atexit
+import faulthandler
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -64,7 +67,7 @@ import time
 
 # bench/abuse/ (the package) is found before this file under the name `abuse`.
 from abuse import known, clean  # noqa: F401,I100  (they register the cases, in this order)
-from abuse.harness import CASES, Ctx, Redis, Server, check, mb
+from abuse.harness import CASES, Ctx, Redis, Server, check, kill_children, mb
 
 
 class Runner:
@@ -218,6 +221,9 @@ def main():
     if not os.access(server_binary, os.X_OK):
         parser.error(f"{server_binary} is not an executable")
 
+    faulthandler.enable()  # a crash of the client (grpc) shows where each thread was
+    atexit.register(kill_children)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally below
     runner = Runner(opts)
     rows, start = [], time.monotonic()
     try:
@@ -229,6 +235,7 @@ def main():
             rows.append(row)
     finally:
         runner.close()
+        kill_children()
     total = time.monotonic() - start
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {opts.build}, "
           f"{'quick' if opts.quick else 'full'} run, cache {opts.cache}, {os.cpu_count()} CPUs, "

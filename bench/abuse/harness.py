@@ -234,6 +234,24 @@ def read_rss_kib(pid):
     return None
 
 
+_CHILDREN = []  # every server and redis-server started, for kill_children
+
+
+def spawn(args, **kwargs):
+    process = subprocess.Popen(args, **kwargs)
+    _CHILDREN.append(process)
+    return process
+
+
+def kill_children():
+    """Kills what this run started and is still running (at exit, or after a crash of a case
+    or an interrupt)."""
+    for process in _CHILDREN:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 class RssSampler(threading.Thread):
     """Samples a process's RSS every 50 ms; kills it (SIGKILL) past `limit_kib`, so that a
     ballooning server cannot take the machine down with it."""
@@ -290,17 +308,16 @@ class Server:
                      f"--listen={self.target}", f"--metrics-listen=127.0.0.1:{self.metrics_port}",
                      f"--cache={cache}", "--devices=cpu", *self.extra_args]
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
-                                            preexec_fn=self._limits)
+            # No preexec_fn: a fork() of this many-threaded gRPC client can crash it (grpc's
+            # fork handlers); without one, Popen spawns with vfork.
+            self.process = spawn(self.args, stdout=log, stderr=subprocess.STDOUT)
+        if rss_limit_mb:
+            # A backstop under the RSS sampler: address space of 4x the RSS limit, so that
+            # memory touched faster than the sampler looks fails to be allocated instead.
+            limit = rss_limit_mb * MIB * 4
+            resource.prlimit(self.process.pid, resource.RLIMIT_AS, (limit, limit))
         self.rss = RssSampler(self.process, rss_limit_mb * 1024)
         self._wait_serving(30.0)
-
-    def _limits(self):
-        # A backstop under the RSS sampler: address space of 4x the RSS limit, so that memory
-        # touched faster than the sampler looks fails to be allocated instead.
-        if self.rss_limit_mb:
-            limit = self.rss_limit_mb * MIB * 4
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     def _wait_serving(self, timeout):
         deadline = time.monotonic() + timeout
@@ -407,7 +424,7 @@ class Redis:
         self.start()
 
     def start(self):
-        self.process = subprocess.Popen(
+        self.process = spawn(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
