@@ -1,0 +1,256 @@
+#!/usr/bin/python3
+"""Abuse and soak run of kernelserve-server: one request never takes the server down.
+
+    bench/abuse.py BUILD [--cases a,b,...] [--quick] [--json FILE] [--cache memory|file]
+                         [--fresh] [--rss-limit-mb N] [--keep-logs]
+
+BUILD is a build directory (server/kernelserve-server). The script starts its own server
+(--devices=cpu, --cache=memory or a temp file store, free ports for gRPC and metrics) and, for
+redis-faults, its own redis-server on a free port. Cases run one after another on one server
+(--fresh: a new server for each); a case with flags of its own gets a server of its own.
+After each case the server is checked: process alive (else its exit code), health SERVING and
+a valid Execute answered OK, each within a second. A server that died or hung is restarted, so
+later cases still run; cases with several steps check (and restart) after each step.
+Every call has a deadline and every case a time limit, so a hung server shows as FAIL "hang".
+RSS of the server comes from /proc every 50 ms; past --rss-limit-mb (4096) the server is killed,
+and its address space is limited to 4x that (RLIMIT_AS), so that a ballooning server cannot
+take the machine with it (--rss-limit-mb 0: neither).
+
+Printed: one row per case (requests sent, outcomes by gRPC code, healthy after, max RSS, RSS
+after, time, verdict), then each case's notes and reasons. `stream:CODE` counts streams by
+their final status, `item:CODE` the in-band statuses of stream items. --json FILE writes the
+rows. --quick shortens durations and counts for a smoke run.
+
+Known bugs (expected to FAIL until fixed):
+  override-huge        config num_warps=1e9, block_q=block_k=2^31-1 (flash_attention),
+                       block_size=1e9 on tiny inputs: INVALID_ARGUMENT, server keeps answering
+  override-huge-large  the same on inputs over 64 KiB (worker thread), and as the middle item
+                       of an ExecuteStream: in-band INVALID_ARGUMENT, stream OK
+  autotune-synth-huge  shapes-only Autotune of x [2^20,2^20,1024] and of a 256 MiB x:
+                       RESOURCE_EXHAUSTED or INVALID_ARGUMENT with a message, RSS comes back
+  autotune-starve      shapes-only flash_attention Autotune [1,2048,8,64], 2 s deadline, while
+                       small Executes (1 s deadlines) run for 10 s: none fails; /metrics counts
+                       the Autotune with the client's code, not OK
+  stream-garbage       ExecuteStream [valid, b'\\xff', valid]: 3 answers, the middle one
+                       INVALID_ARGUMENT in-band, stream OK
+  unparseable          Execute with bytes that do not parse and 2,000 (quick: 200) mutations
+                       of a valid request: INVALID_ARGUMENT with a message for those that do
+                       not parse; never UNIMPLEMENTED/UNKNOWN/INTERNAL/timeouts
+  huge-error           a 100,000-dim shape: message < 1 KiB; 200 valid calls on the same
+                       channel after it all OK
+  dup-data             a > 1 MiB request whose x has two data fields: result = mean of the
+                       last (protobuf semantics)
+  inflight-rss         --max-inflight-bytes=300000000, 8 concurrent 100 MiB calls: peak RSS
+                       within start + 1.25 x cap, RSS back within 60 s (quick: 40 s)
+Clean (must stay clean):
+  soak                 60 s (quick: 10 s), concurrency 64, 10% invalid: every valid call OK,
+                       every invalid one INVALID_ARGUMENT; RSS every 5 s, no growth
+  idle-streams         200 idle ExecuteStreams: items on 5 of them answered, valid calls OK,
+                       all 200 end OK when closed
+  cancels              1,000 calls cancelled right after sending; healthy, nothing in flight
+  deadlines            1,000 calls with 1 ms deadlines; healthy, nothing in flight
+  redis-faults         Redis SIGSTOPped 5 s, continued, killed, restarted, under load: every
+                       valid call OK, configs written to the restarted Redis
+  sigterm              32 calls in flight, then SIGTERM: all 32 OK, exit code 0
+"""
+import argparse
+import atexit
+import faulthandler
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+# bench/abuse/ (the package) is found before this file under the name `abuse`.
+from abuse import known, clean  # noqa: F401,I100  (they register the cases, in this order)
+from abuse.harness import CASES, Ctx, Redis, Server, check, kill_children, mb
+
+
+class Runner:
+    """Runs the cases, keeps the shared server and restarts it when a case leaves it down."""
+
+    def __init__(self, opts):
+        self.opts = opts
+        self.workdir = tempfile.mkdtemp(prefix="ks-abuse-")
+        self.cache = "memory" if opts.cache == "memory" else f"file:{self.workdir}/configs.json"
+        self.shared = None
+
+    def new_server(self, extra_args=(), cache=None):
+        return Server(self.opts.build, cache or self.cache, extra_args, self.opts.rss_limit_mb,
+                      self.workdir)
+
+    def replace_server(self, ctx):
+        """Kills ctx's current server and starts one like it (called when it died or hung)."""
+        old = ctx.server
+        old.kill()
+        ctx.note(f"server restarted ({old.exit_text()})")
+        ctx.restarts += 1
+        new = old.restarted()
+        ctx.servers.append(new)
+        if old is self.shared:
+            self.shared = new
+
+    def run(self, spec):
+        redis = Redis() if spec.redis else None
+        owned = bool(spec.server_args) or redis is not None or self.opts.fresh
+        if owned:
+            server = self.new_server(spec.server_args, redis.url if redis else None)
+        else:
+            if self.shared is None or not self.shared.alive():
+                self.shared = self.new_server()
+            server = self.shared
+        self.server = server
+        ctx = Ctx(self, spec, self.opts.quick)
+        ctx.redis = redis
+        start_kib = server.rss.now_kib() or 0
+        server.rss.reset_peak()
+        limit = spec.quick_limit if self.opts.quick else spec.limit
+        start = time.monotonic()
+
+        def body():
+            try:
+                spec.func(ctx)
+            except Exception as error:  # a bug of the case, or of the server it met
+                ctx.fail(f"the case raised {type(error).__name__}: {error}")
+
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        thread.join(limit)
+        if thread.is_alive():
+            ctx.stop.set()
+            ctx.fail(f"hang: the case did not finish in {limit:.0f} s")
+        seconds = time.monotonic() - start
+
+        ok = True
+        if spec.ends_server:
+            healthy = "exited" if not ctx.server.alive() else "running"
+        else:
+            ok, reason = check(ctx.server)
+            healthy = "yes" if ok and not ctx.restarts else "no"
+            if ctx.restarts:  # it went down during the case
+                healthy += f" (restarted {ctx.restarts}x)"
+            if not ok:
+                ctx.fail(f"after the case: {reason}")
+        peak = max(s.rss.peak_kib for s in ctx.servers)
+        after = ctx.server.rss.now_kib()
+        if spec.rss_growth_mb and peak - start_kib > spec.rss_growth_mb * 1024:
+            ctx.fail(f"RSS grew by {mb(peak - start_kib):.0f} MB (limit {spec.rss_growth_mb} MB)")
+        row = {
+            "case": spec.name, "sent": ctx.sent, "codes": dict(ctx.codes.most_common()),
+            "healthy_after": healthy, "max_rss_mb": mb(peak), "rss_after_mb": mb(after),
+            "seconds": round(seconds, 1), "verdict": "FAIL" if ctx.problems else "ok",
+            "reasons": list(ctx.problems), "notes": list(ctx.notes), "data": dict(ctx.data),
+        }
+        if owned:
+            ctx.server.stop() if ctx.server.alive() else ctx.server.kill()
+        elif not ok:
+            ctx.server.kill()
+            self.shared = None
+        if redis is not None:
+            redis.stop()
+        return row
+
+    def close(self):
+        if self.shared is not None:
+            self.shared.stop()
+        if self.opts.keep_logs:
+            print(f"server logs kept in {self.workdir}")
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def codes_text(codes):
+    return ", ".join(f"{code} {n}" for code, n in codes.items()) or "-"
+
+
+def verdict_text(row):
+    if row["verdict"] == "ok":
+        return "ok"
+    first, more = row["reasons"][0], len(row["reasons"]) - 1
+    if len(first) > 72:
+        first = first[:69] + "..."
+    return f"FAIL: {first}" + (f" (+{more} more)" if more else "")
+
+
+def print_table(rows):
+    header = ["case", "sent", "outcomes", "healthy", "max RSS", "RSS after", "time", "verdict"]
+    table = [[r["case"], str(r["sent"]), codes_text(r["codes"]), r["healthy_after"],
+              f"{r['max_rss_mb']:.0f} MB" if r["max_rss_mb"] else "-",
+              f"{r['rss_after_mb']:.0f} MB" if r["rss_after_mb"] else "-",
+              f"{r['seconds']:.0f} s", verdict_text(r)] for r in rows]
+    widths = [max(len(line[i]) for line in [header] + table) for i in range(len(header) - 1)]
+    for line in [header] + table:
+        print("  ".join(cell.ljust(w) if i != 1 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(line, widths + [0]))).rstrip())
+
+
+def print_details(rows):
+    for r in rows:
+        print(f"\n{r['case']}: {r['verdict']}")
+        for reason in r["reasons"]:
+            print(f"  FAIL {reason}")
+        for note in r["notes"]:
+            print(f"  - {note}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build", help="build directory with server/kernelserve-server")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help="comma-separated cases (default: all, in the order above)")
+    parser.add_argument("--quick", action="store_true", help="short durations: a smoke run")
+    parser.add_argument("--json", metavar="FILE", help="write the rows to FILE")
+    parser.add_argument("--cache", choices=("memory", "file"), default="memory",
+                        help="the server's store: none, or a file in a temp dir")
+    parser.add_argument("--fresh", action="store_true", help="a new server for every case")
+    parser.add_argument("--rss-limit-mb", type=int, default=4096,
+                        help="kill the server when its RSS passes this (default 4096; 0: no "
+                        "limit, no address-space limit either)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs")
+    opts = parser.parse_args()
+    names = [n for n in opts.cases.split(",") if n]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        parser.error(f"unknown cases {', '.join(unknown)}; known: {', '.join(CASES)}")
+    server_binary = os.path.join(opts.build, "server/kernelserve-server")
+    if not os.access(server_binary, os.X_OK):
+        parser.error(f"{server_binary} is not an executable")
+
+    faulthandler.enable()  # a crash of the client (grpc) shows where each thread was
+    atexit.register(kill_children)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally below
+    runner = Runner(opts)
+    rows, start = [], time.monotonic()
+    try:
+        for name in names:
+            print(f"[{time.monotonic() - start:5.0f} s] {name} ...", file=sys.stderr, flush=True)
+            row = runner.run(CASES[name])
+            print(f"[{time.monotonic() - start:5.0f} s] {name}: {verdict_text(row)}",
+                  file=sys.stderr, flush=True)
+            rows.append(row)
+    finally:
+        runner.close()
+        kill_children()
+    total = time.monotonic() - start
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {opts.build}, "
+          f"{'quick' if opts.quick else 'full'} run, cache {opts.cache}, {os.cpu_count()} CPUs, "
+          f"{total:.0f} s")
+    print_table(rows)
+    print_details(rows)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"mode": "quick" if opts.quick else "full", "build": opts.build,
+                       "cache": opts.cache, "seconds": round(total, 1), "rows": rows}, f,
+                      indent=2)
+    failed = sum(r["verdict"] != "ok" for r in rows)
+    print(f"\n{len(rows) - failed} ok, {failed} FAIL")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

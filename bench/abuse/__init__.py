@@ -1,0 +1,1 @@
+"""The cases and shared pieces of bench/abuse.py (see its docstring)."""
