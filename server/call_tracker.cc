@@ -17,8 +17,8 @@ absl::Status CallTracker::Hold(int64_t bytes, const char* what) {
         " bytes held would pass --max-inflight-bytes=", budget_->max_bytes()));
   }
   held_bytes_ += bytes;
+  if (!holds_request_) metrics_->InflightRequestsAdd(1);
   holds_request_ = true;
-  metrics_->InflightRequests(budget_->requests());
   return absl::OkStatus();
 }
 
@@ -27,16 +27,27 @@ void CallTracker::ReleaseHold() {
   budget_->Release(held_bytes_);
   held_bytes_ = 0;
   holds_request_ = false;
-  metrics_->InflightRequests(budget_->requests());
+  metrics_->InflightRequestsAdd(-1);
 }
 
-absl::Status CallTracker::Outcome(absl::Status status) const {
-  if (!status.ok() || context_ == nullptr) return status;
-  if (std::chrono::system_clock::now() > context_->deadline()) {
+absl::Status CallTracker::ClientGone() const {
+  if (context_ == nullptr) return absl::OkStatus();
+  const auto now = std::chrono::system_clock::now();
+  const auto deadline = context_->deadline();
+  const bool cancelled = context_->IsCancelled();
+  if (now > deadline || (cancelled && deadline - now < kDeadlineSlack)) {
     return absl::DeadlineExceededError(
         absl::StrCat("the deadline passed while the call ran (", seconds(), " s)"));
   }
-  if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+  if (cancelled) return absl::CancelledError("the client cancelled the call");
+  return absl::OkStatus();
+}
+
+absl::Status CallTracker::Outcome(absl::Status status) const {
+  if (status.ok() || absl::IsCancelled(status) || absl::IsDeadlineExceeded(status)) {
+    absl::Status gone = ClientGone();
+    if (!gone.ok()) return gone;
+  }
   return status;
 }
 

@@ -16,7 +16,11 @@
 
 namespace kernelserve::server {
 
-// Thread safety: one thread at a time (the handler, then the worker that runs the call).
+// How close to its deadline a cancelled call counts as having run out of time.
+inline constexpr std::chrono::milliseconds kDeadlineSlack{100};
+
+// Thread safety: one thread at a time (the handler, then the worker that runs the call), but
+// ClientGone, which any thread may call.
 class CallTracker {
  public:
   using Clock = std::chrono::steady_clock;
@@ -34,9 +38,14 @@ class CallTracker {
   // Gives back everything held now (the call is answered or about to be).
   void ReleaseHold();
 
+  // Why the client no longer waits for this call: DEADLINE_EXCEEDED once its deadline passed,
+  // CANCELLED once it cancelled; OK while it waits. A cancellation within kDeadlineSlack of the
+  // deadline is the deadline: a client cancels the call when its own deadline passes, a moment
+  // before the server's copy of that deadline (sent as a timeout) does. Thread-safe.
+  absl::Status ClientGone() const;
   // The status the client sees for a call that ends with `status` now: a call that succeeded
-  // after its deadline (or was cancelled) is DEADLINE_EXCEEDED (CANCELLED) on the client, so
-  // it is recorded and finished as such.
+  // or was interrupted after the client went away ends as ClientGone() says, so it is recorded
+  // and finished with the code the client saw.
   absl::Status Outcome(absl::Status status) const;
   // Records the finished call (code, duration, bytes sent when OK) under its labels.
   void Record(const absl::Status& outcome, int64_t response_bytes) const;

@@ -8,6 +8,7 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "proto/parse.h"
 #include "proto/process_tuning.h"
 #include "server/options.h"
 #include "server/server.h"
@@ -42,6 +43,7 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
 
 int main(int argc, char** argv) {
   kernelserve::TuneProcess();  // large tensors reuse freed memory (proto/process_tuning.h)
+  kernelserve::wire::FilterParseLogs();  // bad requests are answered, not logged
   absl::SetProgramUsageMessage("Serves mean_pooling and flash_attention over gRPC.");
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, storage);

@@ -129,7 +129,9 @@ void Metrics::QueueDepth(std::string_view device, int depth) {
   queue_depth_.Add({{"device", S(device)}}).Set(depth);
 }
 
-void Metrics::InflightRequests(int64_t count) { inflight_.Set(static_cast<double>(count)); }
+void Metrics::InflightRequestsAdd(int64_t delta) {
+  inflight_.Increment(static_cast<double>(delta));  // atomic: concurrent updates never go stale
+}
 
 void Metrics::StoreError(std::string_view store, std::string_view op) {
   store_errors_.Add({{"store", S(store)}, {"op", S(op)}}).Increment();

@@ -37,7 +37,8 @@ class Metrics {
   // outcome: "ok", "all_failed" or "error".
   void AutotuneRun(std::string_view kernel, std::string_view outcome, double seconds);
   void QueueDepth(std::string_view device, int depth);
-  void InflightRequests(int64_t count);
+  // Requests in flight: +1 when one is accepted, -1 when it is answered.
+  void InflightRequestsAdd(int64_t delta);
   void StoreError(std::string_view store, std::string_view op);
   void DeviceMemory(std::string_view device, int64_t used_bytes, int64_t total_bytes);
   void Received(int64_t bytes);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -125,7 +126,7 @@ absl::Status Server::Init() {
   pool_ = std::make_unique<WorkerPool>(devices_, pool_options);
   budget_ = std::make_unique<InflightBudget>(options_.max_inflight_bytes);
   for (int device : devices_) metrics_.QueueDepth(DeviceLabel(device), 0);
-  metrics_.InflightRequests(0);
+  metrics_.InflightRequestsAdd(0);  // exported from the start
 
   if (!options_.metrics_listen.empty()) {
     KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen));
@@ -166,6 +167,13 @@ absl::Status Server::StartGrpc() {
   builder.AddListeningPort(options_.listen, credentials, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+  // gRPC's own buffers of requests being received (until a handler parses them) are held to a
+  // quota the size of the in-flight budget; past it gRPC refuses the call with
+  // RESOURCE_EXHAUSTED. Request memory so stays under twice --max-inflight-bytes: the bytes
+  // being received plus the calls accepted (docs/SERVER.md, "Limits").
+  grpc::ResourceQuota quota("kernelserve");
+  quota.Resize(static_cast<size_t>(options_.max_inflight_bytes));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {

@@ -75,17 +75,6 @@ int64_t SpecBytes(const TensorSpecMap& specs) {
   return total;
 }
 
-// Stops a running call's work when its deadline passes or its client cancels it.
-std::function<absl::Status()> InterruptOf(grpc::CallbackServerContext* context) {
-  const std::chrono::system_clock::time_point deadline = context->deadline();
-  return [context, deadline]() -> absl::Status {
-    if (std::chrono::system_clock::now() > deadline) {
-      return absl::DeadlineExceededError("the deadline passed while the call ran");
-    }
-    if (context->IsCancelled()) return absl::CancelledError("the client cancelled the call");
-    return absl::OkStatus();
-  };
-}
 
 // The items of a batch request with their tensors moved out. An item whose tensors do not
 // convert keeps its error and does not run; the others run as one batch.
@@ -182,7 +171,8 @@ absl::StatusOr<PlannedCall> KernelServiceImpl::PlanRequest(const CallParams& par
   KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(*deps_.executor, *deps_.pool, params));
   tracker.platform = call.platform;
   if (config != nullptr && IsSet(*config)) call.options.config = FromProto(*config);
-  call.options.interrupt = InterruptOf(tracker.context());
+  // Stops the call's work once its client is gone; `tracker` outlives the run.
+  call.options.interrupt = [&tracker] { return tracker.ClientGone(); };
   return call;
 }
 

@@ -58,7 +58,6 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
         absl::StrCat("device ", device, " is not served by this server"));
   }
   Worker& worker = *it->second;
-  int depth = 0;
   bool run_here = false;
   {
     absl::MutexLock lock(&worker.mu);
@@ -72,17 +71,13 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
     } else {
       worker.queue.emplace_back(std::move(item), SteadyClock::now());
     }
-    depth = static_cast<int>(worker.queue.size()) + worker.running;
+    ReportDepthLocked(worker);
   }
-  ReportDepth(worker, depth);
   if (run_here) {
     RunItem(item, DropReason(item), 0);
-    {
-      absl::MutexLock lock(&worker.mu);
-      --worker.running;
-      depth = static_cast<int>(worker.queue.size()) + worker.running;
-    }
-    ReportDepth(worker, depth);
+    absl::MutexLock lock(&worker.mu);
+    --worker.running;
+    ReportDepthLocked(worker);
   }
   return absl::OkStatus();
 }
@@ -123,8 +118,11 @@ void WorkerPool::Shutdown() {
   }
 }
 
-void WorkerPool::ReportDepth(const Worker& worker, int depth) const {
-  if (options_.on_depth) options_.on_depth(worker.device, depth);
+void WorkerPool::ReportDepthLocked(const Worker& worker) const {
+  // Under the lock, so that reports of one device reach the gauge in the order of the changes.
+  if (options_.on_depth) {
+    options_.on_depth(worker.device, static_cast<int>(worker.queue.size()) + worker.running);
+  }
 }
 
 void WorkerPool::Loop(Worker* worker) {
@@ -136,7 +134,6 @@ void WorkerPool::Loop(Worker* worker) {
   while (true) {
     WorkItem item;
     SteadyClock::time_point queued_at;
-    int depth = 0;
     {
       absl::MutexLock lock(&worker->mu);
       worker->mu.Await(absl::Condition(&ready));
@@ -150,12 +147,9 @@ void WorkerPool::Loop(Worker* worker) {
         std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - queued_at)
             .count();
     RunItem(item, DropReason(item), queue_us);
-    {
-      absl::MutexLock lock(&worker->mu);
-      --worker->running;
-      depth = static_cast<int>(worker->queue.size()) + worker->running;
-    }
-    ReportDepth(*worker, depth);
+    absl::MutexLock lock(&worker->mu);
+    --worker->running;
+    ReportDepthLocked(*worker);
   }
 }
 

@@ -40,8 +40,9 @@ struct WorkItem {
 // Options of the pool. Every field has a default.
 struct WorkerPoolOptions {
   int max_queue = 1024;  // queued (not yet started) items per device; more -> ResourceExhausted
-  // Called with (device, depth) whenever a device's depth changes (queued + running). Must be
-  // thread-safe. Empty = not reported.
+  // Called with (device, depth) whenever a device's depth changes (queued + running), under
+  // the device's lock: it must be quick, thread-safe and must not call the pool. Empty = not
+  // reported.
   std::function<void(int device, int depth)> on_depth;
 };
 
@@ -82,7 +83,7 @@ class WorkerPool {
     std::thread thread;
   };
   void Loop(Worker* worker);
-  void ReportDepth(const Worker& worker, int depth) const;
+  void ReportDepthLocked(const Worker& worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(worker.mu);
 
   const WorkerPoolOptions options_;
   std::map<int, std::unique_ptr<Worker>> workers_;  // fixed after construction

@@ -134,16 +134,19 @@ def override_huge_large(ctx):
 def autotune_synth_huge(ctx):
     """Shapes-only Autotune whose made-up inputs cannot or should not be made: x declared
     [2^20, 2^20, 1024], and x of 256 MiB with no data. Expected: RESOURCE_EXHAUSTED or
-    INVALID_ARGUMENT with a message, and RSS back near where it started."""
+    INVALID_ARGUMENT with a message for the first; the second is within the default
+    --max-synthetic-bytes (1 GiB), so OK or a clear error; RSS back near where it started."""
     baseline = ctx.server.rss.now_kib()
-    steps = [("x [2^20,2^20,1024] shapes only", (1 << 20, 1 << 20, 1024), 30.0),
-             ("x [1,65536,1024] (256 MiB) shapes only", (1, 65536, 1024), 120.0)]
-    for label, shape, timeout in steps:
+    steps = [("x [2^20,2^20,1024] shapes only", (1 << 20, 1 << 20, 1024), 30.0, False),
+             ("x [1,65536,1024] (256 MiB) shapes only", (1, 65536, 1024), 120.0, True)]
+    for label, shape, timeout, may_run in steps:
         request = autotune("mean_pooling", {"x": shape}).SerializeToString()
         with channel(ctx.server.target) as ch:
             outcome = ctx.call(unary(ch, "Autotune"), request, timeout)
         ctx.note(f"{label}: {outcome.code} in {outcome.seconds:.1f} s {outcome.details[:80]!r}")
-        if outcome.code not in CLEAR_ERRORS:
+        if outcome.code == "OK" and may_run:
+            pass
+        elif outcome.code not in CLEAR_ERRORS:
             ctx.fail(f"{label}: {outcome.code} (want RESOURCE_EXHAUSTED or INVALID_ARGUMENT)")
         elif not outcome.details:
             ctx.fail(f"{label}: {outcome.code} with an empty message")
@@ -162,9 +165,11 @@ def autotune_synth_huge(ctx):
 @case("autotune-starve", 240, 120)
 def autotune_starve(ctx):
     """A shapes-only Autotune of flash_attention q/k/v [1,2048,8,64] with a 2 s deadline,
-    while small valid Executes with 1 s deadlines go on for 10 s (--quick: 6 s). Counts the
-    Executes that failed and how long the worker was held, and checks on /metrics that the
-    Autotune was counted with the code its client saw (DEADLINE_EXCEEDED), not OK."""
+    while small valid Executes with 1 s deadlines go on for 10 s (--quick: 6 s). Executes queued
+    behind the Autotune may time out while it runs within its own deadline; once that deadline
+    has passed (plus an Execute's 1 s and 0.5 s of slack) none may fail: the server stops the
+    tuning there. Checks on /metrics that the Autotune was counted with the code its client saw
+    (DEADLINE_EXCEEDED), not OK. Before: the worker was held for ~30 s."""
     before = ctx.server.metrics()
     load_seconds = ctx.dur(10.0, 6.0)
     failed, times, stop = [], [], threading.Event()
@@ -184,6 +189,7 @@ def autotune_starve(ctx):
     start = time.monotonic()
     threads = run_threads(1, small_calls)
     time.sleep(0.3)
+    tune_sent = time.monotonic()
     with channel(ctx.server.target) as ch:
         tune = ctx.call(unary(ch, "Autotune"), request.SerializeToString(), 2.0)
     ctx.note(f"Autotune: {tune.code} after {tune.seconds:.1f} s")
@@ -197,8 +203,10 @@ def autotune_starve(ctx):
     ctx.note(f"small Executes: {len(failed)} of {total} failed; the worker was held for "
              f"{held:.1f} s or more" + (" (to the end of the load)" if bad_times and
                                         times[-1][1] != "OK" else ""))
-    if failed:
-        ctx.fail(f"{len(failed)} of {total} small Executes failed during the Autotune")
+    late = [t for t in bad_times if t > tune_sent + 2.0 + 1.0 + 0.5]
+    if late:
+        ctx.fail(f"{len(late)} of {total} small Executes failed after the Autotune's deadline "
+                 f"(the last {late[-1] - tune_sent:.1f} s after it was sent)")
 
     # The Autotune's own count: the only flash_attention request of the case.
     wait = ctx.dur(120.0, 60.0)  # the buggy server tunes on for ~30 s on an idle machine
@@ -463,8 +471,10 @@ def dup_data(ctx):
 @case("inflight-rss", 200, 120, server_args=("--max-inflight-bytes=300000000",))
 def inflight_rss(ctx):
     """A server with --max-inflight-bytes=300000000; 8 concurrent 100 MiB Executes. OK or
-    RESOURCE_EXHAUSTED each; the peak RSS should stay near the cap (start + 1.25 x cap) and
-    RSS come back within a minute (--quick: 40 s; the server trims after 30 s idle).
+    RESOURCE_EXHAUSTED each; the peak RSS should stay within the documented bound (start + 2 x
+    cap: gRPC's buffers of the requests being received are held to a quota of the cap, the
+    accepted calls to the in-flight budget; docs/SERVER.md, "Limits") and RSS come back within
+    a minute (--quick: 40 s; the server trims after 30 s idle).
     Before: a peak of 797 MB that stayed."""
     cap = 300_000_000
     baseline = ctx.server.rss.now_kib()
@@ -486,7 +496,7 @@ def inflight_rss(ctx):
         if o is not None and o.code not in ("OK", "RESOURCE_EXHAUSTED"):
             ctx.fail(f"a 100 MiB call got {o.code} {o.details[:60]!r}")
     peak = ctx.server.rss.peak_kib
-    limit_kib = baseline + 1.25 * cap / 1024
+    limit_kib = baseline + 2 * cap / 1024
     ctx.data.update(peak_mb=mb(peak), baseline_mb=mb(baseline))
     if peak > limit_kib:
         ctx.fail(f"peak RSS {mb(peak):.0f} MB (cap {cap / 1e6:.0f} MB, want <= "
