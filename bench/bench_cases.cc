@@ -9,14 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_fill.h"
 #include "core/status_macros.h"
+#include "core/utils/random_tensor.h"
 #include "core/utils/string_view.h"
-#include "core/utils/testing.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_platform.h"
-#include "kernels/cuda/mean_pooling_config.h"
-#include "kernels/cuda/mean_pooling_dispatch.h"
-#include "kernels/cuda/mean_pooling_space.h"
-#include "kernels/flash_attention_kernel.h"
+#include "kernels/flash_attention/flash_attention.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_config.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_dispatch.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_space.h"
+#include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/cuda_platform.h"
 
 namespace kernelserve::bench {
 namespace {
@@ -353,21 +353,21 @@ absl::StatusOr<double> TimeAttention(PreparedRun& run, const KernelConfig& confi
 
 absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const DeviceInfo& device,
                                                  int iters, bool tune) {
-  std::unique_ptr<Kernel> kernel = MakeFlashAttentionKernel();
-  kernel->AddImpl(MakeCudaFlashAttention());
+  std::unique_ptr<Kernel> kernel = MakeFlashAttention();
   const TensorMap inputs = AttentionInputs(c);
-  const Attributes attrs = {{"causal", c.causal}};
-  const TensorSpecMap specs = SpecsOf(inputs);
-  KS_RETURN_IF_ERROR(kernel->Validate(specs, attrs));
-  KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run,
-                      kernel->impl(Platform::kCuda)->Prepare(inputs, attrs, device));
+  const Attributes params = {{"causal", c.causal}};
+  KS_ASSIGN_OR_RETURN(const Attributes attrs, kernel->schema().CanonicalParams(params));
+  KS_ASSIGN_OR_RETURN(const std::shared_ptr<const Problem> problem,
+                      kernel->Analyze(SpecsOf(inputs), attrs));
+  const PlatformImpl* cuda = kernel->impl(Platform::kCuda);
+  KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run, cuda->Prepare(*problem, inputs, device));
   AttentionResult result;
-  result.heuristic.config = kernel->HeuristicConfig(specs, attrs, device);
+  result.heuristic.config = cuda->Heuristic(*problem, device);
   KS_ASSIGN_OR_RETURN(result.heuristic.median_us,
                       TimeAttention(*run, result.heuristic.config, iters));
   result.tuned = result.heuristic;
   if (!tune) return result;
-  for (const KernelConfig& config : kernel->CandidateConfigs(specs, attrs, device)) {
+  for (const KernelConfig& config : cuda->Candidates(*problem, device)) {
     ++result.candidates;
     KS_ASSIGN_OR_RETURN(const double us, TimeAttention(*run, config, iters));
     result.each.push_back({config, us});

@@ -12,7 +12,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
-#include "kernels/cuda/mean_pooling_launch.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_launch.h"
 
 namespace kernelserve::bench {
 

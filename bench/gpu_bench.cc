@@ -20,7 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_cases.h"
-#include "kernels/cuda/cuda_platform.h"
+#include "kernels/runtime/cuda/cuda_platform.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, json, "", "also write the results to this JSON file");

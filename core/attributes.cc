@@ -27,13 +27,6 @@ absl::Status WrongType(const std::string& name, std::string_view expected, const
                                                  ", got ", Sv(TypeName(value))));
 }
 
-std::string ValueString(const AttrValue& value) {
-  if (const bool* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
-  if (const int64_t* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
-  if (const double* d = std::get_if<double>(&value)) return absl::StrCat(*d);
-  return absl::StrCat("\"", std::get<std::string>(value), "\"");
-}
-
 }  // namespace
 
 absl::StatusOr<bool> GetBoolAttr(const Attributes& attrs, const std::string& name, bool fallback) {
@@ -68,10 +61,17 @@ absl::StatusOr<std::optional<int64_t>> GetOptionalIntAttr(const Attributes& attr
   return WrongType(name, "int", it->second);
 }
 
+std::string AttrValueString(const AttrValue& value) {
+  if (const bool* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
+  if (const int64_t* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
+  if (const double* d = std::get_if<double>(&value)) return absl::StrCat(*d);
+  return absl::StrCat("\"", std::get<std::string>(value), "\"");
+}
+
 std::string AttributesString(const Attributes& attrs) {
   std::vector<std::string> parts;
   for (const auto& [name, value] : attrs)
-    parts.push_back(absl::StrCat(name, "=", ValueString(value)));
+    parts.push_back(absl::StrCat(name, "=", AttrValueString(value)));
   return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
 }
 

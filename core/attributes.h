@@ -27,6 +27,8 @@ absl::StatusOr<double> GetDoubleAttr(const Attributes& attrs, const std::string&
 absl::StatusOr<std::optional<int64_t>> GetOptionalIntAttr(const Attributes& attrs,
                                                           const std::string& name);
 
+// "true", "16", "0.5", "\"text\"".
+std::string AttrValueString(const AttrValue& value);
 // "{causal=true, window_left=16}".
 std::string AttributesString(const Attributes& attrs);
 

@@ -13,26 +13,26 @@ namespace kernelserve {
 
 // Options of a batch. Every field has a default.
 struct BatchOptions {
-  ExecuteOptions call;       // applied to every item (platform, override, policy)
-  std::vector<int> devices;  // devices to spread items over (-1 = CPU); empty = call.device
+  std::vector<int> devices;  // devices to spread items over (-1 = CPU); empty = the plan's
 };
 
 // A value type.
 struct BatchResult {
-  KernelConfig config;                                 // the one config every item ran with
-  ConfigSource source = ConfigSource::kHeuristic;      // where the first item's config came from
-  std::vector<absl::StatusOr<ExecuteResult>> items;    // in input order
+  KernelConfig config;                               // the one config every item ran with
+  ConfigSource source = ConfigSource::kHeuristic;    // where the first item's config came from
+  std::vector<absl::StatusOr<ExecuteResult>> items;  // in input order
 };
 
-// Runs `items` (input maps of one kernel, normally of equal shapes). The config is selected
-// for the first item; every other item runs with it as an explicit override, so a bad item
-// fails alone (its own status) and never changes the others' config. With several devices,
-// items go round robin over them, one thread per device.
+// Runs `items` (input maps of one kernel, normally of equal shapes) with one config. `first` is
+// the plan of items[0]; the config is selected for it, and every other item is planned with
+// the same kernel, params and options and runs with that config as an explicit override, so a
+// bad item fails alone (its own status) and never changes the others' config. With several
+// devices, items go round robin over them, one thread per device.
 // Errors: the first item's failure (no config could be chosen), or InvalidArgument for an
 // empty batch.
-absl::StatusOr<BatchResult> ExecuteBatch(const Executor& executor, std::string_view kernel,
+absl::StatusOr<BatchResult> ExecuteBatch(const Executor& executor, const CallPlan& first,
                                          const std::vector<TensorMap>& items,
-                                         const Attributes& attrs, const BatchOptions& options);
+                                         const BatchOptions& options);
 
 }  // namespace kernelserve
 

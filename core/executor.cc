@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/recorder.h"
 #include "core/status_macros.h"
+#include "core/utils/string_view.h"
 
 namespace kernelserve {
 namespace {
@@ -20,22 +21,29 @@ int64_t MicrosSince(Clock::time_point start) {
 
 int64_t Micros(double seconds) { return static_cast<int64_t>(seconds * 1e6 + 0.5); }
 
-TuneOptions TuneOptionsOf(const AutotunePolicy& policy, const ExecuteOptions& options) {
+TuneOptions TuneOptionsOf(const CallPlan& plan) {
   TuneOptions tune;
-  tune.warmup = policy.warmup;
-  tune.iters = policy.iters;
-  tune.time_budget = policy.time_budget;
-  tune.interrupt = options.interrupt;
+  tune.warmup = plan.policy.warmup;
+  tune.iters = plan.policy.iters;
+  tune.time_budget = plan.policy.time_budget;
+  tune.interrupt = plan.interrupt;
   return tune;
 }
 
-// True when `platform`'s implementation can run these inputs on `device` with the kernel's
-// heuristic config.
-bool RunsOn(const Kernel& kernel, Platform platform, const TensorSpecMap& specs,
-            const Attributes& attrs, const DeviceInfo& device) {
-  const PlatformImpl* impl = kernel.impl(platform);
-  return impl != nullptr &&
-         impl->Supports(kernel.HeuristicConfig(specs, attrs, device), specs, device);
+bool Automatic(std::string_view platform) { return platform.empty() || platform == "auto"; }
+
+// The chain's request for `plan` (no tuning function).
+SelectRequest RequestOf(const CallPlan& plan) {
+  SelectRequest request;
+  request.kernel = plan.kernel;
+  request.impl = plan.impl;
+  request.problem = plan.problem.get();
+  request.invocation = &plan.invocation;
+  request.cache_key = &plan.cache_key;
+  request.device = plan.device;
+  request.override_config = plan.config;
+  request.policy = plan.policy;
+  return request;
 }
 
 }  // namespace
@@ -54,90 +62,112 @@ AutotunePolicy Executor::EffectivePolicy(const PolicyPatch& patch) const {
   return patch.ApplyTo(policy);
 }
 
-absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel, const TensorSpecMap& specs,
-                                                  const Attributes& attrs,
-                                                  const ExecuteOptions& options,
-                                                  bool gpu_present) const {
+absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel, const Problem& problem,
+                                                  const ExecuteOptions& options) const {
   std::string_view requested = options.platform;
   const bool wants_cpu_device = options.device.has_value() && *options.device == -1;
-  if (wants_cpu_device && (requested.empty() || requested == "auto")) requested = "cpu";
-  KS_ASSIGN_OR_RETURN(Platform platform, kernel.ResolvePlatform(requested, gpu_present));
-  const bool automatic = requested.empty() || requested == "auto";
+  if (wants_cpu_device && Automatic(requested)) requested = "cpu";
+  KS_ASSIGN_OR_RETURN(Platform platform, kernel.ResolvePlatform(requested, !gpus_.empty()));
+  if (platform == Platform::kCpu || !Automatic(requested)) return platform;
+  // "auto" means the best platform that handles the problem: the CPU reference handles every
+  // valid call (f32 attention, head dims without a GPU kernel...).
   const size_t probe = static_cast<size_t>(std::max(0, options.device.value_or(0)));
-  if (automatic && platform != Platform::kCpu && probe < gpus_.size() &&
-      kernel.Validate(specs, attrs).ok() && !RunsOn(kernel, platform, specs, attrs, gpus_[probe])) {
-    // "auto" means the best platform that handles these inputs: the CPU reference handles
-    // every valid call (f32 attention, head dims without a GPU kernel...).
-    platform = Platform::kCpu;
+  if (probe < gpus_.size() && !kernel.impl(platform)->Supports(problem, gpus_[probe]).ok()) {
+    return Platform::kCpu;
   }
   return platform;
 }
 
-absl::StatusOr<Executor::Plan> Executor::MakePlan(std::string_view kernel_name,
-                                                  const TensorSpecMap& specs,
-                                                  const Attributes& attrs,
-                                                  const ExecuteOptions& options) const {
-  Plan plan;
-  KS_ASSIGN_OR_RETURN(plan.kernel, registry_->Find(kernel_name));
-  KS_RETURN_IF_ERROR(plan.kernel->Validate(specs, attrs));
-  KS_ASSIGN_OR_RETURN(plan.platform,
-                      ChoosePlatform(*plan.kernel, specs, attrs, options, !gpus_.empty()));
-  if (plan.platform == Platform::kCpu) {
+absl::StatusOr<const DeviceInfo*> Executor::ChooseDevice(Platform platform,
+                                                         const ExecuteOptions& options) const {
+  if (platform == Platform::kCpu) {
     if (options.device.has_value() && *options.device != -1) {
       return absl::InvalidArgumentError(
           absl::StrCat("device ", *options.device, " is a GPU but the call runs on the cpu"));
     }
-    plan.device = &cpu_;
-  } else {
-    const int ordinal = options.device.value_or(0);
-    if (ordinal < 0 || ordinal >= static_cast<int>(gpus_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device ", ordinal, " does not exist: this process has ", gpus_.size(), " GPU(s)",
-          gpus_.empty() ? "" : absl::StrCat(" (0..", gpus_.size() - 1, ")")));
-    }
-    plan.device = &gpus_[static_cast<size_t>(ordinal)];
+    return &cpu_;
   }
-  plan.invocation.kernel_id = plan.kernel->id();
-  plan.invocation.inputs = specs;
-  plan.invocation.attributes = attrs;
+  int ordinal = 0;
+  if (options.device.has_value()) {
+    ordinal = *options.device;
+  } else if (options.place && !gpus_.empty()) {
+    std::vector<int> ordinals;
+    for (const DeviceInfo& gpu : gpus_) ordinals.push_back(gpu.ordinal);
+    ordinal = options.place(ordinals);
+  }
+  if (ordinal < 0 || ordinal >= static_cast<int>(gpus_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", ordinal, " does not exist: this process has ", gpus_.size(),
+                     " GPU(s)", gpus_.empty() ? "" : absl::StrCat(" (0..", gpus_.size() - 1, ")")));
+  }
+  return &gpus_[static_cast<size_t>(ordinal)];
+}
+
+absl::Status Executor::Finish(CallPlan& plan) const {
+  plan.impl = plan.kernel->impl(plan.platform);
+  if (plan.impl == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("kernel '", plan.kernel->id(), "' has no '",
+                                                 Sv(PlatformName(plan.platform)),
+                                                 "' implementation"));
+  }
+  KS_RETURN_IF_ERROR(plan.impl->Supports(*plan.problem, *plan.device));
   plan.invocation.platform = std::string(PlatformName(plan.platform));
   plan.invocation.device = plan.device->fingerprint;
+  plan.cache_key = plan.invocation.CacheKey();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CallPlan> Executor::Plan(std::string_view kernel_name, const TensorSpecMap& specs,
+                                        const Attributes& params,
+                                        const ExecuteOptions& options) const {
+  CallPlan plan;
+  KS_ASSIGN_OR_RETURN(plan.kernel, registry_->Find(kernel_name));
+  KS_ASSIGN_OR_RETURN(Attributes attrs, plan.kernel->schema().CanonicalParams(params));
+  KS_ASSIGN_OR_RETURN(plan.problem, plan.kernel->Analyze(specs, attrs));
+  KS_ASSIGN_OR_RETURN(plan.platform, ChoosePlatform(*plan.kernel, *plan.problem, options));
+  KS_ASSIGN_OR_RETURN(plan.device, ChooseDevice(plan.platform, options));
+  plan.invocation.kernel_id = plan.kernel->id();
+  plan.invocation.inputs = specs;
+  plan.invocation.attributes = std::move(attrs);
   plan.policy = EffectivePolicy(options.policy);
+  plan.config = options.config;
+  plan.interrupt = options.interrupt;
+  KS_RETURN_IF_ERROR(Finish(plan));
   return plan;
 }
 
-absl::StatusOr<Invocation> Executor::Describe(std::string_view kernel, const TensorSpecMap& inputs,
-                                              const Attributes& attrs,
-                                              const ExecuteOptions& options) const {
-  KS_ASSIGN_OR_RETURN(Plan plan, MakePlan(kernel, inputs, attrs, options));
-  return plan.invocation;
+absl::StatusOr<CallPlan> Executor::Retarget(const CallPlan& plan, int device) const {
+  CallPlan moved = plan;
+  if (device == -1) {
+    moved.platform = Platform::kCpu;
+    moved.device = &cpu_;
+  } else {
+    if (moved.platform == Platform::kCpu) {
+      KS_ASSIGN_OR_RETURN(moved.platform, plan.kernel->ResolvePlatform("auto", !gpus_.empty()));
+    }
+    ExecuteOptions on;
+    on.device = device;
+    KS_ASSIGN_OR_RETURN(moved.device, ChooseDevice(moved.platform, on));
+  }
+  KS_RETURN_IF_ERROR(Finish(moved));
+  return moved;
 }
 
-absl::StatusOr<ExecuteResult> Executor::Execute(std::string_view kernel, const TensorMap& inputs,
-                                                const Attributes& attrs,
-                                                const ExecuteOptions& options) const {
+absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMap& inputs) const {
   const Clock::time_point start = Clock::now();
-  KS_ASSIGN_OR_RETURN(Plan plan, MakePlan(kernel, SpecsOf(inputs), attrs, options));
-  KS_RETURN_IF_ERROR(plan.kernel->ValidateData(inputs, attrs));
-  PlatformImpl* impl = plan.kernel->impl(plan.platform);
-
+  KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, inputs));
   std::unique_ptr<PreparedRun> run;
   auto prepare = [&]() -> absl::Status {
     if (run != nullptr) return absl::OkStatus();
-    KS_ASSIGN_OR_RETURN(run, impl->Prepare(inputs, attrs, *plan.device));
-    run->set_interrupt(options.interrupt);
+    KS_ASSIGN_OR_RETURN(run, plan.impl->Prepare(*plan.problem, inputs, *plan.device));
+    run->set_interrupt(plan.interrupt);
     return absl::OkStatus();
   };
-  SelectRequest request;
-  request.kernel = plan.kernel;
-  request.invocation = &plan.invocation;
-  request.device = plan.device;
-  request.override_config = options.config;
-  request.policy = plan.policy;
+  SelectRequest request = RequestOf(plan);
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     KS_RETURN_IF_ERROR(prepare());
-    return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan.policy, options));
+    return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan));
   };
   const Clock::time_point select_start = Clock::now();
   KS_ASSIGN_OR_RETURN(Selection selection, chain_->Select(request));
@@ -153,51 +183,68 @@ absl::StatusOr<ExecuteResult> Executor::Execute(std::string_view kernel, const T
   result.timings.d2h_us = MicrosSince(fetch_start);
 
   if (options_.recorder != nullptr) {
-    options_.recorder->Record(RecordedCall{std::string(plan.kernel->name()), plan.invocation.inputs,
-                                           attrs, options, selection.cache_key, 0});
+    ExecuteOptions recorded;
+    recorded.platform = plan.invocation.platform;
+    recorded.device = plan.ordinal();
+    options_.recorder->Record(RecordedCall{plan.kernel->name(), plan.invocation.inputs,
+                                           plan.attributes(), recorded, plan.cache_key, 0});
   }
   result.config = std::move(selection.config);
   result.source = selection.source;
   result.platform = plan.platform;
-  result.device = plan.device->ordinal;
+  result.device = plan.ordinal();
   result.device_fingerprint = plan.invocation.device.Hash();
-  result.cache_key = std::move(selection.cache_key);
+  result.cache_key = plan.cache_key;
   result.warnings = std::move(selection.warnings);
   result.timings.total_us = MicrosSince(start);
   return result;
 }
 
-absl::StatusOr<AutotuneResult> Executor::Autotune(std::string_view kernel,
-                                                  const TensorSpecMap& specs,
-                                                  const Attributes& attrs,
-                                                  const ExecuteOptions& options,
-                                                  const TensorMap* inputs) const {
-  KS_ASSIGN_OR_RETURN(Plan plan, MakePlan(kernel, specs, attrs, options));
+absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const TensorMap* inputs) const {
   TensorMap synthesized;
   if (inputs == nullptr) {
-    KS_ASSIGN_OR_RETURN(synthesized, plan.kernel->SynthesizeInputs(specs, attrs, /*seed=*/1));
+    KS_RETURN_IF_ERROR(plan.interrupt ? plan.interrupt() : absl::OkStatus());
+    KS_ASSIGN_OR_RETURN(synthesized,
+                        plan.kernel->SynthesizeInputs(*plan.problem, plan.invocation.inputs,
+                                                      /*seed=*/1));
     inputs = &synthesized;
   }
-  KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*inputs, attrs));
-  PlatformImpl* impl = plan.kernel->impl(plan.platform);
-  SelectRequest request;
-  request.kernel = plan.kernel;
-  request.invocation = &plan.invocation;
-  request.device = plan.device;
-  request.policy = plan.policy;
+  KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, *inputs));
+  SelectRequest request = RequestOf(plan);
+  request.override_config.reset();
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run,
-                        impl->Prepare(*inputs, attrs, *plan.device));
-    run->set_interrupt(options.interrupt);
-    return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan.policy, options));
+                        plan.impl->Prepare(*plan.problem, *inputs, *plan.device));
+    run->set_interrupt(plan.interrupt);
+    return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan));
   };
   AutotuneResult result;
   KS_ASSIGN_OR_RETURN(result.selection, chain_->Tune(request));
   result.platform = plan.platform;
-  result.device = plan.device->ordinal;
+  result.device = plan.ordinal();
   result.device_fingerprint = plan.invocation.device.Hash();
   return result;
+}
+
+absl::Status Executor::Pin(const CallPlan& plan, const KernelConfig& config) const {
+  return chain_->Pin(RequestOf(plan), config);
+}
+
+absl::StatusOr<ExecuteResult> Executor::Execute(std::string_view kernel, const TensorMap& inputs,
+                                                const Attributes& params,
+                                                const ExecuteOptions& options) const {
+  KS_ASSIGN_OR_RETURN(CallPlan plan, Plan(kernel, SpecsOf(inputs), params, options));
+  return Run(plan, inputs);
+}
+
+absl::StatusOr<AutotuneResult> Executor::Autotune(std::string_view kernel,
+                                                  const TensorSpecMap& specs,
+                                                  const Attributes& params,
+                                                  const ExecuteOptions& options,
+                                                  const TensorMap* inputs) const {
+  KS_ASSIGN_OR_RETURN(CallPlan plan, Plan(kernel, specs, params, options));
+  return Tune(plan, inputs);
 }
 
 }  // namespace kernelserve

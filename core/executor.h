@@ -1,10 +1,11 @@
-// Executor: runs one kernel call end to end: validate, resolve platform and device, select a
-// config through the chain, prepare, launch, fetch; with timings.
+// Executor: plans one kernel call (kernel, analysis, platform, device, cache key: once) and runs
+// the plan: select a config through the chain, prepare, launch, fetch; with timings.
 #ifndef KERNELSERVE_CORE_EXECUTOR_H_
 #define KERNELSERVE_CORE_EXECUTOR_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 #include "core/registry.h"
 #include "core/selector_chain.h"
 #include "core/tensor.h"
+#include "core/timings.h"
 #include "core/tuner.h"
 
 namespace kernelserve {
@@ -30,21 +32,15 @@ class Recorder;
 struct ExecuteOptions {
   std::optional<KernelConfig> config;  // set = explicit override
   std::string platform;                // "", "auto", "cpu", "cuda", "cudnn"
-  std::optional<int> device;           // GPU ordinal; -1 = the CPU; unset = GPU 0 or the CPU
+  std::optional<int> device;           // GPU ordinal; -1 = the CPU; unset = `place` picks
   PolicyPatch policy;                  // per-call changes to the policy
   // Checked as the call runs (between tuning candidates and timed launches, and by kernels
   // between their work items); a non-OK status stops the call with that status (the caller's
   // deadline passed, it cancelled). Empty = never interrupted.
   std::function<absl::Status()> interrupt;
-};
-
-// Microseconds spent in each phase of a call.
-struct Timings {
-  int64_t select_us = 0;  // config selection (tuning included when it ran)
-  int64_t h2d_us = 0;     // inputs to the device
-  int64_t kernel_us = 0;  // the kernel, by the platform's timer
-  int64_t d2h_us = 0;     // outputs back to the host
-  int64_t total_us = 0;   // the whole Execute call
+  // Picks the GPU of a call on a GPU platform that names no device, among `gpus` (non-empty,
+  // ordinals). Empty = the first. The server picks the least loaded, ties round robin.
+  std::function<int(const std::vector<int>& gpus)> place;
 };
 
 // A value type.
@@ -68,13 +64,32 @@ struct AutotuneResult {
   std::string device_fingerprint;
 };
 
+// One call made ready to run: the kernel found, its problem analysed, the platform and device
+// chosen, the cache key computed, each once. A value type; the pointers are borrowed from the
+// executor (its registry and devices) and live as long as it does.
+struct CallPlan {
+  const Kernel* kernel = nullptr;
+  std::shared_ptr<const Problem> problem;  // the kernel's analysis of the inputs and params
+  Platform platform = Platform::kCpu;
+  const PlatformImpl* impl = nullptr;       // kernel->impl(platform)
+  const DeviceInfo* device = nullptr;       // the device that runs it
+  Invocation invocation;                    // inputs, canonical attributes, platform, device
+  std::string cache_key;                    // invocation.CacheKey()
+  AutotunePolicy policy;                    // the effective policy
+  std::optional<KernelConfig> config;       // explicit override
+  std::function<absl::Status()> interrupt;  // see ExecuteOptions::interrupt
+
+  int ordinal() const { return device->ordinal; }  // -1 = the CPU
+  const Attributes& attributes() const { return invocation.attributes; }
+};
+
 // Options of the executor. Every field has a default.
 struct ExecutorOptions {
   AutotunePolicy policy;         // the default policy (ScopedPolicyOverride and calls change it)
   Recorder* recorder = nullptr;  // borrowed; when set, every valid call is recorded
 };
 
-// Thread safety: thread-safe; Execute may run on many threads at once (one per device).
+// Thread safety: thread-safe; many calls may be planned and run at once (one run per device).
 class Executor {
  public:
   // Borrows `registry` and `chain`, which must outlive it. `gpus` are the GPUs this process
@@ -82,32 +97,38 @@ class Executor {
   Executor(const KernelRegistry* registry, ConfigSelectorChain* chain, std::vector<DeviceInfo> gpus,
            ExecutorOptions options = {});
 
-  // Runs `kernel` on `inputs`. InvalidArgument for bad inputs, attributes, device or override;
-  // Unimplemented for a platform without an implementation; ResourceExhausted when the device
-  // runs out of memory.
+  // Plans a call of `kernel` on inputs of `specs` with `params`: finds the kernel, makes the
+  // params canonical, analyses the call, resolves the platform ("auto": the best one present
+  // that supports the problem; the CPU handles every valid call) and the device, and computes
+  // the cache key. InvalidArgument for bad inputs, params or device; Unimplemented for a
+  // platform the kernel lacks or that cannot run these inputs.
+  absl::StatusOr<CallPlan> Plan(std::string_view kernel, const TensorSpecMap& specs,
+                                const Attributes& params, const ExecuteOptions& options = {}) const;
+  // The same call on `device` (-1 = the CPU, which then runs it on the cpu platform): no new
+  // analysis. InvalidArgument for a device this process lacks; Unimplemented when the
+  // platform cannot run the problem there.
+  absl::StatusOr<CallPlan> Retarget(const CallPlan& plan, int device) const;
+
+  // Runs `plan` on `inputs` (of the planned specs): selects the config through the chain,
+  // prepares, launches, fetches. InvalidArgument for bad index data or override;
+  // ResourceExhausted when the device runs out of memory.
+  absl::StatusOr<ExecuteResult> Run(const CallPlan& plan, const TensorMap& inputs) const;
+  // Tunes `plan` now and stores the winner (when the policy persists). `inputs` (borrowed, may
+  // be null) supplies the data; null = random valid data of the planned specs
+  // (Kernel::SynthesizeInputs).
+  absl::StatusOr<AutotuneResult> Tune(const CallPlan& plan, const TensorMap* inputs) const;
+  // Pins `config` for the plan's key in memory and the store (ConfigSelectorChain::Pin).
+  absl::Status Pin(const CallPlan& plan, const KernelConfig& config) const;
+
+  // Plan then Run, for callers that do not keep the plan.
   absl::StatusOr<ExecuteResult> Execute(std::string_view kernel, const TensorMap& inputs,
-                                        const Attributes& attrs,
+                                        const Attributes& params,
                                         const ExecuteOptions& options = {}) const;
-  // Tunes `kernel` for inputs of `specs` now and stores the winner (when the policy persists).
-  // `inputs` (borrowed, may be null) supplies the data; null = random valid data of `specs`
-  // (Kernel::SynthesizeInputs). REQUIRES: inputs, when set, match `specs`.
+  // Plan then Tune.
   absl::StatusOr<AutotuneResult> Autotune(std::string_view kernel, const TensorSpecMap& specs,
-                                          const Attributes& attrs,
+                                          const Attributes& params,
                                           const ExecuteOptions& options = {},
                                           const TensorMap* inputs = nullptr) const;
-
-  // The invocation a call would make (for PutConfig/ListConfigs and recording).
-  absl::StatusOr<Invocation> Describe(std::string_view kernel, const TensorSpecMap& inputs,
-                                      const Attributes& attrs,
-                                      const ExecuteOptions& options = {}) const;
-
-  // The platform a call runs on: the requested one, or for "auto"/"" the best one present
-  // (`gpu_present`) whose implementation runs these inputs, the CPU otherwise. A device of -1
-  // asks for the CPU. InvalidArgument for an unknown platform, Unimplemented for one the
-  // kernel lacks.
-  absl::StatusOr<Platform> ChoosePlatform(const Kernel& kernel, const TensorSpecMap& specs,
-                                          const Attributes& attrs, const ExecuteOptions& options,
-                                          bool gpu_present) const;
 
   // The policy a call on this thread starts from (options, then ScopedPolicyOverride).
   AutotunePolicy EffectivePolicy(const PolicyPatch& patch) const;
@@ -119,15 +140,12 @@ class Executor {
   const ExecutorOptions& options() const { return options_; }
 
  private:
-  struct Plan {
-    const Kernel* kernel = nullptr;
-    const DeviceInfo* device = nullptr;
-    Platform platform = Platform::kCpu;
-    Invocation invocation;
-    AutotunePolicy policy;
-  };
-  absl::StatusOr<Plan> MakePlan(std::string_view kernel, const TensorSpecMap& specs,
-                                const Attributes& attrs, const ExecuteOptions& options) const;
+  absl::StatusOr<Platform> ChoosePlatform(const Kernel& kernel, const Problem& problem,
+                                          const ExecuteOptions& options) const;
+  absl::StatusOr<const DeviceInfo*> ChooseDevice(Platform platform,
+                                                 const ExecuteOptions& options) const;
+  // Completes `plan` for its chosen device: implementation, invocation and cache key.
+  absl::Status Finish(CallPlan& plan) const;
 
   const KernelRegistry* const registry_;
   ConfigSelectorChain* const chain_;

@@ -8,12 +8,18 @@
 
 namespace kernelserve {
 
+bool PlatformImpl::IsCandidate(const KernelConfig& config, const Problem& problem,
+                               const DeviceInfo& device) const {
+  const std::vector<KernelConfig> candidates = Candidates(problem, device);
+  return std::find(candidates.begin(), candidates.end(), config) != candidates.end();
+}
+
 std::string Kernel::id() const { return absl::StrCat(name(), "@v", version()); }
 
-bool Kernel::IsCandidate(const KernelConfig& config, const TensorSpecMap& inputs,
-                         const Attributes& attrs, const DeviceInfo& device) const {
-  const std::vector<KernelConfig> candidates = CandidateConfigs(inputs, attrs, device);
-  return std::find(candidates.begin(), candidates.end(), config) != candidates.end();
+absl::StatusOr<std::shared_ptr<const Problem>> Kernel::Analyze(const TensorSpecMap& inputs,
+                                                               const Attributes& attrs) const {
+  if (absl::Status checked = schema().CheckInputs(inputs); !checked.ok()) return checked;
+  return AnalyzeChecked(inputs, attrs);
 }
 
 void Kernel::AddImpl(std::unique_ptr<PlatformImpl> impl) {
@@ -22,7 +28,7 @@ void Kernel::AddImpl(std::unique_ptr<PlatformImpl> impl) {
   impls_[platform] = std::move(impl);
 }
 
-PlatformImpl* Kernel::impl(Platform platform) const {
+const PlatformImpl* Kernel::impl(Platform platform) const {
   auto it = impls_.find(platform);
   return it == impls_.end() ? nullptr : it->second.get();
 }

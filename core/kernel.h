@@ -1,5 +1,5 @@
-// Kernel: one operation (mean pooling, flash attention) with its validation, heuristic,
-// autotune space and one implementation per platform.
+// Kernel: one operation (mean pooling, flash attention): its schema, the analysis of a call,
+// and one implementation per platform, which owns that platform's configs.
 #ifndef KERNELSERVE_CORE_KERNEL_H_
 #define KERNELSERVE_CORE_KERNEL_H_
 
@@ -14,6 +14,7 @@
 #include "core/attributes.h"
 #include "core/device.h"
 #include "core/kernel_config.h"
+#include "core/schema.h"
 #include "core/tensor.h"
 
 namespace kernelserve {
@@ -43,92 +44,103 @@ class PreparedRun {
   std::function<absl::Status()> interrupt_;
 };
 
-// One platform's implementation of a kernel.
-// Thread safety: Prepare may be called from many threads at once.
+// What a kernel's analysis of one call found: the problem its platforms solve (shapes, forms,
+// resolved params). Each kernel derives its own (MeanPoolingProblem, FlashAttentionProblem)
+// and its platforms read it back with ProblemAs. Made once per call; immutable after.
+class Problem {
+ public:
+  virtual ~Problem() = default;
+};
+
+// `problem` as the kernel's own type. REQUIRES: `problem` was made by the kernel whose
+// problems are P (a platform only ever gets its own kernel's).
+template <typename P>
+const P& ProblemAs(const Problem& problem) {
+  return static_cast<const P&>(problem);
+}
+
+// One platform's implementation of a kernel: what it can run, its configs (heuristic, autotune
+// space, limits) and the runs themselves. Every method takes the kernel's analysed problem.
+// Thread safety: stateless; every method may run on many threads at once.
 class PlatformImpl {
  public:
   virtual ~PlatformImpl() = default;
   virtual Platform platform() const = 0;
-  // Makes `inputs` (already validated by the kernel) ready to launch on `device`.
-  // `inputs` must outlive the returned run. Out of device memory -> ResourceExhausted.
-  virtual absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap& inputs,
-                                                               const Attributes& attrs,
-                                                               const DeviceInfo& device) = 0;
-  // OK when `config` can run on `device` for these inputs: every field within the platform's
-  // limits, compiled, fits shared memory. InvalidArgument naming the field and its allowed
-  // range (or what else rules the config out) otherwise. Nothing is sized from a config that
-  // fails this check.
-  virtual absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap& inputs,
+
+  // OK when this platform can run `problem` on `device` at all; Unimplemented naming what it
+  // lacks (a dtype, a head dim) otherwise. "auto" routing passes over a platform that refuses.
+  virtual absl::Status Supports(const Problem& problem, const DeviceInfo& device) const = 0;
+  // A pure function of problem and device: one of Candidates(problem, device) (tests check
+  // this). REQUIRES: Supports(problem, device).ok().
+  virtual KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const = 0;
+  // The autotune space on `device`, every config of it passing CheckConfig.
+  // REQUIRES: Supports(problem, device).ok().
+  virtual std::vector<KernelConfig> Candidates(const Problem& problem,
+                                               const DeviceInfo& device) const = 0;
+  // OK when `config` can run `problem` on `device`: every field within the platform's limits,
+  // compiled, fits shared memory. InvalidArgument naming the field and its allowed range (or
+  // what else rules the config out) otherwise. Nothing is sized from a config that fails it.
+  virtual absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
                                    const DeviceInfo& device) const = 0;
-  // CheckConfig(...).ok().
-  bool Supports(const KernelConfig& config, const TensorSpecMap& inputs,
-                const DeviceInfo& device) const {
-    return CheckConfig(config, inputs, device).ok();
-  }
+  // Makes `inputs` (checked by the kernel) ready to launch on `device`. `problem` and `inputs`
+  // must outlive the returned run. Out of device memory -> ResourceExhausted.
+  virtual absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
+                                                               const TensorMap& inputs,
+                                                               const DeviceInfo& device) const = 0;
+
+  // True when `config` is one of Candidates(problem, device) (a stored config outside the
+  // space is treated as a miss).
+  bool IsCandidate(const KernelConfig& config, const Problem& problem,
+                   const DeviceInfo& device) const;
 };
 
-// Describes one input or parameter for listings (ListKernels, --help).
-struct ArgDoc {
-  std::string name;
-  bool required = true;
-  std::string doc;  // "f32|f16|bf16 [B,S,H]"
-};
-
-// A kernel. Subclasses fill in the pure virtuals and register platform implementations.
+// A kernel: its schema, the analysis of a call into its problem, and one implementation per
+// platform. Subclasses declare the schema and analyse; platform implementations are added.
 // Thread safety: all const methods are safe to call from many threads.
 class Kernel {
  public:
   virtual ~Kernel() = default;
 
-  virtual std::string name() const = 0;  // "mean_pooling"
-  virtual int version() const = 0;       // 1
-  std::string id() const;                // "mean_pooling@v1"
+  // The kernel's declaration (core/schema.h); lives as long as the kernel.
+  virtual const KernelSchema& schema() const = 0;
+  const std::string& name() const { return schema().name; }  // "mean_pooling"
+  int version() const { return schema().version; }           // 1
+  std::string id() const;                                    // "mean_pooling@v1"
 
-  virtual std::vector<ArgDoc> input_docs() const = 0;
-  virtual std::vector<ArgDoc> output_docs() const = 0;
-  virtual std::vector<ArgDoc> attribute_docs() const = 0;
-
-  // Checks names, dtypes, ranks and dims of the inputs and the attributes. InvalidArgument
-  // naming the input and what was expected.
-  virtual absl::Status Validate(const TensorSpecMap& inputs, const Attributes& attrs) const = 0;
-  // Checks the values of index inputs (cu_seqlens...), which Validate cannot see.
-  // REQUIRES: Validate(SpecsOf(inputs), attrs).ok().
-  virtual absl::Status ValidateData(const TensorMap& /*inputs*/,
-                                    const Attributes& /*attrs*/) const {
+  // The one analysis of a call: checks the inputs against the schema (KernelSchema::CheckInputs)
+  // and the kernel's own rules, and describes the problem. InvalidArgument naming the input or
+  // param and what was expected. REQUIRES: `attrs` canonical (KernelSchema::CanonicalParams).
+  absl::StatusOr<std::shared_ptr<const Problem>> Analyze(const TensorSpecMap& inputs,
+                                                         const Attributes& attrs) const;
+  // Checks the values of index inputs (cu_seqlens...), which the analysis cannot see.
+  // REQUIRES: `problem` is the analysis of SpecsOf(inputs).
+  virtual absl::Status ValidateData(const Problem& /*problem*/, const TensorMap& /*inputs*/) const {
     return absl::OkStatus();
   }
-  // Output specs for these inputs. REQUIRES: Validate(...).ok().
-  virtual TensorSpecMap OutputSpecs(const TensorSpecMap& inputs, const Attributes& attrs) const = 0;
-
-  // Inputs of the given specs with valid random data (index inputs such as cu_seqlens get
-  // valid values), for tuning from shapes alone. The default fills floats uniformly in
-  // [-1, 1] and integers and bools with 1. Defined in core/synthesize.cc.
-  virtual absl::StatusOr<TensorMap> SynthesizeInputs(const TensorSpecMap& specs,
-                                                     const Attributes& attrs, uint64_t seed) const;
-
-  // A pure function of shapes, attributes and device. The config it returns is in
-  // CandidateConfigs for the same arguments (tests check this).
-  virtual KernelConfig HeuristicConfig(const TensorSpecMap& inputs, const Attributes& attrs,
-                                       const DeviceInfo& device) const = 0;
-  // The autotune space, filtered to configs the platform supports on `device`.
-  virtual std::vector<KernelConfig> CandidateConfigs(const TensorSpecMap& inputs,
-                                                     const Attributes& attrs,
-                                                     const DeviceInfo& device) const = 0;
-  // True when `config` is one of CandidateConfigs(...) (a stored config outside the space is
-  // treated as a miss).
-  bool IsCandidate(const KernelConfig& config, const TensorSpecMap& inputs, const Attributes& attrs,
-                   const DeviceInfo& device) const;
+  // The outputs' specs.
+  virtual TensorSpecMap OutputSpecs(const Problem& problem) const = 0;
+  // Inputs of `specs` (the problem's) with valid random data, for tuning from shapes alone.
+  // The default fills floats uniformly in [-1, 1] and integers and bools with 1; kernels with
+  // index inputs override it. Defined in core/synthesize.cc.
+  virtual absl::StatusOr<TensorMap> SynthesizeInputs(const Problem& problem,
+                                                     const TensorSpecMap& specs,
+                                                     uint64_t seed) const;
 
   // Registers an implementation; replaces an earlier one of the same platform.
   void AddImpl(std::unique_ptr<PlatformImpl> impl);
   // nullptr when there is none.
-  PlatformImpl* impl(Platform platform) const;
+  const PlatformImpl* impl(Platform platform) const;
   std::vector<Platform> platforms() const;
 
   // "auto"/"" -> cuda when a GPU is present and a cuda impl exists, else cpu (the detection
   // order). An explicit platform without an implementation -> Unimplemented naming the ones
   // available; an unknown name -> InvalidArgument.
   absl::StatusOr<Platform> ResolvePlatform(std::string_view requested, bool gpu_present) const;
+
+ protected:
+  // The kernel's own rules, after the schema's checks passed.
+  virtual absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(
+      const TensorSpecMap& inputs, const Attributes& attrs) const = 0;
 
  private:
   std::map<Platform, std::unique_ptr<PlatformImpl>> impls_;

@@ -19,6 +19,7 @@ absl::Status KernelRegistry::Register(std::unique_ptr<Kernel> kernel) {
 }
 
 absl::StatusOr<const Kernel*> KernelRegistry::Find(std::string_view name) const {
+  lookups_.fetch_add(1, std::memory_order_relaxed);
   const size_t at = name.find('@');
   const std::string_view base = name.substr(0, at);
   auto it = kernels_.find(base);

@@ -2,6 +2,8 @@
 #ifndef KERNELSERVE_CORE_REGISTRY_H_
 #define KERNELSERVE_CORE_REGISTRY_H_
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,9 +23,12 @@ class KernelRegistry {
   // error: InvalidArgument naming the known kernels.
   absl::StatusOr<const Kernel*> Find(std::string_view name) const;
   std::vector<const Kernel*> kernels() const;
+  // How many times Find ran: a call is planned with one lookup, and runs without any.
+  int64_t lookups() const { return lookups_.load(std::memory_order_relaxed); }
 
  private:
   std::map<std::string, std::unique_ptr<Kernel>, std::less<>> kernels_;
+  mutable std::atomic<int64_t> lookups_{0};
 };
 
 }  // namespace kernelserve

@@ -59,13 +59,7 @@ absl::Status ConfigSelectorChain::CheckSupported(const SelectRequest& request,
                                                    config.platform, "' but the call runs on '",
                                                    platform, "'"));
   }
-  absl::StatusOr<Platform> p = ParsePlatform(platform);
-  PlatformImpl* impl = p.ok() ? request.kernel->impl(*p) : nullptr;
-  if (impl == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(request.kernel->id(), " has no platform '",
-                                                   platform, "' for the ", Sv(what), " config"));
-  }
-  absl::Status checked = impl->CheckConfig(config, request.invocation->inputs, *request.device);
+  absl::Status checked = request.impl->CheckConfig(config, *request.problem, *request.device);
   if (!checked.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(what), " config {", config.DebugString(),
                                                    "} cannot run ", request.kernel->id(), " on ",
@@ -75,7 +69,7 @@ absl::Status ConfigSelectorChain::CheckSupported(const SelectRequest& request,
 }
 
 absl::StatusOr<Selection> ConfigSelectorChain::Select(const SelectRequest& request) {
-  const std::string key = request.invocation->CacheKey();
+  const std::string& key = *request.cache_key;
   if (request.override_config) {
     KS_RETURN_IF_ERROR(CheckSupported(request, *request.override_config, "override"));
     return Make(*request.override_config, ConfigSource::kOverride, key);
@@ -103,7 +97,7 @@ absl::StatusOr<Selection> ConfigSelectorChain::Select(const SelectRequest& reque
 
 absl::StatusOr<Selection> ConfigSelectorChain::Tune(const SelectRequest& request) {
   if (!request.tune) return absl::InvalidArgumentError("this call cannot be tuned");
-  return TuneOnce(request, request.invocation->CacheKey(), /*use_lease=*/false);
+  return TuneOnce(request, *request.cache_key, /*use_lease=*/false);
 }
 
 std::optional<Selection> ConfigSelectorChain::FromStore(const SelectRequest& request,
@@ -116,8 +110,7 @@ std::optional<Selection> ConfigSelectorChain::FromStore(const SelectRequest& req
     return std::nullopt;
   }
   // Outside the candidate space (another build, a hand edit): a miss, never a crash.
-  if (!request.kernel->IsCandidate(stored->config, request.invocation->inputs,
-                                   request.invocation->attributes, *request.device)) {
+  if (!request.impl->IsCandidate(stored->config, *request.problem, *request.device)) {
     return std::nullopt;
   }
   *stored_heuristic = stored->origin == "heuristic";
@@ -173,10 +166,9 @@ absl::StatusOr<Selection> ConfigSelectorChain::RunTuning(const SelectRequest& re
       leased = true;
     }
   }
-  const KernelConfig heuristic = request.kernel->HeuristicConfig(
-      request.invocation->inputs, request.invocation->attributes, *request.device);
-  const std::vector<KernelConfig> candidates = request.kernel->CandidateConfigs(
-      request.invocation->inputs, request.invocation->attributes, *request.device);
+  const KernelConfig heuristic = request.impl->Heuristic(*request.problem, *request.device);
+  const std::vector<KernelConfig> candidates =
+      request.impl->Candidates(*request.problem, *request.device);
   absl::StatusOr<TuneReport> report = request.tune(heuristic, candidates);
   if (leased) {
     absl::Status released = store_->ReleaseLease(fp, key);
@@ -202,8 +194,7 @@ absl::StatusOr<Selection> ConfigSelectorChain::Heuristic(const SelectRequest& re
         absl::StrCat("no cached config for ", key,
                      " and the policy allows neither autotuning this call nor the heuristic"));
   }
-  KernelConfig config = request.kernel->HeuristicConfig(
-      request.invocation->inputs, request.invocation->attributes, *request.device);
+  KernelConfig config = request.impl->Heuristic(*request.problem, *request.device);
   if (write_back) WriteBack(request, key, config, "heuristic", 0.0);
   return Make(std::move(config), ConfigSource::kHeuristic, key);
 }
@@ -226,20 +217,15 @@ void ConfigSelectorChain::WriteBack(const SelectRequest& request, const std::str
   if (!put.ok()) StoreError("put", put);
 }
 
-absl::Status ConfigSelectorChain::Pin(const Kernel& kernel, const Invocation& invocation,
-                                      const DeviceInfo& device, const KernelConfig& config) {
-  SelectRequest request;
-  request.kernel = &kernel;
-  request.invocation = &invocation;
-  request.device = &device;
+absl::Status ConfigSelectorChain::Pin(const SelectRequest& request, const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckSupported(request, config, "pinned"));
-  const std::string key = invocation.CacheKey();
+  const std::string& key = *request.cache_key;
   memory_->Put(key, config);
   if (store_ == nullptr) return absl::OkStatus();
   StoredConfig value;
   value.config = config;
-  value.kernel_id = invocation.kernel_id;
-  value.fingerprint_hash = invocation.device.Hash();
+  value.kernel_id = request.invocation->kernel_id;
+  value.fingerprint_hash = request.invocation->device.Hash();
   value.cache_key = key;
   value.origin = "pinned";
   value.host = options_.host.empty() ? ThisHost() : options_.host;

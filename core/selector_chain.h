@@ -37,9 +37,12 @@ struct ChainOptions {
 
 // One selection to make. The pointers are borrowed for the duration of the call.
 struct SelectRequest {
-  const Kernel* kernel = nullptr;          // REQUIRES: non-null
-  const Invocation* invocation = nullptr;  // REQUIRES: non-null
-  const DeviceInfo* device = nullptr;      // REQUIRES: non-null; the device that will run it
+  const Kernel* kernel = nullptr;               // REQUIRES: non-null
+  const PlatformImpl* impl = nullptr;           // REQUIRES: non-null; the platform that runs it
+  const Problem* problem = nullptr;             // REQUIRES: non-null; the kernel's analysis
+  const Invocation* invocation = nullptr;       // REQUIRES: non-null
+  const std::string* cache_key = nullptr;       // REQUIRES: non-null; invocation->CacheKey()
+  const DeviceInfo* device = nullptr;           // REQUIRES: non-null; the device that will run it
   std::optional<KernelConfig> override_config;  // the explicit override tier
   AutotunePolicy policy;
   // Times candidates on this call's inputs. Called at most once, only when the chain decides
@@ -82,10 +85,9 @@ class ConfigSelectorChain {
   // the policy persists). REQUIRES: request.tune is set.
   absl::StatusOr<Selection> Tune(const SelectRequest& request);
 
-  // Pins `config` for the invocation's key in memory and in the store. InvalidArgument when
-  // the kernel's platform implementation does not support it for these inputs.
-  absl::Status Pin(const Kernel& kernel, const Invocation& invocation, const DeviceInfo& device,
-                   const KernelConfig& config);
+  // Pins `config` for the request's key in memory and in the store. InvalidArgument when the
+  // platform implementation cannot run it for this problem (request.tune is not used).
+  absl::Status Pin(const SelectRequest& request, const KernelConfig& config);
   // Removes a key from memory and the store. NotFound when neither had it.
   absl::Status Forget(const std::string& fingerprint_hash, const std::string& cache_key);
 
@@ -113,8 +115,7 @@ class ConfigSelectorChain {
   PersistentStore* const store_;
   const ChainOptions options_;
   absl::Mutex flights_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Flight>> flights_
-      ABSL_GUARDED_BY(flights_mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<Flight>> flights_ ABSL_GUARDED_BY(flights_mu_);
 };
 
 }  // namespace kernelserve

@@ -6,10 +6,9 @@
 
 namespace kernelserve {
 
-absl::StatusOr<TensorMap> Kernel::SynthesizeInputs(const TensorSpecMap& specs,
-                                                   const Attributes& attrs,
+absl::StatusOr<TensorMap> Kernel::SynthesizeInputs(const Problem& /*problem*/,
+                                                   const TensorSpecMap& specs,
                                                    uint64_t seed) const {
-  (void)attrs;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   TensorMap out;

@@ -1,23 +1,18 @@
 #include "kernels/register.h"
 
 #include "core/status_macros.h"
-#include "kernels/flash_attention_kernel.h"
-#include "kernels/mean_pooling_kernel.h"
+#include "kernels/flash_attention/flash_attention.h"
+#include "kernels/mean_pooling/mean_pooling.h"
 #ifdef KERNELSERVE_WITH_CUDA
-#include "kernels/cuda/cuda_platform.h"
+#include "kernels/runtime/cuda/cuda_platform.h"
 #endif
 
 namespace kernelserve {
 
 absl::Status RegisterBuiltinKernels(KernelRegistry* registry) {
-  std::unique_ptr<Kernel> pooling = MakeMeanPoolingKernel();
-  std::unique_ptr<Kernel> attention = MakeFlashAttentionKernel();
-#ifdef KERNELSERVE_WITH_CUDA
-  pooling->AddImpl(MakeCudaMeanPooling());
-  attention->AddImpl(MakeCudaFlashAttention());
-#endif
-  KS_RETURN_IF_ERROR(registry->Register(std::move(pooling)));
-  KS_RETURN_IF_ERROR(registry->Register(std::move(attention)));
+  // One line per kernel: its folder's Make function adds every platform this build has.
+  KS_RETURN_IF_ERROR(registry->Register(MakeMeanPooling()));
+  KS_RETURN_IF_ERROR(registry->Register(MakeFlashAttention()));
   return absl::OkStatus();
 }
 

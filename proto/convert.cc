@@ -180,26 +180,6 @@ v1::ConfigSource ToProto(ConfigSource source) {
   return v1::CONFIG_SOURCE_UNSPECIFIED;
 }
 
-Attributes MeanPoolingAttributes(const v1::MeanPoolingParams& params) {
-  Attributes attrs;
-  if (params.chunk_size() != 0) attrs["chunk_size"] = int64_t{params.chunk_size()};
-  return attrs;
-}
-
-Attributes FlashAttentionAttributes(const v1::FlashAttentionParams& params) {
-  // Defaults are left out so that equal calls share one cache key however they were written.
-  Attributes attrs;
-  if (params.causal()) attrs["causal"] = true;
-  if (params.softmax_scale() != 0.0f) attrs["softmax_scale"] = double{params.softmax_scale()};
-  if (params.has_window_left()) attrs["window_left"] = int64_t{params.window_left()};
-  if (params.has_window_right()) attrs["window_right"] = int64_t{params.window_right()};
-  if (params.logits_soft_cap() != 0.0f) {
-    attrs["logits_soft_cap"] = double{params.logits_soft_cap()};
-  }
-  if (params.return_lse()) attrs["return_lse"] = true;
-  return attrs;
-}
-
 PolicyPatch FromProto(const v1::TuningPolicy& policy) {
   PolicyPatch patch;
   if (policy.has_allow_autotune()) patch.allow_autotune = policy.allow_autotune();

@@ -8,9 +8,11 @@
 #include "absl/status/statusor.h"
 #include "core/attributes.h"
 #include "core/config_source.h"
-#include "core/executor.h"
 #include "core/kernel_config.h"
+#include "core/policy.h"
+#include "core/schema.h"
 #include "core/tensor.h"
+#include "core/timings.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 
 namespace kernelserve {
@@ -38,9 +40,18 @@ v1::KernelConfig ToProto(const KernelConfig& config);
 bool IsSet(const v1::KernelConfig& proto);
 
 v1::ConfigSource ToProto(ConfigSource source);
-// The attributes of a call from its params oneof (mean_pooling or flash_attention).
-Attributes MeanPoolingAttributes(const v1::MeanPoolingParams& params);
-Attributes FlashAttentionAttributes(const v1::FlashAttentionParams& params);
+// The params of a kernel call request (ExecuteRequest, ExecuteBatchRequest, AutotuneRequest,
+// PutConfigRequest), for the kernel's schema to check: the fields of its typed `params` member
+// (those set; zero counts as unset for fields without presence) and its `parameters` map.
+// InvalidArgument when the typed member belongs to another kernel than request.kernel, when a
+// param is given in both, or when a value is empty or of a type params cannot have.
+absl::StatusOr<Attributes> ParamsFromProto(const google::protobuf::Message& request);
+// One param value; InvalidArgument naming `name` when `proto` holds none.
+absl::StatusOr<AttrValue> FromProto(const v1::ParamValue& proto, const std::string& name);
+v1::ParamValue ToProto(const AttrValue& value);
+// The schema of a kernel for ListKernels: every schema field, the ArgInfo summaries, and
+// params_field (the member of the requests' `params` oneof named as the kernel, if any).
+void ToProto(const KernelSchema& schema, v1::KernelInfo* info);
 PolicyPatch FromProto(const v1::TuningPolicy& policy);
 void ToProto(const Timings& timings, v1::Timing* proto);
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes kernels/cuda/wgmma_ops.cuh: the wgmma.mma_async wrappers the flash attention kernel uses.
+"""Writes kernels/flash_attention/cuda/wgmma_ops.cuh: the wgmma.mma_async wrappers the flash attention kernel uses.
 
 Each wrapper issues one m64nNk16 warpgroup MMA with fp32 accumulators held as float[N/8][4]
 (the layout of N/8 m16n8 accumulator tiles per warp). SS takes A and B from shared memory
 (descriptors); RS takes A from registers (four 32-bit registers of 16-bit pairs). Run it again
 after changing the list of shapes, then clang-format the result:
-  python3 scripts/gen_wgmma_ops.py > kernels/cuda/wgmma_ops.cuh
-  clang-format -i kernels/cuda/wgmma_ops.cuh
+  python3 scripts/gen_wgmma_ops.py > kernels/flash_attention/cuda/wgmma_ops.cuh
+  clang-format -i kernels/flash_attention/cuda/wgmma_ops.cuh
 """
 
 SHAPES = (64, 128)
@@ -18,8 +18,8 @@ HEADER = """\
 // accumulators in d[N/8][4] (tile n holds columns 8n + 2t, 8n + 2t + 1 of rows g and g + 8 of
 // this warp's 16). scale_d = 0 overwrites d, 1 accumulates. kTransB = 1 reads B as MN-major.
 // Only usable where __CUDA_ARCH_FEAT_SM90_ALL is defined; callers guard.
-#ifndef KERNELSERVE_KERNELS_CUDA_WGMMA_OPS_CUH_
-#define KERNELSERVE_KERNELS_CUDA_WGMMA_OPS_CUH_
+#ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_WGMMA_OPS_CUH_
+#define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_WGMMA_OPS_CUH_
 
 #include <cstdint>
 
@@ -29,7 +29,7 @@ namespace kernelserve::cuda::wgmma {
 FOOTER = """
 }  // namespace kernelserve::cuda::wgmma
 
-#endif  // KERNELSERVE_KERNELS_CUDA_WGMMA_OPS_CUH_
+#endif  // KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_WGMMA_OPS_CUH_
 """
 
 

@@ -1,5 +1,5 @@
-// Planning and running one kernel call for the handlers: params to attributes, platform and
-// worker choice, the executor call, and the response.
+// Planning and running one kernel call for the handlers: the request's fields converted, the
+// executor's plan with the worker chosen, the executor's run, and the response.
 #ifndef KERNELSERVE_SERVER_CALL_H_
 #define KERNELSERVE_SERVER_CALL_H_
 
@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/executor.h"
+#include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/convert.h"
 #include "server/budget.h"
@@ -30,70 +31,60 @@ struct ServiceDeps {
   bool built_with_cuda = false;            // for GetServerInfo
 };
 
-// The call-describing fields of a request (the messages repeat them).
+// The call-describing fields of a request, converted. A value type.
 struct CallParams {
   std::string kernel;
-  const v1::MeanPoolingParams* mean_pooling = nullptr;        // borrowed; null = not given
-  const v1::FlashAttentionParams* flash_attention = nullptr;  // borrowed; null = not given
+  Attributes params;  // typed params and `parameters` (ParamsFromProto)
   std::string platform;
   std::optional<int> device;
   PolicyPatch policy;
-  TensorSpecMap specs;  // input shapes when known (auto routing looks at them); may be empty
+  TensorSpecMap specs;  // input shapes (a batch's: its first item's)
 };
 
 // The CallParams of ExecuteRequest, ExecuteBatchRequest, AutotuneRequest, PutConfigRequest.
+// InvalidArgument for bad params or input specs, naming them.
 template <typename Request>
-CallParams ParamsOf(const Request& request) {
+absl::StatusOr<CallParams> ParamsOf(const Request& request) {
   CallParams params;
   params.kernel = request.kernel();
-  if (request.has_mean_pooling()) params.mean_pooling = &request.mean_pooling();
-  if (request.has_flash_attention()) params.flash_attention = &request.flash_attention();
+  KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request));
   params.platform = request.platform();
   if constexpr (requires { request.has_device(); }) {
     if (request.has_device()) params.device = request.device();
   }
   if constexpr (requires { request.policy(); }) params.policy = FromProto(request.policy());
-  // Bad shapes are reported later, by the kernel's validation: routing just skips them. A
-  // batch is routed by its first item, as its config is chosen.
-  absl::StatusOr<TensorSpecMap> specs = absl::NotFoundError("no inputs");
-  if constexpr (requires { request.inputs(); }) specs = SpecsFromProto(request.inputs());
-  if constexpr (requires { request.items(); }) {
-    if (!request.items().empty()) specs = SpecsFromProto(request.items(0).inputs());
+  if constexpr (requires { request.inputs(); }) {
+    KS_ASSIGN_OR_RETURN(params.specs, SpecsFromProto(request.inputs()));
   }
-  if (specs.ok()) params.specs = *std::move(specs);
+  if constexpr (requires { request.items(); }) {
+    // A batch is planned (and its config chosen) by its first item.
+    if (!request.items().empty()) {
+      KS_ASSIGN_OR_RETURN(params.specs, SpecsFromProto(request.items(0).inputs()));
+    }
+  }
   return params;
 }
 
-// A call ready for a worker. A value type.
-struct PlannedCall {
-  const Kernel* kernel = nullptr;
-  Attributes attrs;
-  ExecuteOptions options;  // options.device is the chosen worker's device
-  int worker = -1;         // the device whose worker runs it (-1 = the CPU)
-  std::string platform;    // resolved platform name
-};
-
-// Finds the kernel, turns params into attributes, resolves the platform and picks the worker
-// (the requested device, or the least loaded one of the platform). InvalidArgument for an
-// unknown kernel, params of another kernel, or a device this server does not serve;
-// Unimplemented for a platform the kernel lacks.
-absl::StatusOr<PlannedCall> PlanCall(const Executor& executor, const WorkerPool& pool,
-                                     const CallParams& params);
+// Plans the call through the executor, with `options` (override, interrupt) completed from
+// `params`: on the requested device, or on the least loaded GPU the pool serves (ties round
+// robin). InvalidArgument for bad inputs or params, or a device this server does not serve;
+// Unimplemented for a platform the kernel lacks or that cannot run the inputs.
+absl::StatusOr<CallPlan> PlanCall(const Executor& executor, const WorkerPool& pool,
+                                  const CallParams& params, ExecuteOptions options = {});
 
 // "cpu" for -1, else "cuda:N".
 std::string DeviceLabel(int device);
 // Bytes of the tensors' data.
 int64_t TensorBytes(const TensorMap& tensors);
-// Bytes of the outputs `kernel` makes for inputs of `specs` (0 when they do not validate),
-// saturating at INT64_MAX.
-int64_t OutputBytes(const Kernel& kernel, const TensorSpecMap& specs, const Attributes& attrs);
+// Bytes of the outputs of the planned call, saturating at INT64_MAX.
+int64_t OutputBytes(const CallPlan& plan);
 
 // Moves `result` into `response` (outputs, config, source, device, timings but queue_us).
 void FillResponse(ExecuteResult result, v1::ExecuteResponse* response);
 
-// Runs `call` on `inputs` through the executor (on the calling worker thread), fills `response`
-// and records the kernel, selection and tuning metrics.
-absl::Status RunCall(const ServiceDeps& deps, const PlannedCall& call, const TensorMap& inputs,
+// Runs `plan` on `inputs` through the executor (on the calling worker thread), fills
+// `response` and records the kernel, selection and tuning metrics.
+absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response);
 
 // Records a tuning outcome from a selection that tuned (or not).

@@ -44,7 +44,7 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
 int main(int argc, char** argv) {
   kernelserve::TuneProcess();  // large tensors reuse freed memory (proto/process_tuning.h)
   kernelserve::wire::FilterParseLogs();  // bad requests are answered, not logged
-  absl::SetProgramUsageMessage("Serves mean_pooling and flash_attention over gRPC.");
+  absl::SetProgramUsageMessage("Serves the registered kernels over gRPC.");
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());

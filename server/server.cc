@@ -5,6 +5,7 @@
 #include <grpcpp/resource_quota.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -25,6 +26,8 @@ namespace kernelserve::server {
 namespace {
 
 constexpr char kServiceName[] = "kernelserve.v1.KernelService";
+// The smallest resource quota gRPC gets, whatever --max-inflight-bytes says.
+constexpr int64_t kMinGrpcQuotaBytes = int64_t{64} << 20;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
   std::ifstream in(path, std::ios::binary);
@@ -165,14 +168,18 @@ absl::Status Server::StartGrpc() {
   if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, credentials, &port_);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
+  // A request larger than the in-flight budget could never be accepted: gRPC refuses it as it
+  // arrives ("larger than max"), before buffering it whole.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min(options_.max_message_bytes, options_.max_inflight_bytes)));
   builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
   // gRPC's own buffers of requests being received (until a handler parses them) are held to a
-  // quota the size of the in-flight budget; past it gRPC refuses the call with
-  // RESOURCE_EXHAUSTED. Request memory so stays under twice --max-inflight-bytes: the bytes
-  // being received plus the calls accepted (docs/SERVER.md, "Limits").
+  // quota the size of the in-flight budget (at least kMinGrpcQuotaBytes, which gRPC's own
+  // connection buffers need); past it gRPC resets the call's stream. Request memory so stays
+  // under about twice --max-inflight-bytes: the bytes being received plus the calls accepted
+  // (docs/SERVER.md, "Limits").
   grpc::ResourceQuota quota("kernelserve");
-  quota.Resize(static_cast<size_t>(options_.max_inflight_bytes));
+  quota.Resize(static_cast<size_t>(std::max(options_.max_inflight_bytes, kMinGrpcQuotaBytes)));
   builder.SetResourceQuota(quota);
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();

@@ -75,64 +75,6 @@ int64_t SpecBytes(const TensorSpecMap& specs) {
   return total;
 }
 
-
-// The items of a batch request with their tensors moved out. An item whose tensors do not
-// convert keeps its error and does not run; the others run as one batch.
-struct BatchItems {
-  std::vector<TensorMap> inputs;     // the items that run
-  std::vector<size_t> index;         // inputs[j] is request item index[j]
-  std::vector<absl::Status> status;  // per request item: OK, or why it does not run
-  int64_t bytes = 0;                 // tensor bytes of `inputs`
-};
-
-BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request) {
-  BatchItems items;
-  items.status.resize(static_cast<size_t>(request->items_size()));
-  for (int i = 0; i < request->items_size(); ++i) {
-    absl::StatusOr<TensorMap> inputs = TakeTensors(request->mutable_items(i)->mutable_inputs());
-    if (!inputs.ok()) {
-      items.status[static_cast<size_t>(i)] =
-          absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", inputs.status().message()));
-      continue;
-    }
-    items.bytes += TensorBytes(*inputs);
-    items.inputs.push_back(*std::move(inputs));
-    items.index.push_back(static_cast<size_t>(i));
-  }
-  return items;
-}
-
-// Fills `response` from `batch`: the shared config and source, then one item per request item
-// in request order, each with its request_id, queue_us and either its outputs or its in-band
-// error. Records the selection and the kernel time of every item that ran.
-void FillBatchResponse(const v1::ExecuteBatchRequest& request, const BatchItems& items,
-                       BatchResult batch, const PlannedCall& call, int64_t queue_us,
-                       Metrics& metrics, v1::ExecuteBatchResponse* response) {
-  const std::string& kernel = call.kernel->name();
-  *response->mutable_config() = ToProto(batch.config);
-  response->set_config_source(ToProto(batch.source));
-  RecordSelection(metrics, kernel, batch.source, 0.0);
-  for (size_t i = 0; i < items.status.size(); ++i) {
-    v1::ExecuteResponse* item = response->add_items();
-    item->set_request_id(request.items(static_cast<int>(i)).request_id());
-    if (!items.status[i].ok()) ToRpcStatus(items.status[i], item->mutable_status());
-  }
-  for (size_t j = 0; j < items.index.size(); ++j) {
-    v1::ExecuteResponse* item = response->mutable_items(static_cast<int>(items.index[j]));
-    absl::StatusOr<ExecuteResult>& result = batch.items[j];
-    if (!result.ok()) {
-      ToRpcStatus(result.status(), item->mutable_status());
-      continue;
-    }
-    metrics.KernelRun(kernel, call.platform, DeviceLabel(result->device),
-                      static_cast<double>(result->timings.kernel_us) * 1e-6);
-    FillResponse(*std::move(result), item);
-  }
-  for (v1::ExecuteResponse& item : *response->mutable_items()) {
-    item.mutable_timing()->set_queue_us(queue_us);
-  }
-}
-
 }  // namespace
 
 absl::Status KernelServiceImpl::Authorize(const grpc::CallbackServerContext& context) const {
@@ -164,28 +106,33 @@ absl::Status KernelServiceImpl::Dispatch(
   return deps_.pool->Submit(worker, std::move(item));
 }
 
-absl::StatusOr<PlannedCall> KernelServiceImpl::PlanRequest(const CallParams& params,
-                                                           const v1::KernelConfig* config,
-                                                           CallTracker& tracker) const {
-  tracker.kernel = KernelLabel(*deps_.executor, params.kernel);
-  KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(*deps_.executor, *deps_.pool, params));
-  tracker.platform = call.platform;
-  if (config != nullptr && IsSet(*config)) call.options.config = FromProto(*config);
+template <typename Request>
+absl::StatusOr<CallPlan> KernelServiceImpl::PlanRequest(const Request& request,
+                                                        CallTracker& tracker) const {
+  tracker.kernel = KernelLabel(*deps_.executor, request.kernel());
+  KS_ASSIGN_OR_RETURN(const CallParams params, ParamsOf(request));
+  ExecuteOptions options;
+  if constexpr (requires { request.config(); }) {
+    if (IsSet(request.config())) options.config = FromProto(request.config());
+  }
   // Stops the call's work once its client is gone; `tracker` outlives the run.
-  call.options.interrupt = [&tracker] { return tracker.ClientGone(); };
-  return call;
+  options.interrupt = [&tracker] { return tracker.ClientGone(); };
+  KS_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(*deps_.executor, *deps_.pool, params, options));
+  tracker.platform = plan.invocation.platform;
+  return plan;
 }
 
+// ExecuteStream plans its items with it (server/stream.cc).
+template absl::StatusOr<CallPlan> KernelServiceImpl::PlanRequest(const v1::ExecuteRequest&,
+                                                                 CallTracker&) const;
+
 template <typename Call>
-absl::StatusOr<PlannedCall> KernelServiceImpl::Begin(Call& call) {
+absl::StatusOr<CallPlan> KernelServiceImpl::Begin(Call& call) {
   deps_.metrics->Received(call.received_bytes());
   KS_RETURN_IF_ERROR(Authorize(*call.context()));
   KS_RETURN_IF_ERROR(call.tracker().Hold(call.received_bytes(), "request"));
   KS_RETURN_IF_ERROR(call.Parse());
-  const auto& request = call.request();
-  const v1::KernelConfig* config = nullptr;
-  if constexpr (requires { request.config(); }) config = &request.config();
-  return PlanRequest(ParamsOf(request), config, call.tracker());
+  return PlanRequest(call.request(), call.tracker());
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext* context,
@@ -194,19 +141,18 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
                                /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(PlannedCall planned, Begin(*call));
+    KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
     call->response().set_request_id(call->request().request_id());
     KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(call->request().mutable_inputs()));
-    KS_RETURN_IF_ERROR(call->tracker().Hold(
-        OutputBytes(*planned.kernel, SpecsOf(inputs), planned.attrs), "outputs"));
+    KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
-    const int worker = planned.worker;
+    const int worker = plan.ordinal();
     return Dispatch(
         context, worker,
-        [this, call, planned = std::move(planned), inputs = std::move(inputs)](absl::Status status,
-                                                                               int64_t queue_us) {
+        [this, call, plan = std::move(plan), inputs = std::move(inputs)](absl::Status status,
+                                                                         int64_t queue_us) {
           if (status.ok()) {
-            status = RunGuarded([&] { return RunCall(deps_, planned, inputs, &call->response()); });
+            status = RunGuarded([&] { return RunCall(deps_, plan, inputs, &call->response()); });
           }
           call->response().mutable_timing()->set_queue_us(queue_us);
           call->Finish(status);
@@ -223,14 +169,13 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
                              /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(PlannedCall planned, Begin(*call));
+    KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
     v1::ExecuteBatchRequest& batch_request = call->request();
     call->response().set_request_id(batch_request.request_id());
     if (batch_request.items().empty()) {
       return absl::InvalidArgumentError("items: expected at least one item");
     }
     BatchOptions options;
-    options.call = planned.options;
     for (int device : batch_request.devices()) {
       if (!deps_.pool->Owns(device)) {
         return absl::InvalidArgumentError(
@@ -240,35 +185,41 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
     }
     BatchItems items = TakeBatchItems(&batch_request);
     if (items.inputs.empty()) return items.status.front();
+    // Items normally share their shapes: each is counted with the outputs of the first.
     int64_t outputs = 0;
-    for (const TensorMap& inputs : items.inputs) {
-      const int64_t bytes = OutputBytes(*planned.kernel, SpecsOf(inputs), planned.attrs);
-      if (__builtin_add_overflow(outputs, bytes, &outputs)) outputs = INT64_MAX;
+    if (__builtin_mul_overflow(OutputBytes(plan), static_cast<int64_t>(items.inputs.size()),
+                               &outputs)) {
+      outputs = INT64_MAX;
     }
     KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "outputs"));
-    const int worker = options.devices.empty() ? planned.worker : options.devices.front();
+    const int worker = options.devices.empty() ? plan.ordinal() : options.devices.front();
     return Dispatch(context, worker,
-                    [this, call, planned = std::move(planned), options = std::move(options),
+                    [this, call, plan = std::move(plan), options = std::move(options),
                      items = std::move(items)](absl::Status status, int64_t queue_us) {
-                      absl::StatusOr<BatchResult> batch = absl::UnknownError("not run");
-                      if (!status.ok()) batch = status;
-                      if (status.ok()) {
-                        absl::Status run = RunGuarded([&]() -> absl::Status {
-                          batch = kernelserve::ExecuteBatch(*deps_.executor, planned.kernel->name(),
-                                                            items.inputs, planned.attrs, options);
-                          return absl::OkStatus();
-                        });
-                        if (!run.ok()) batch = run;
-                      }
-                      if (batch.ok()) {
-                        FillBatchResponse(call->request(), items, *std::move(batch), planned,
-                                          queue_us, *deps_.metrics, &call->response());
-                      }
-                      call->Finish(batch.status());
+                      RunBatch(call, plan, items, options, std::move(status), queue_us);
                     });
   });
   if (!status.ok()) call->Finish(status);
   return reactor;
+}
+
+void KernelServiceImpl::RunBatch(BatchCall* call, const CallPlan& plan, const BatchItems& items,
+                                 const BatchOptions& options, absl::Status status,
+                                 int64_t queue_us) const {
+  absl::StatusOr<BatchResult> batch = absl::UnknownError("not run");
+  if (!status.ok()) batch = status;
+  if (status.ok()) {
+    status = RunGuarded([&]() -> absl::Status {
+      batch = kernelserve::ExecuteBatch(*deps_.executor, plan, items.inputs, options);
+      return absl::OkStatus();
+    });
+    if (!status.ok()) batch = status;
+  }
+  if (batch.ok()) {
+    FillBatchResponse(call->request(), items, *std::move(batch), plan, queue_us, *deps_.metrics,
+                      &call->response());
+  }
+  call->Finish(batch.status());
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContext* context,
@@ -277,14 +228,13 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
                                 /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(PlannedCall planned, Begin(*call));
-    KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(call->request().inputs()));
+    KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
     std::optional<TensorMap> inputs;
     if (AllHaveData(call->request().inputs())) {
       KS_ASSIGN_OR_RETURN(inputs, TakeTensors(call->request().mutable_inputs()));
     } else {
       // Inputs made up from shapes count like received ones, under a limit of their own.
-      const int64_t synthesized = SpecBytes(specs);
+      const int64_t synthesized = SpecBytes(plan.invocation.inputs);
       if (synthesized > deps_.options->max_synthetic_bytes) {
         return absl::ResourceExhaustedError(
             absl::StrCat("inputs given by shape only: ", synthesized,
@@ -293,39 +243,38 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
       }
       KS_RETURN_IF_ERROR(call->tracker().Hold(synthesized, "synthesized inputs"));
     }
-    KS_RETURN_IF_ERROR(
-        call->tracker().Hold(OutputBytes(*planned.kernel, specs, planned.attrs), "outputs"));
-    const int worker = planned.worker;
-    return Dispatch(
-        context, worker,
-        [this, call, planned = std::move(planned), specs = std::move(specs),
-         inputs = std::move(inputs)](absl::Status status, int64_t /*queue_us*/) {
-          absl::StatusOr<AutotuneResult> result = absl::UnknownError("not run");
-          if (!status.ok()) result = status;
-          if (status.ok()) {
-            absl::Status run = RunGuarded([&]() -> absl::Status {
-              result = deps_.executor->Autotune(planned.kernel->name(), specs, planned.attrs,
-                                                planned.options, inputs ? &*inputs : nullptr);
-              return absl::OkStatus();
-            });
-            if (!run.ok()) result = run;
-          }
-          const absl::Status outcome = call->tracker().Outcome(result.status());
-          if (status.ok()) {
-            const bool all_failed = result.ok() && result->selection.tune_report.has_value() &&
-                                    result->selection.tune_report->all_failed;
-            deps_.metrics->AutotuneRun(planned.kernel->name(),
-                                       !outcome.ok() ? "error"
-                                       : all_failed  ? "all_failed"
-                                                     : "ok",
-                                       call->tracker().seconds());
-          }
-          if (outcome.ok()) FillAutotune(*result, &call->response());
-          call->Finish(outcome);
-        });
+    KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
+    const int worker = plan.ordinal();
+    return Dispatch(context, worker,
+                    [this, call, plan = std::move(plan), inputs = std::move(inputs)](
+                        absl::Status status, int64_t /*queue_us*/) {
+                      RunAutotune(call, plan, inputs ? &*inputs : nullptr, std::move(status));
+                    });
   });
   if (!status.ok()) call->Finish(status);
   return reactor;
+}
+
+void KernelServiceImpl::RunAutotune(AutotuneCall* call, const CallPlan& plan,
+                                    const TensorMap* inputs, absl::Status status) const {
+  absl::StatusOr<AutotuneResult> result = absl::UnknownError("not run");
+  if (!status.ok()) result = status;
+  if (status.ok()) {
+    status = RunGuarded([&]() -> absl::Status {
+      result = deps_.executor->Tune(plan, inputs);
+      return absl::OkStatus();
+    });
+    if (!status.ok()) result = status;
+  }
+  // Recorded with the code the client sees (a tuning past the deadline is not OK).
+  const absl::Status outcome = call->tracker().Outcome(result.status());
+  const bool all_failed = result.ok() && result->selection.tune_report.has_value() &&
+                          result->selection.tune_report->all_failed;
+  deps_.metrics->AutotuneRun(plan.kernel->name(),
+                             !outcome.ok() ? "error" : (all_failed ? "all_failed" : "ok"),
+                             call->tracker().seconds());
+  if (outcome.ok()) FillAutotune(*result, &call->response());
+  call->Finish(outcome);
 }
 
 }  // namespace kernelserve::server

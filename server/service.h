@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.grpc.pb.h"
+#include "server/batch_call.h"
 #include "server/call.h"
 #include "server/call_tracker.h"
 #include "server/unary_call.h"
@@ -65,19 +66,25 @@ class KernelServiceImpl final : public RawKernelService {
   // The first steps of a unary kernel call: counts the received bytes, authorizes, takes them
   // from the in-flight budget, parses and plans (PlanRequest).
   template <typename Call>
-  absl::StatusOr<PlannedCall> Begin(Call& call);
-  // Plans a parsed request from its `params`: kernel, attributes, platform, worker, the
-  // explicit `config` when set (may be null), and the interrupt (deadline, cancellation) of
-  // `tracker`'s call. Sets the tracker's labels as it goes, for the metrics of a call that
-  // fails here.
-  absl::StatusOr<PlannedCall> PlanRequest(const CallParams& params, const v1::KernelConfig* config,
-                                          CallTracker& tracker) const;
+  absl::StatusOr<CallPlan> Begin(Call& call);
+  // Plans a parsed request once (the executor's plan: kernel, analysis, platform, worker,
+  // cache key) from its fields, with its explicit config when it has one and the interrupt
+  // (deadline, cancellation) of `tracker`'s call. Labels the tracker's metrics with the kernel
+  // and platform as far as it gets.
+  template <typename Request>
+  absl::StatusOr<CallPlan> PlanRequest(const Request& request, CallTracker& tracker) const;
   // Queues `run` on `worker`. ResourceExhausted when the queue is full, Unavailable when
   // shutting down (run not called). `run` must not throw. `may_run_inline`: see
   // WorkItem::may_run_inline (run here when the CPU worker is idle).
   absl::Status Dispatch(grpc::CallbackServerContext* context, int worker,
                         std::function<void(absl::Status status, int64_t queue_us)> run,
                         bool may_run_inline = false) const;
+  // The worker's part of ExecuteBatch and Autotune: run (unless `status` says the work was
+  // dropped), fill the response, finish the call.
+  void RunBatch(BatchCall* call, const CallPlan& plan, const BatchItems& items,
+                const BatchOptions& options, absl::Status status, int64_t queue_us) const;
+  void RunAutotune(AutotuneCall* call, const CallPlan& plan, const TensorMap* inputs,
+                   absl::Status status) const;
   // Admin calls that run on gRPC's thread: authorize, parse, run `body`, finish.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Admin(

@@ -16,16 +16,6 @@
 namespace kernelserve::server {
 namespace {
 
-void AddArgs(const std::vector<ArgDoc>& docs,
-             google::protobuf::RepeatedPtrField<v1::ArgInfo>* out) {
-  for (const ArgDoc& doc : docs) {
-    v1::ArgInfo* arg = out->Add();
-    arg->set_name(doc.name);
-    arg->set_required(doc.required);
-    arg->set_doc(doc.doc);
-  }
-}
-
 void AddDevice(const DeviceInfo& info, int queue_depth, v1::ServerInfo* out) {
   v1::DeviceStatus* device = out->add_devices();
   device->set_device(info.ordinal);
@@ -71,13 +61,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ListKernels(grpc::CallbackServerCon
       context, raw_request, raw_response, [&](const Request&, Response* response) -> absl::Status {
         for (const Kernel* kernel : deps_.executor->registry().kernels()) {
           v1::KernelInfo* info = response->add_kernels();
-          info->set_name(kernel->name());
-          info->set_version(kernel->version());
+          ToProto(kernel->schema(), info);
           info->set_id(kernel->id());
           for (Platform p : kernel->platforms()) info->add_platforms(std::string(PlatformName(p)));
-          AddArgs(kernel->input_docs(), info->mutable_inputs());
-          AddArgs(kernel->output_docs(), info->mutable_outputs());
-          AddArgs(kernel->attribute_docs(), info->mutable_params());
         }
         return absl::OkStatus();
       });
@@ -154,16 +140,11 @@ grpc::ServerUnaryReactor* KernelServiceImpl::PutConfig(grpc::CallbackServerConte
       context, raw_request, raw_response,
       [&](const Request& request, Response* response) -> absl::Status {
         const Executor& executor = *deps_.executor;
-        KS_ASSIGN_OR_RETURN(PlannedCall call, PlanCall(executor, *deps_.pool, ParamsOf(request)));
-        KS_ASSIGN_OR_RETURN(TensorSpecMap specs, SpecsFromProto(request.inputs()));
-        KS_ASSIGN_OR_RETURN(Invocation invocation, executor.Describe(call.kernel->name(), specs,
-                                                                     call.attrs, call.options));
-        const DeviceInfo& device =
-            call.worker < 0 ? executor.cpu() : executor.gpus()[static_cast<size_t>(call.worker)];
-        KS_RETURN_IF_ERROR(
-            executor.chain().Pin(*call.kernel, invocation, device, FromProto(request.config())));
-        response->set_cache_key(invocation.CacheKey());
-        response->set_device_fingerprint(invocation.device.Hash());
+        KS_ASSIGN_OR_RETURN(const CallParams params, ParamsOf(request));
+        KS_ASSIGN_OR_RETURN(const CallPlan plan, PlanCall(executor, *deps_.pool, params));
+        KS_RETURN_IF_ERROR(executor.Pin(plan, FromProto(request.config())));
+        response->set_cache_key(plan.cache_key);
+        response->set_device_fingerprint(plan.invocation.device.Hash());
         return absl::OkStatus();
       });
 }
@@ -177,7 +158,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::DeleteConfig(grpc::CallbackServerCo
       context, raw_request, raw_response, [&](const Request& request, Response*) -> absl::Status {
         if (request.cache_key().empty()) {
           return absl::InvalidArgumentError(
-              "cache_key: expected a key such as mean_pooling@v1:...");
+              "cache_key: expected a key as ListConfigs shows it (kernel@vN:hash)");
         }
         const Executor& executor = *deps_.executor;
         std::string fingerprint = request.device_fingerprint();

@@ -82,25 +82,27 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       v1::ExecuteRequest request;
       KS_RETURN_IF_ERROR(wire::ParseRequest(&read_, &request));
       id = request.request_id();
-      KS_ASSIGN_OR_RETURN(PlannedCall call,
-                          service.PlanRequest(ParamsOf(request), &request.config(), *tracker));
+      KS_ASSIGN_OR_RETURN(CallPlan plan, service.PlanRequest(request, *tracker));
       KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(request.mutable_inputs()));
-      KS_RETURN_IF_ERROR(
-          tracker->Hold(OutputBytes(*call.kernel, SpecsOf(inputs), call.attrs), "outputs"));
-      const int worker = call.worker;
+      KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
+      const int worker = plan.ordinal();
       return service.Dispatch(context_, worker,
-                              [this, id, tracker, call = std::move(call),
+                              [this, id, tracker, plan = std::move(plan),
                                inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
-                                v1::ExecuteResponse response;
-                                if (status.ok()) {
-                                  status = RunGuarded([&] {
-                                    return RunCall(service_->deps_, call, inputs, &response);
-                                  });
-                                }
-                                Answer(std::move(response), status, id, queue_us, *tracker);
+                                RunItem(plan, inputs, id, *tracker, std::move(status), queue_us);
                               });
     });
     if (!status.ok()) Answer(v1::ExecuteResponse(), status, id, 0, *tracker);
+  }
+
+  // The worker's part of one item: run it (unless `status` says it was dropped) and answer.
+  void RunItem(const CallPlan& plan, const TensorMap& inputs, const std::string& id,
+               CallTracker& tracker, absl::Status status, int64_t queue_us) {
+    v1::ExecuteResponse response;
+    if (status.ok()) {
+      status = RunGuarded([&] { return RunCall(service_->deps_, plan, inputs, &response); });
+    }
+    Answer(std::move(response), status, id, queue_us, tracker);
   }
 
   // Completes one pending request: records it and queues its answer.

@@ -82,13 +82,17 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
   return absl::OkStatus();
 }
 
-int WorkerPool::LeastLoaded(const std::vector<int>& candidates) const {
+int WorkerPool::Place(const std::vector<int>& candidates) const {
+  const size_t n = candidates.size();
+  const size_t start = static_cast<size_t>(next_place_.fetch_add(1, std::memory_order_relaxed) % n);
   int best = candidates.front();
-  int best_depth = Depth(best);
-  for (size_t i = 1; i < candidates.size(); ++i) {
-    const int depth = Depth(candidates[i]);
-    if (depth < best_depth) {
-      best = candidates[i];
+  int best_depth = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const int device = candidates[(start + i) % n];
+    if (!Owns(device)) continue;
+    const int depth = Depth(device);
+    if (best_depth < 0 || depth < best_depth) {
+      best = device;
       best_depth = depth;
     }
   }

@@ -4,6 +4,7 @@
 #ifndef KERNELSERVE_SERVER_WORKER_POOL_H_
 #define KERNELSERVE_SERVER_WORKER_POOL_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -61,9 +62,10 @@ class WorkerPool {
   // ResourceExhausted when its queue is full; Unavailable after Shutdown. On error `item.run`
   // is never called.
   absl::Status Submit(int device, WorkItem item);
-  // The device among `candidates` with the fewest queued + running items (ties: the first).
-  // REQUIRES: candidates non-empty and owned by this pool.
-  int LeastLoaded(const std::vector<int>& candidates) const;
+  // The device among `candidates` that this pool owns with the fewest queued + running items;
+  // ties go round robin, so that equally idle GPUs share the work. `candidates.front()` when
+  // the pool owns none of them. REQUIRES: candidates non-empty.
+  int Place(const std::vector<int>& candidates) const;
   // Queued + running items of `device`; 0 for a device the pool does not own.
   int Depth(int device) const;
   bool Owns(int device) const { return workers_.contains(device); }
@@ -87,6 +89,7 @@ class WorkerPool {
 
   const WorkerPoolOptions options_;
   std::map<int, std::unique_ptr<Worker>> workers_;  // fixed after construction
+  mutable std::atomic<uint64_t> next_place_{0};     // where Place starts looking
 };
 
 }  // namespace kernelserve::server

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/config_tiers.h"
 #include "core/executor.h"
-#include "core/utils/testing.h"
+#include "core/utils/random_tensor.h"
 #include "kernels/register.h"
 
 ABSL_FLAG(std::string, cache, "file",

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/npy.h"
 #include "core/status_macros.h"
+#include "core/utils/random_tensor.h"
 #include "core/utils/string_view.h"
-#include "core/utils/testing.h"
 #include "proto/convert.h"
 
 namespace kernelserve::cli {

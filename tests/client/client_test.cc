@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "client/status_convert.h"
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve {
 namespace {

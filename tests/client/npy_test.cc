@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve::npy {
 namespace {

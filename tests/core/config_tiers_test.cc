@@ -52,7 +52,7 @@ TEST_F(ConfigTiersTest, FileStoreIsTheChainsPersistentTier) {
   EXPECT_EQ(tiers.chain->memory(), tiers.memory.get());
   EXPECT_EQ(tiers.StoreLocation(), path);
 
-  ASSERT_TRUE(tiers.chain->Pin(kernel_, invocation_, device_, FakeConfig(2)).ok());
+  ASSERT_TRUE(tiers.chain->Pin(Request(), FakeConfig(2)).ok());
   absl::StatusOr<StoredConfig> stored =
       tiers.store->Get(device_.fingerprint.Hash(), invocation_.CacheKey());
   ASSERT_TRUE(stored.ok()) << stored.status();

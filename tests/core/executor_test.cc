@@ -4,10 +4,10 @@
 
 #include "core/batch.h"
 #include "core/recorder.h"
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "kernels/register.h"
 #include "tests/support/fake_kernel.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve {
 namespace {
@@ -87,12 +87,18 @@ TEST_F(ExecutorTest, BadCallsGetTheirCodes) {
 class NothingOnGpu : public PlatformImpl {
  public:
   Platform platform() const override { return Platform::kCuda; }
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap&, const Attributes&,
-                                                       const DeviceInfo&) override {
+  absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::UnimplementedError("no GPU kernel for these inputs");
   }
-  absl::Status CheckConfig(const KernelConfig&, const TensorSpecMap&,
-                           const DeviceInfo&) const override {
+  KernelConfig Heuristic(const Problem&, const DeviceInfo&) const override { return {}; }
+  std::vector<KernelConfig> Candidates(const Problem&, const DeviceInfo&) const override {
+    return {};
+  }
+  absl::Status CheckConfig(const KernelConfig&, const Problem&, const DeviceInfo&) const override {
+    return absl::UnimplementedError("no GPU kernel for these inputs");
+  }
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem&, const TensorMap&,
+                                                       const DeviceInfo&) const override {
     return absl::UnimplementedError("no GPU kernel for these inputs");
   }
 };
@@ -193,7 +199,9 @@ TEST_F(ExecutorTest, BatchSharesOneConfigAndIsolatesBadItems) {
                                   PoolingInputs(14)};
   BatchOptions options;
   options.devices = {-1, -1};  // spread over two CPU workers
-  absl::StatusOr<BatchResult> batch = ExecuteBatch(executor, "mean_pooling", items, {}, options);
+  absl::StatusOr<CallPlan> first = executor.Plan("mean_pooling", SpecsOf(items[0]), {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<BatchResult> batch = ExecuteBatch(executor, *first, items, options);
   ASSERT_TRUE(batch.ok()) << batch.status();
   ASSERT_EQ(batch->items.size(), items.size());
   EXPECT_EQ(batch->source, ConfigSource::kHeuristic);
@@ -209,8 +217,57 @@ TEST_F(ExecutorTest, BatchSharesOneConfigAndIsolatesBadItems) {
     absl::StatusOr<ExecuteResult> single = executor.Execute("mean_pooling", items[i], {});
     EXPECT_EQ(batch->items[i]->outputs.at("out").bytes(), single->outputs.at("out").bytes());
   }
-  EXPECT_EQ(ExecuteBatch(executor, "mean_pooling", {}, {}, {}).status().code(),
+  EXPECT_EQ(ExecuteBatch(executor, *first, {}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A call is looked up and analysed once, when planned; running the plan (again) does neither.
+TEST_F(ExecutorTest, OneLookupAndOneAnalysisPerCall) {
+  Executor executor = MakeExecutor();
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {3}, {1, 2, 3})}};
+  const int64_t lookups = registry_.lookups();
+  absl::StatusOr<CallPlan> plan = executor.Plan("fake_scale", SpecsOf(in), {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(registry_.lookups() - lookups, 1);
+  EXPECT_EQ(counters_->analyses, 1);
+  ASSERT_TRUE(executor.Run(*plan, in).ok());
+  ASSERT_TRUE(executor.Run(*plan, in).ok());
+  ASSERT_TRUE(executor.Tune(*plan, &in).ok());
+  EXPECT_EQ(registry_.lookups() - lookups, 1);
+  EXPECT_EQ(counters_->analyses, 1);
+  ASSERT_TRUE(executor.Execute("fake_scale", in, {}).ok());
+  EXPECT_EQ(registry_.lookups() - lookups, 2);
+  EXPECT_EQ(counters_->analyses, 2);
+}
+
+// Params are checked by the kernel's schema when the call is planned, each error naming it.
+TEST_F(ExecutorTest, ParamsAreCheckedByTheSchema) {
+  Executor executor = MakeExecutor();
+  const TensorSpecMap specs = SpecsOf(PoolingInputs(20));
+  struct Case {
+    Attributes params;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {{{"chunk_size", int64_t{0}}}, "param 'chunk_size' = 0 is out of range: expected >= 1"},
+      {{{"chunk_size", std::string("big")}}, "param 'chunk_size': expected int, got a string"},
+      {{{"chunk_size", 1.5}}, "param 'chunk_size': expected int, got a float"},
+      {{{"chunk", int64_t{4}}}, "unknown param 'chunk' of mean_pooling: expected chunk_size"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CallPlan> plan = executor.Plan("mean_pooling", specs, c.params);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << c.expected;
+    EXPECT_EQ(plan.status().message().substr(0, c.expected.size()), c.expected);
+  }
+  absl::StatusOr<CallPlan> missing = executor.Plan("mean_pooling", {}, {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.status().message().rfind("missing input 'x'", 0), 0u);
+  // The default written out is the same call as the default left out: one cache key.
+  absl::StatusOr<CallPlan> given =
+      executor.Plan("mean_pooling", specs, {{"chunk_size", int64_t{32}}});
+  absl::StatusOr<CallPlan> left_out = executor.Plan("mean_pooling", specs, {});
+  ASSERT_TRUE(given.ok() && left_out.ok());
+  EXPECT_EQ(given->cache_key, left_out->cache_key);
 }
 
 }  // namespace

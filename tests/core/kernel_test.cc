@@ -5,18 +5,31 @@
 namespace kernelserve {
 namespace {
 
-// A platform implementation that only reports its platform.
+KernelConfig Block(int size) {
+  KernelConfig config;
+  config.block_size = size;
+  config.platform = "cpu";
+  return config;
+}
+
+// A platform implementation whose candidate space is block_size in {32, 64}.
 class FakeImpl : public PlatformImpl {
  public:
   explicit FakeImpl(Platform platform, int tag = 0) : platform_(platform), tag_(tag) {}
   Platform platform() const override { return platform_; }
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap&, const Attributes&,
-                                                       const DeviceInfo&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::Status CheckConfig(const KernelConfig&, const TensorSpecMap&,
-                           const DeviceInfo&) const override {
+  absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::OkStatus();
+  }
+  KernelConfig Heuristic(const Problem&, const DeviceInfo&) const override { return Block(32); }
+  std::vector<KernelConfig> Candidates(const Problem&, const DeviceInfo&) const override {
+    return {Block(32), Block(64)};
+  }
+  absl::Status CheckConfig(const KernelConfig&, const Problem&, const DeviceInfo&) const override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem&, const TensorMap&,
+                                                       const DeviceInfo&) const override {
+    return absl::UnimplementedError("fake");
   }
   int tag() const { return tag_; }
 
@@ -25,44 +38,53 @@ class FakeImpl : public PlatformImpl {
   int tag_;
 };
 
-// A kernel whose candidate space is block_size in {32, 64} on any input.
+// A kernel named mean_pooling taking x (f32, rank 1) and one int param `n` (>= 1).
 class FakeKernel : public Kernel {
  public:
-  std::string name() const override { return "mean_pooling"; }
-  int version() const override { return 1; }
-  std::vector<ArgDoc> input_docs() const override { return {}; }
-  std::vector<ArgDoc> output_docs() const override { return {}; }
-  std::vector<ArgDoc> attribute_docs() const override { return {}; }
-  absl::Status Validate(const TensorSpecMap&, const Attributes&) const override {
-    return absl::OkStatus();
+  const KernelSchema& schema() const override {
+    static const KernelSchema* const schema =
+        new KernelSchema{.name = "mean_pooling",
+                         .version = 1,
+                         .doc = "",
+                         .inputs = {{"x", true, {DType::kF32}, {1}, "[N]", ""}},
+                         .outputs = {},
+                         .params = {{"n", ParamType::kInt, int64_t{1}, 1.0, std::nullopt, ""}}};
+    return *schema;
   }
-  TensorSpecMap OutputSpecs(const TensorSpecMap&, const Attributes&) const override { return {}; }
-  KernelConfig HeuristicConfig(const TensorSpecMap&, const Attributes&,
-                               const DeviceInfo&) const override {
-    return Block(32);
-  }
-  std::vector<KernelConfig> CandidateConfigs(const TensorSpecMap&, const Attributes&,
-                                             const DeviceInfo&) const override {
-    return {Block(32), Block(64)};
-  }
-  static KernelConfig Block(int size) {
-    KernelConfig config;
-    config.block_size = size;
-    config.platform = "cpu";
-    return config;
+  TensorSpecMap OutputSpecs(const Problem&) const override { return {}; }
+  mutable int analyses = 0;
+
+ protected:
+  absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(const TensorSpecMap&,
+                                                                const Attributes&) const override {
+    ++analyses;
+    return std::make_shared<const Problem>();
   }
 };
 
 TEST(KernelTest, Id) { EXPECT_EQ(FakeKernel().id(), "mean_pooling@v1"); }
 
 TEST(KernelTest, IsCandidate) {
-  FakeKernel kernel;
+  FakeImpl impl(Platform::kCpu);
+  const Problem problem;
   const DeviceInfo cpu = CpuDeviceInfo();
-  EXPECT_TRUE(kernel.IsCandidate(FakeKernel::Block(64), {}, {}, cpu));
-  EXPECT_FALSE(kernel.IsCandidate(FakeKernel::Block(128), {}, {}, cpu));
-  KernelConfig other_platform = FakeKernel::Block(32);
+  EXPECT_TRUE(impl.IsCandidate(Block(64), problem, cpu));
+  EXPECT_FALSE(impl.IsCandidate(Block(128), problem, cpu));
+  KernelConfig other_platform = Block(32);
   other_platform.platform = "cuda";
-  EXPECT_FALSE(kernel.IsCandidate(other_platform, {}, {}, cpu));
+  EXPECT_FALSE(impl.IsCandidate(other_platform, problem, cpu));
+}
+
+// The schema's checks come before the kernel's own analysis, which then runs once.
+TEST(KernelTest, AnalyzeChecksTheSchemaFirst) {
+  FakeKernel kernel;
+  const TensorSpecMap good = {{"x", TensorSpec{DType::kF32, {4}}}};
+  EXPECT_TRUE(kernel.Analyze(good, {}).ok());
+  EXPECT_EQ(kernel.analyses, 1);
+  const TensorSpecMap wrong_dtype = {{"x", TensorSpec{DType::kI32, {4}}}};
+  EXPECT_EQ(kernel.Analyze(wrong_dtype, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kernel.Analyze({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kernel.analyses, 1);
 }
 
 TEST(KernelTest, AddImplAndLookup) {
@@ -78,7 +100,7 @@ TEST(KernelTest, AddImplAndLookup) {
   // A second implementation of the same platform replaces the first.
   kernel.AddImpl(std::make_unique<FakeImpl>(Platform::kCpu, 2));
   EXPECT_EQ(kernel.platforms().size(), 2u);
-  EXPECT_EQ(static_cast<FakeImpl*>(kernel.impl(Platform::kCpu))->tag(), 2);
+  EXPECT_EQ(static_cast<const FakeImpl*>(kernel.impl(Platform::kCpu))->tag(), 2);
 }
 
 TEST(KernelTest, ResolveAuto) {

@@ -8,39 +8,33 @@ namespace {
 // A kernel with only a name and a version.
 class NamedKernel : public Kernel {
  public:
-  NamedKernel(std::string name, int version) : name_(std::move(name)), version_(version) {}
-  std::string name() const override { return name_; }
-  int version() const override { return version_; }
-  std::vector<ArgDoc> input_docs() const override { return {}; }
-  std::vector<ArgDoc> output_docs() const override { return {}; }
-  std::vector<ArgDoc> attribute_docs() const override { return {}; }
-  absl::Status Validate(const TensorSpecMap&, const Attributes&) const override {
-    return absl::OkStatus();
+  NamedKernel(std::string name, int version) {
+    schema_.name = std::move(name);
+    schema_.version = version;
   }
-  TensorSpecMap OutputSpecs(const TensorSpecMap&, const Attributes&) const override { return {}; }
-  KernelConfig HeuristicConfig(const TensorSpecMap&, const Attributes&,
-                               const DeviceInfo&) const override {
-    return {};
-  }
-  std::vector<KernelConfig> CandidateConfigs(const TensorSpecMap&, const Attributes&,
-                                             const DeviceInfo&) const override {
-    return {KernelConfig()};
+  const KernelSchema& schema() const override { return schema_; }
+  TensorSpecMap OutputSpecs(const Problem&) const override { return {}; }
+
+ protected:
+  absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(const TensorSpecMap&,
+                                                                const Attributes&) const override {
+    return std::make_shared<const Problem>();
   }
 
  private:
-  std::string name_;
-  int version_;
+  KernelSchema schema_;
 };
 
-KernelRegistry TwoKernels() {
-  KernelRegistry registry;
-  EXPECT_TRUE(registry.Register(std::make_unique<NamedKernel>("mean_pooling", 1)).ok());
-  EXPECT_TRUE(registry.Register(std::make_unique<NamedKernel>("flash_attention", 1)).ok());
+std::unique_ptr<KernelRegistry> TwoKernels() {
+  auto registry = std::make_unique<KernelRegistry>();
+  EXPECT_TRUE(registry->Register(std::make_unique<NamedKernel>("mean_pooling", 1)).ok());
+  EXPECT_TRUE(registry->Register(std::make_unique<NamedKernel>("flash_attention", 1)).ok());
   return registry;
 }
 
 TEST(KernelRegistryTest, FindByNameOrId) {
-  KernelRegistry registry = TwoKernels();
+  const std::unique_ptr<KernelRegistry> owned = TwoKernels();
+  KernelRegistry& registry = *owned;
   absl::StatusOr<const Kernel*> by_name = registry.Find("mean_pooling");
   ASSERT_TRUE(by_name.ok()) << by_name.status();
   EXPECT_EQ((*by_name)->id(), "mean_pooling@v1");
@@ -50,7 +44,8 @@ TEST(KernelRegistryTest, FindByNameOrId) {
 }
 
 TEST(KernelRegistryTest, UnknownNameIsInvalidArgument) {
-  KernelRegistry registry = TwoKernels();
+  const std::unique_ptr<KernelRegistry> owned = TwoKernels();
+  KernelRegistry& registry = *owned;
   absl::StatusOr<const Kernel*> found = registry.Find("foo");
   EXPECT_EQ(found.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(found.status().message(),
@@ -58,21 +53,24 @@ TEST(KernelRegistryTest, UnknownNameIsInvalidArgument) {
 }
 
 TEST(KernelRegistryTest, WrongVersionIsInvalidArgument) {
-  KernelRegistry registry = TwoKernels();
+  const std::unique_ptr<KernelRegistry> owned = TwoKernels();
+  KernelRegistry& registry = *owned;
   EXPECT_EQ(registry.Find("mean_pooling@v2").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.Find("mean_pooling@").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.Find("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(KernelRegistryTest, DuplicateIsAlreadyExists) {
-  KernelRegistry registry = TwoKernels();
+  const std::unique_ptr<KernelRegistry> owned = TwoKernels();
+  KernelRegistry& registry = *owned;
   EXPECT_EQ(registry.Register(std::make_unique<NamedKernel>("mean_pooling", 2)).code(),
             absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(registry.Find("mean_pooling").value()->version(), 1);
 }
 
 TEST(KernelRegistryTest, KernelsListed) {
-  KernelRegistry registry = TwoKernels();
+  const std::unique_ptr<KernelRegistry> owned = TwoKernels();
+  KernelRegistry& registry = *owned;
   std::vector<std::string> ids;
   for (const Kernel* kernel : registry.kernels()) ids.push_back(kernel->id());
   EXPECT_EQ(ids, (std::vector<std::string>{"flash_attention@v1", "mean_pooling@v1"}));

@@ -161,7 +161,7 @@ TEST_F(ChainTest, AllCandidatesFailGivesHeuristicAndCachesNothing) {
                   const std::vector<KernelConfig>&) -> absl::StatusOr<TuneReport> {
     ++tunes_;
     absl::StatusOr<std::unique_ptr<PreparedRun>> run =
-        kernel_.impl(Platform::kCpu)->Prepare(inputs_, {}, device_);
+        kernel_.impl(Platform::kCpu)->Prepare(*problem_, inputs_, device_);
     return Autotune(**run, heuristic, {FakeConfig(4), FakeConfig(5)}, TuneOptions{});
   };
   absl::StatusOr<Selection> s = chain.Select(r);
@@ -228,9 +228,8 @@ TEST_F(ChainTest, StoredHeuristicIsTunedWhenAutotuneIsAllowed) {
 TEST_F(ChainTest, PinAndForget) {
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, store_.get());
-  EXPECT_EQ(chain.Pin(kernel_, invocation_, device_, FakeConfig(9)).code(),
-            absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(chain.Pin(kernel_, invocation_, device_, FakeConfig(2)).ok());
+  EXPECT_EQ(chain.Pin(Request(), FakeConfig(9)).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(chain.Pin(Request(), FakeConfig(2)).ok());
   EXPECT_EQ(chain.Select(Request(true))->config, FakeConfig(2));
   const std::string fp = device_.fingerprint.Hash();
   EXPECT_EQ(store_->Get(fp, invocation_.CacheKey())->origin, "pinned");

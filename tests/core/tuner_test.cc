@@ -45,7 +45,7 @@ TEST(AutotuneTest, BudgetSkipsLaterCandidates) {
   auto counters = std::make_shared<testing::FakeCounters>();
   testing::FakeKernel kernel(counters);
   TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {2}, {1.0f, 2.0f})}};
-  auto run = *kernel.impl(Platform::kCpu)->Prepare(in, {}, CpuDeviceInfo());
+  auto run = *kernel.impl(Platform::kCpu)->Prepare(Problem(), in, CpuDeviceInfo());
   counters->launch_delay_ms = 20;
   absl::StatusOr<TuneReport> report =
       Autotune(*run, testing::FakeConfig(1), {testing::FakeConfig(2), testing::FakeConfig(3)},
@@ -60,7 +60,7 @@ TEST(AutotuneTest, HeuristicFailureIsAnError) {
   auto counters = std::make_shared<testing::FakeCounters>();
   testing::FakeKernel kernel(counters);
   TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {1}, {1.0f})}};
-  auto run = *kernel.impl(Platform::kCpu)->Prepare(in, {}, CpuDeviceInfo());
+  auto run = *kernel.impl(Platform::kCpu)->Prepare(Problem(), in, CpuDeviceInfo());
   EXPECT_EQ(Autotune(*run, testing::FakeConfig(5), {testing::FakeConfig(1)}, TuneOptions{})
                 .status()
                 .code(),

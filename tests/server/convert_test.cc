@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve {
 namespace {
@@ -130,25 +130,77 @@ TEST(ConvertTest, KernelConfigRoundTrips) {
   EXPECT_TRUE(IsSet(only_platform));
 }
 
-TEST(ConvertTest, ParamsBecomeAttributesWithDefaultsLeftOut) {
-  EXPECT_TRUE(MeanPoolingAttributes(v1::MeanPoolingParams()).empty());
-  v1::MeanPoolingParams pool;
-  pool.set_chunk_size(16);
-  EXPECT_EQ(MeanPoolingAttributes(pool), (Attributes{{"chunk_size", int64_t{16}}}));
+// Typed params become attributes by field name; zero (unset) fields without presence are left
+// out, optional ones are taken when set; `parameters` add params of any kernel.
+TEST(ConvertTest, ParamsComeFromTypedMessagesAndTheParametersMap) {
+  v1::ExecuteRequest request;
+  request.set_kernel("mean_pooling");
+  EXPECT_TRUE(ParamsFromProto(request)->empty());
+  request.mutable_mean_pooling()->set_chunk_size(16);
+  EXPECT_EQ(*ParamsFromProto(request), (Attributes{{"chunk_size", int64_t{16}}}));
 
-  EXPECT_TRUE(FlashAttentionAttributes(v1::FlashAttentionParams()).empty());
-  v1::FlashAttentionParams attn;
-  attn.set_causal(true);
-  attn.set_softmax_scale(0.5f);
-  attn.set_window_left(0);
-  attn.set_logits_soft_cap(30.0f);
-  attn.set_return_lse(true);
-  const Attributes expected = {{"causal", true},
-                               {"softmax_scale", 0.5},
-                               {"window_left", int64_t{0}},
-                               {"logits_soft_cap", 30.0},
-                               {"return_lse", true}};
-  EXPECT_EQ(FlashAttentionAttributes(attn), expected);
+  v1::ExecuteRequest attention;
+  attention.set_kernel("flash_attention@v1");
+  v1::FlashAttentionParams* attn = attention.mutable_flash_attention();
+  attn->set_causal(true);
+  attn->set_softmax_scale(0.5f);
+  attn->set_window_left(0);
+  attn->set_logits_soft_cap(30.0f);
+  attn->set_return_lse(true);
+  (*attention.mutable_parameters())["extra"].set_string_value("x");
+  const Attributes expected = {
+      {"causal", true},          {"softmax_scale", 0.5}, {"window_left", int64_t{0}},
+      {"logits_soft_cap", 30.0}, {"return_lse", true},   {"extra", std::string("x")}};
+  EXPECT_EQ(*ParamsFromProto(attention), expected);
+}
+
+TEST(ConvertTest, ParamsGivenWrongAreInvalidArgument) {
+  v1::ExecuteRequest other;
+  other.set_kernel("mean_pooling");
+  other.mutable_flash_attention()->set_causal(true);
+  absl::StatusOr<Attributes> params = ParamsFromProto(other);
+  EXPECT_EQ(params.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(params.status().message(),
+            "params: flash_attention params given for kernel 'mean_pooling': expected its own "
+            "params or parameters");
+  v1::ExecuteRequest twice;
+  twice.set_kernel("mean_pooling");
+  twice.mutable_mean_pooling()->set_chunk_size(8);
+  (*twice.mutable_parameters())["chunk_size"].set_int64_value(8);
+  EXPECT_EQ(ParamsFromProto(twice).status().message(),
+            "param 'chunk_size' given both in params and parameters");
+  v1::AutotuneRequest empty;
+  empty.set_kernel("mean_pooling");
+  (*empty.mutable_parameters())["chunk_size"];
+  EXPECT_EQ(ParamsFromProto(empty).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The schema travels whole: what ListKernels shows is what the server checks.
+TEST(ConvertTest, SchemaToKernelInfo) {
+  KernelSchema schema;
+  schema.name = "flash_attention";
+  schema.version = 1;
+  schema.inputs = {{"q", true, {DType::kF16, DType::kBF16}, {4}, "[B,S,H,D]", "queries"}};
+  schema.outputs = {{"out", "dtype of q", "shape of q", "the output"}};
+  schema.params = {{"window_left", ParamType::kInt, int64_t{-1}, -1.0, std::nullopt, "left"}};
+  v1::KernelInfo info;
+  ToProto(schema, &info);
+  EXPECT_EQ(info.name(), "flash_attention");
+  EXPECT_EQ(info.params_field(), "flash_attention");
+  ASSERT_EQ(info.input_schema_size(), 1);
+  EXPECT_EQ(info.input_schema(0).dtypes_size(), 2);
+  EXPECT_EQ(info.input_schema(0).ranks(0), 4);
+  ASSERT_EQ(info.param_schema_size(), 1);
+  EXPECT_EQ(info.param_schema(0).type(), "int");
+  EXPECT_EQ(info.param_schema(0).default_value().int64_value(), -1);
+  EXPECT_TRUE(info.param_schema(0).has_min());
+  EXPECT_FALSE(info.param_schema(0).has_max());
+  ASSERT_EQ(info.inputs_size(), 1);
+  EXPECT_EQ(info.inputs(0).doc(), "f16|bf16 [B,S,H,D]; queries");
+  schema.name = "toy";
+  v1::KernelInfo toy;
+  ToProto(schema, &toy);
+  EXPECT_EQ(toy.params_field(), "");
 }
 
 TEST(ConvertTest, PolicyAndSourcesAndTimings) {

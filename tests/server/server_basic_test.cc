@@ -6,10 +6,10 @@
 #include <limits>
 #include <map>
 
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/server/server_process.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve::testing {
 namespace {
@@ -376,14 +376,30 @@ TEST(ServerLimitsTest, OversizeMessageAndInflightBytesAreResourceExhausted) {
         &context, MeanPoolingRequest(RandomTensor(DType::kF32, {1, 512, 1024}, 71)), &response);
     EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   }
-  // 128 KiB: under the message limit, over the in-flight byte budget.
+  // 128 KiB: under the message limit, over the in-flight byte budget: refused as it arrives.
   {
     v1::ExecuteResponse response;
     grpc::ClientContext context;
     grpc::Status status = stub->Execute(
         &context, MeanPoolingRequest(RandomTensor(DType::kF32, {1, 32, 1024}, 72)), &response);
     EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
-    EXPECT_NE(status.error_message().find("max-inflight-bytes"), std::string::npos);
+    EXPECT_NE(status.error_message().find("larger than max"), std::string::npos)
+        << status.error_message();
+  }
+  // 48 KiB with 48 KiB of output: under the message limit, but the call's received bytes and
+  // outputs pass the budget.
+  {
+    v1::ExecuteRequest request;
+    request.set_kernel("flash_attention");
+    for (const char* name : {"q", "k", "v"}) {
+      (*request.mutable_inputs())[name] = ToWire(RandomTensor(DType::kF32, {1, 64, 1, 64}, 74));
+    }
+    v1::ExecuteResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = stub->Execute(&context, request, &response);
+    EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_NE(status.error_message().find("--max-inflight-bytes=65536"), std::string::npos)
+        << status.error_message();
   }
   // Small requests still run.
   {

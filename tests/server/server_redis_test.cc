@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/server/server_process.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve::testing {
 namespace {

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "core/utils/testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/raw_calls.h"
 #include "tests/server/server_process.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve::testing {
 namespace {

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <thread>
 
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_process.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve::testing {
 namespace {

@@ -4,10 +4,10 @@
 #include <string>
 
 #include "client/client.h"
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_process.h"
 #include "tests/server/tls_files.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve::testing {
 namespace {

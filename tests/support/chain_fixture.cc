@@ -12,19 +12,24 @@ ChainFixture::ChainFixture() {
   invocation_.inputs = SpecsOf(inputs_);
   invocation_.platform = "cpu";
   invocation_.device = device_.fingerprint;
+  cache_key_ = invocation_.CacheKey();
+  problem_ = *kernel_.Analyze(invocation_.inputs, {});
 }
 
 SelectRequest ChainFixture::Request(bool autotune) {
   SelectRequest r;
   r.kernel = &kernel_;
+  r.impl = kernel_.impl(Platform::kCpu);
+  r.problem = problem_.get();
   r.invocation = &invocation_;
+  r.cache_key = &cache_key_;
   r.device = &device_;
   r.policy.allow_autotune = autotune;
   r.tune = [this](const KernelConfig& heuristic,
                   const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     ++tunes_;
     absl::StatusOr<std::unique_ptr<PreparedRun>> run =
-        kernel_.impl(Platform::kCpu)->Prepare(inputs_, {}, device_);
+        kernel_.impl(Platform::kCpu)->Prepare(*problem_, inputs_, device_);
     if (!run.ok()) return run.status();
     return Autotune(**run, heuristic, candidates, TuneOptions{0, 2, absl::Seconds(10)});
   };

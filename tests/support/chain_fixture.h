@@ -27,8 +27,10 @@ class ChainFixture : public ::testing::Test {
   std::shared_ptr<FakeCounters> counters_ = std::make_shared<FakeCounters>();
   FakeKernel kernel_{counters_};
   DeviceInfo device_ = CpuDeviceInfo();
-  TensorMap inputs_;       // {"x": f32[8]}
-  Invocation invocation_;  // of inputs_ on the CPU
+  TensorMap inputs_;                        // {"x": f32[8]}
+  std::shared_ptr<const Problem> problem_;  // the kernel's analysis of inputs_
+  Invocation invocation_;                   // of inputs_ on the CPU
+  std::string cache_key_;                   // invocation_.CacheKey()
   std::atomic<int> tunes_{0};
 };
 

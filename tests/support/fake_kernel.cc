@@ -31,19 +31,31 @@ class FakeRun : public PreparedRun {
   Tensor out_;
 };
 
+// The fake kernel's problem: just the spec of x.
+struct FakeProblem : Problem {
+  TensorSpec x;
+};
+
 class FakeImpl : public PlatformImpl {
  public:
   explicit FakeImpl(std::shared_ptr<FakeCounters> counters) : counters_(std::move(counters)) {}
   Platform platform() const override { return Platform::kCpu; }
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const TensorMap& inputs, const Attributes&,
-                                                       const DeviceInfo&) override {
-    ++counters_->prepares;
-    return std::make_unique<FakeRun>(&inputs.at("x"), counters_);
+  absl::Status Supports(const Problem&, const DeviceInfo&) const override {
+    return absl::OkStatus();
   }
-  absl::Status CheckConfig(const KernelConfig& config, const TensorSpecMap&,
+  KernelConfig Heuristic(const Problem&, const DeviceInfo&) const override { return FakeConfig(1); }
+  std::vector<KernelConfig> Candidates(const Problem&, const DeviceInfo&) const override {
+    return {FakeConfig(1), FakeConfig(2), FakeConfig(3), FakeConfig(4), FakeConfig(5)};
+  }
+  absl::Status CheckConfig(const KernelConfig& config, const Problem&,
                            const DeviceInfo&) const override {
     static constexpr ConfigFieldRange kRanges[] = {{"block_size", &KernelConfig::block_size, 1, 5}};
     return CheckConfigFields(config, "fake", kRanges);
+  }
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem&, const TensorMap& inputs,
+                                                       const DeviceInfo&) const override {
+    ++counters_->prepares;
+    return std::make_unique<FakeRun>(&inputs.at("x"), counters_);
   }
 
  private:
@@ -59,32 +71,31 @@ KernelConfig FakeConfig(int block_size) {
   return c;
 }
 
-FakeKernel::FakeKernel(std::shared_ptr<FakeCounters> counters) {
+FakeKernel::FakeKernel(std::shared_ptr<FakeCounters> counters) : counters_(counters) {
   AddImpl(std::make_unique<FakeImpl>(std::move(counters)));
 }
 
-std::vector<ArgDoc> FakeKernel::input_docs() const { return {{"x", true, "f32 [N]"}}; }
-std::vector<ArgDoc> FakeKernel::output_docs() const { return {{"out", true, "f32 [N]"}}; }
-
-absl::Status FakeKernel::Validate(const TensorSpecMap& inputs, const Attributes&) const {
-  if (inputs.size() != 1 || !inputs.contains("x") || inputs.at("x").dtype != DType::kF32) {
-    return absl::InvalidArgumentError("fake_scale takes one input 'x' of dtype f32");
-  }
-  return absl::OkStatus();
+const KernelSchema& FakeKernel::schema() const {
+  static const KernelSchema* const schema =
+      new KernelSchema{.name = "fake_scale",
+                       .version = 1,
+                       .doc = "out = 2 * x",
+                       .inputs = {{"x", true, {DType::kF32}, {1}, "[N]", "the values"}},
+                       .outputs = {{"out", "f32", "[N]", "2 * x"}},
+                       .params = {}};
+  return *schema;
 }
 
-TensorSpecMap FakeKernel::OutputSpecs(const TensorSpecMap& inputs, const Attributes&) const {
-  return {{"out", inputs.at("x")}};
+absl::StatusOr<std::shared_ptr<const Problem>> FakeKernel::AnalyzeChecked(
+    const TensorSpecMap& inputs, const Attributes&) const {
+  ++counters_->analyses;
+  auto problem = std::make_shared<FakeProblem>();
+  problem->x = inputs.at("x");
+  return problem;
 }
 
-KernelConfig FakeKernel::HeuristicConfig(const TensorSpecMap&, const Attributes&,
-                                         const DeviceInfo&) const {
-  return FakeConfig(1);
-}
-
-std::vector<KernelConfig> FakeKernel::CandidateConfigs(const TensorSpecMap&, const Attributes&,
-                                                       const DeviceInfo&) const {
-  return {FakeConfig(1), FakeConfig(2), FakeConfig(3), FakeConfig(4), FakeConfig(5)};
+TensorSpecMap FakeKernel::OutputSpecs(const Problem& problem) const {
+  return {{"out", ProblemAs<FakeProblem>(problem).x}};
 }
 
 }  // namespace kernelserve::testing

@@ -3,7 +3,7 @@
 //   block_size 1..3: correct; each launch reports 1/block_size ms (3 is fastest).
 //   block_size 4: fastest of all (0.1 ms) but wrong output (must never win).
 //   block_size 5: fails to launch.
-// The heuristic is block_size 1. Every Prepare and Launch is counted.
+// The heuristic is block_size 1. Every analysis, Prepare and Launch is counted.
 #ifndef KERNELSERVE_TESTS_SUPPORT_FAKE_KERNEL_H_
 #define KERNELSERVE_TESTS_SUPPORT_FAKE_KERNEL_H_
 
@@ -15,6 +15,7 @@
 namespace kernelserve::testing {
 
 struct FakeCounters {
+  std::atomic<int> analyses{0};
   std::atomic<int> prepares{0};
   std::atomic<int> launches{0};
   std::atomic<int> launch_delay_ms{0};  // sleep per launch (to widen races in tests)
@@ -24,17 +25,15 @@ class FakeKernel : public Kernel {
  public:
   explicit FakeKernel(std::shared_ptr<FakeCounters> counters);
 
-  std::string name() const override { return "fake_scale"; }
-  int version() const override { return 1; }
-  std::vector<ArgDoc> input_docs() const override;
-  std::vector<ArgDoc> output_docs() const override;
-  std::vector<ArgDoc> attribute_docs() const override { return {}; }
-  absl::Status Validate(const TensorSpecMap& inputs, const Attributes& attrs) const override;
-  TensorSpecMap OutputSpecs(const TensorSpecMap& inputs, const Attributes& attrs) const override;
-  KernelConfig HeuristicConfig(const TensorSpecMap& inputs, const Attributes& attrs,
-                               const DeviceInfo& device) const override;
-  std::vector<KernelConfig> CandidateConfigs(const TensorSpecMap& inputs, const Attributes& attrs,
-                                             const DeviceInfo& device) const override;
+  const KernelSchema& schema() const override;  // "fake_scale" v1: x f32 [N] -> out
+  TensorSpecMap OutputSpecs(const Problem& problem) const override;
+
+ protected:
+  absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(
+      const TensorSpecMap& inputs, const Attributes& attrs) const override;
+
+ private:
+  std::shared_ptr<FakeCounters> counters_;
 };
 
 // A config of the fake kernel with the given block size.

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "client/client.h"
-#include "core/utils/testing.h"
 #include "gtest/gtest.h"
 #include "tests/client/e2e/client_fixture.h"
+#include "tests/support/testing.h"
 
 namespace kernelserve {
 namespace {

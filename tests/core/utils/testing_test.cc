@@ -1,4 +1,4 @@
-#include "core/utils/testing.h"
+#include "tests/support/testing.h"
 
 #include <cmath>
 #include <limits>

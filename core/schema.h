@@ -1,0 +1,83 @@
+// KernelSchema: what a kernel takes and gives, declared once by the kernel and read by every
+// layer that would otherwise name it: the wire conversion of params, call validation, the CLI,
+// ListKernels and the clients.
+#ifndef KERNELSERVE_CORE_SCHEMA_H_
+#define KERNELSERVE_CORE_SCHEMA_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/attributes.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace kernelserve {
+
+// The type of a param's value.
+enum class ParamType { kBool, kInt, kFloat, kString };
+// "bool", "int", "float", "string".
+std::string_view ParamTypeName(ParamType type);
+
+// One input tensor. A value type.
+struct InputSchema {
+  std::string name;           // "q"
+  bool required = true;       // false: may be left out
+  std::vector<DType> dtypes;  // the dtypes it may have (more rules in the kernel's analysis)
+  std::vector<int> ranks;     // the ranks it may have
+  std::string shape;          // for people: "[B,Sq,Hq,D] or [Tq,Hq,D]"
+  std::string doc;            // one line
+};
+
+// One output tensor. A value type.
+struct OutputSchema {
+  std::string name;   // "lse"
+  std::string dtype;  // for people: "dtype of q", "f32"
+  std::string shape;  // for people: "[B,Hq,Sq]"
+  std::string doc;    // one line, saying when it is produced if not always
+};
+
+// One scalar param. A value type.
+struct ParamSchema {
+  std::string name;  // "window_left"
+  ParamType type = ParamType::kInt;
+  AttrValue default_value;    // its value when left out; of `type`
+  std::optional<double> min;  // inclusive bounds of an int or float param
+  std::optional<double> max;
+  std::string doc;  // one line, with what special values mean
+};
+
+// A kernel's declaration. A value type.
+struct KernelSchema {
+  std::string name;  // "flash_attention"
+  int version = 1;
+  std::string doc;  // one line
+  std::vector<InputSchema> inputs;
+  std::vector<OutputSchema> outputs;
+  std::vector<ParamSchema> params;
+
+  // nullptr when there is none of that name.
+  const InputSchema* FindInput(std::string_view name) const;
+  const ParamSchema* FindParam(std::string_view name) const;
+
+  // Checks each input's name, dtype and rank, and that every required input is there.
+  // InvalidArgument naming the input and what was expected.
+  absl::Status CheckInputs(const TensorSpecMap& inputs) const;
+  // The canonical form of `params`: each name known, each value of the param's type (an int
+  // is taken for a float param) and within its bounds (floats finite), and values equal to the
+  // default left out, so that equal calls have equal attributes however they were written.
+  // InvalidArgument naming the param and what was expected.
+  absl::StatusOr<Attributes> CanonicalParams(const Attributes& params) const;
+};
+
+// The value of `name` in canonical attributes, or the param's default. REQUIRES: `schema` has
+// a param `name` of type T's (bool: kBool, int64_t: kInt, double: kFloat, std::string:
+// kString) and `attrs` came from schema.CanonicalParams.
+template <typename T>
+T ParamOr(const KernelSchema& schema, const Attributes& attrs, std::string_view name);
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_CORE_SCHEMA_H_

@@ -1,0 +1,148 @@
+#include "kernels/flash_attention/cuda/flash_attention_config.h"
+
+#include <algorithm>
+#include <iterator>
+#include <string>
+
+#include "kernels/flash_attention/cuda/flash_attention_instances.h"
+#include "kernels/flash_attention/cuda/flash_attention_launch.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+enum Algorithm { kMma, kWgmma };
+
+struct CompiledShape {
+  Algorithm algorithm;
+  DType dtype;
+  int head_dim;
+  int block_q;
+  int block_k;
+  int num_warps;
+  int num_stages;
+};
+// The instances the .cu files compile (flash_attention_instances.h names them once).
+#define KS_FLASH_SHAPE(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES) \
+  {k##ALGO, DType::DT, D, BQ, BK, WARPS, STAGES},
+constexpr CompiledShape kCompiled[] = {KS_FOR_EACH_FLASH_INSTANCE(KS_FLASH_SHAPE)};
+#undef KS_FLASH_SHAPE
+// Used when the device reports no shared-memory limit (an H100 SXM).
+constexpr int64_t kDefaultSharedOptin = 227 * 1024;
+
+KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k, int num_warps,
+                        int num_stages) {
+  KernelConfig config;
+  config.block_q = block_q;
+  config.block_k = block_k;
+  config.num_warps = num_warps;
+  config.num_stages = num_stages;
+  config.platform = "cuda";
+  if (algorithm == kWgmma) config.algorithm = std::string(kFlashWgmmaAlgorithm);
+  return config;
+}
+
+KernelConfig ConfigOf(const CompiledShape& s) {
+  return MakeConfig(s.algorithm, s.block_q, s.block_k, s.num_warps, s.num_stages);
+}
+
+// Hopper (compute capability 9.0) runs the wgmma kernels; a device without a known capability
+// (0.0) is not assumed to.
+bool IsHopper(const DeviceInfo& device) {
+  return device.fingerprint.cc_major == 9 && device.fingerprint.cc_minor == 0;
+}
+
+}  // namespace
+
+bool IsFlashHeadDimCompiled(int64_t head_dim) {
+  return std::any_of(std::begin(kCompiled), std::end(kCompiled),
+                     [&](const CompiledShape& s) { return s.head_dim == head_dim; });
+}
+
+std::vector<KernelConfig> FlashAttentionCompiledConfigs(int64_t head_dim) {
+  std::vector<KernelConfig> out;
+  for (const CompiledShape& s : kCompiled) {
+    // Both dtypes compile the same shapes: list each once.
+    if (s.head_dim == head_dim && s.dtype == DType::kBF16) out.push_back(ConfigOf(s));
+  }
+  return out;
+}
+
+bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
+  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
+  if (!(config.platform.empty() || config.platform == "cuda") || config.block_d != 0 ||
+      config.block_size != 0 || !config.backend.empty() || !(wgmma || config.algorithm.empty())) {
+    return false;
+  }
+  for (const CompiledShape& s : kCompiled) {
+    if ((s.algorithm == kWgmma) == wgmma && s.head_dim == head_dim && s.block_q == config.block_q &&
+        s.block_k == config.block_k && s.num_warps == config.num_warps &&
+        s.num_stages == config.num_stages) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
+  // The wgmma kernel lays rows out in whole 64-element blocks (D = 96 takes 128) and aligns its
+  // tiles to 1024 bytes, asking for that much slack (WgmmaSharedBytes).
+  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
+  const int d = static_cast<int>(head_dim);
+  return static_cast<int64_t>(FlashSharedBytes(wgmma ? FlashWgmmaWidth(d) : d, config.block_q,
+                                               config.block_k, config.num_stages)) +
+         (wgmma ? 1024 : 0);
+}
+
+bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceInfo& device) {
+  const int64_t limit = device.shared_memory_per_block_optin > 0
+                            ? device.shared_memory_per_block_optin
+                            : kDefaultSharedOptin;
+  return IsFlashConfigCompiled(config, head_dim) &&
+         (config.algorithm != kFlashWgmmaAlgorithm || IsHopper(device)) &&
+         FlashConfigSharedBytes(config, head_dim) <= limit;
+}
+
+std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& problem,
+                                                   const DeviceInfo& device) {
+  // No kernel for this head dim or dtype: nothing to tune (the call runs on the CPU).
+  if (!IsFlashHeadDimCompiled(problem.head_dim) || problem.dtype == DType::kF32) return {};
+  const KernelConfig best = FlashAttentionHeuristic(problem, device);
+  std::vector<KernelConfig> out = {best};
+  for (const KernelConfig& config : FlashAttentionCompiledConfigs(problem.head_dim)) {
+    if (config == best || !FlashConfigFits(config, problem.head_dim, device)) continue;
+    out.push_back(config);
+  }
+  return out;
+}
+
+KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
+                                     const DeviceInfo& device) {
+  // Hopper: the wgmma kernel with key tiles of 128 and 3 stages. Measured on an H100
+  // (docs/PERFORMANCE.md): at D = 128 two warpgroups (128 query rows) beat one by 37%; at
+  // D = 64 one warpgroup (two blocks an SM) beats two by 18%. At D = 256 only one warpgroup
+  // with key tiles of 64 fits in shared memory.
+  const KernelConfig hopper = problem.head_dim <= 64    ? MakeConfig(kWgmma, 64, 128, 4, 3)
+                              : problem.head_dim <= 128 ? MakeConfig(kWgmma, 128, 128, 8, 3)
+                                                        : MakeConfig(kWgmma, 64, 64, 4, 3);
+  if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
+  // Other GPUs, measured on an H100 (docs/PERFORMANCE.md): mma.sync with 4 warps x 64 query
+  // rows (two blocks per SM) beat 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens,
+  // causal or not, D 64 and 128. Key tiles shrink as D grows so that S, O and the Q fragments
+  // stay in registers: 128 up to D = 64, 64 up to D = 128, 32 at D = 256.
+  const int block_k = problem.head_dim <= 64 ? 128 : problem.head_dim <= 128 ? 64 : 32;
+  const KernelConfig preferred = MakeConfig(kMma, 64, block_k, 4, 2);
+  if (FlashConfigFits(preferred, problem.head_dim, device)) return preferred;
+  // A device with less shared memory: the largest compiled config that fits.
+  KernelConfig chosen = preferred;
+  int64_t chosen_bytes = -1;
+  for (const KernelConfig& config : FlashAttentionCompiledConfigs(problem.head_dim)) {
+    const int64_t bytes = FlashConfigSharedBytes(config, problem.head_dim);
+    if (FlashConfigFits(config, problem.head_dim, device) && bytes > chosen_bytes) {
+      chosen = config;
+      chosen_bytes = bytes;
+    }
+  }
+  return chosen;
+}
+
+}  // namespace kernelserve::cuda

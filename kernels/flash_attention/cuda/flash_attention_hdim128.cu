@@ -1,0 +1,10 @@
+// The compiled flash attention launcher instances of head dim 128 (mma.sync and wgmma).
+#include "kernels/flash_attention/cuda/flash_attention_device.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_instances.h"
+#include "kernels/flash_attention/cuda/flash_attention_wgmma.cuh"
+
+namespace kernelserve::cuda {
+
+KS_FLASH_INSTANCES_D128(KS_INSTANTIATE_FLASH)
+
+}  // namespace kernelserve::cuda

@@ -1,0 +1,84 @@
+// The CUDA flash attention forward launcher: device pointers and sizes in, one kernel launch on
+// a stream. Included by host C++ (the dispatch, the platform, the bench) and by the .cu files.
+#ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_LAUNCH_H_
+#define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kernelserve::cuda {
+
+// One call's device buffers, sizes and options. Pointers are borrowed. q/out rows are
+// [row, Hq, D] and k/v rows [row, Hkv, D], row-major, 16-byte aligned.
+struct FlashDeviceArgs {
+  const void* q = nullptr;  // [total_q, Hq, D] of the element type
+  const void* k = nullptr;  // [total_k, Hkv, D]
+  const void* v = nullptr;  // [total_k, Hkv, D]
+  void* out = nullptr;      // [total_q, Hq, D]; rows inside sequences written in full
+  // Natural-log log-sum-exp per query row (-inf where no key is seen), or null.
+  // Dense: [num_sequences, Hq, seq_len_q]; varlen: [Hq, total_q].
+  float* lse = nullptr;
+  int64_t total_q = 0;
+  int64_t total_k = 0;
+  int64_t num_heads_q = 0;   // Hq
+  int64_t num_heads_kv = 0;  // Hkv, dividing Hq
+  int64_t num_sequences = 0;
+  int64_t seq_len_q = 0;  // dense
+  int64_t seq_len_k = 0;  // dense
+  // Varlen when both are set: num_sequences + 1 valid offsets each.
+  const int64_t* cu_seqlens_q = nullptr;
+  const int64_t* cu_seqlens_k = nullptr;
+  int64_t max_seq_len_q = 0;  // varlen: the longest query sequence (sizes the grid)
+  float softmax_scale = 1.0f;
+  bool causal = false;
+  int64_t window_left = -1;   // -1 = unlimited
+  int64_t window_right = -1;  // -1 = unlimited
+  float softcap = 0.0f;       // 0 = off
+  // Dense only: bias element (b, h, i, j) at bias[b*bias_batch_stride + h*bias_head_stride +
+  // i*seq_len_k + j] (stride 0 broadcasts); null = none.
+  const float* bias = nullptr;
+  int64_t bias_batch_stride = 0;
+  int64_t bias_head_stride = 0;
+  // Dense only: [num_sequences, seq_len_q] and [num_sequences, seq_len_k], or both null.
+  const int64_t* q_segment_ids = nullptr;
+  const int64_t* kv_segment_ids = nullptr;
+};
+
+// The width (elements) of a tile row in the wgmma kernel's shared memory: the head dim rounded
+// up to whole 64-element swizzle blocks (D = 96 takes 128).
+__host__ __device__ constexpr int FlashWgmmaWidth(int head_dim) {
+  return (head_dim + 63) / 64 * 64;
+}
+
+// Shared memory (bytes) one block of a config uses: the Q tile and num_stages K and V tiles of
+// 2-byte elements.
+constexpr size_t FlashSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {
+  return static_cast<size_t>(head_dim) * 2 *
+         (static_cast<size_t>(block_q) + 2 * static_cast<size_t>(block_k) * num_stages);
+}
+
+// Launch the forward kernel on `stream` and return the launch's error (they do not wait).
+// T: __half or __nv_bfloat16. kHeadDim: D. kBlockK key rows per tile, kStages K/V tiles in
+// flight. REQUIRES: args.head_dim == kHeadDim; the grid (query tiles x Hq x sequences) within
+// the device's limits.
+//
+// Mma: any sm_80+ GPU; kBlockQ = 16 * kWarps query rows per block (each warp owns 16).
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionMma(const FlashDeviceArgs& args, cudaStream_t stream);
+// Wgmma: Hopper (compute capability 9.0) with the build targeting sm_90a; kBlockQ = 16 * kWarps
+// query rows per block, 64 per warpgroup of 4 warps; kHeadDim 64, 96, 128 or 256 (96 is padded
+// to 128 in shared memory). Its shared memory is WgmmaSharedBytes(...): FlashSharedBytes of
+// the padded head dim + 1024 (alignment).
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionWgmma(const FlashDeviceArgs& args, cudaStream_t stream);
+
+// Varlen rows past the last sequence: writes zeros to out rows [covered_q, total_q) (each
+// Hq*D elements of `item_size` bytes) and -inf to their lse entries (when lse is set).
+cudaError_t LaunchFlashClearTail(const FlashDeviceArgs& args, int64_t covered_q, int head_dim,
+                                 size_t item_size, cudaStream_t stream);
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_LAUNCH_H_

@@ -1,0 +1,20 @@
+#include "kernels/mean_pooling/mean_pooling.h"
+
+#include "kernels/mean_pooling/cpu/mean_pooling_cpu.h"
+#include "kernels/mean_pooling/mean_pooling_kernel.h"
+#ifdef KERNELSERVE_WITH_CUDA
+#include "kernels/mean_pooling/cuda/mean_pooling_cuda.h"
+#endif
+
+namespace kernelserve {
+
+std::unique_ptr<Kernel> MakeMeanPooling() {
+  auto kernel = std::make_unique<MeanPoolingKernel>();
+  kernel->AddImpl(MakeMeanPoolingCpu());
+#ifdef KERNELSERVE_WITH_CUDA
+  kernel->AddImpl(MakeMeanPoolingCuda());
+#endif
+  return kernel;
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,17 @@
+// mean_pooling as the registry takes it: the kernel with every platform this build has.
+#ifndef KERNELSERVE_KERNELS_MEAN_POOLING_MEAN_POOLING_H_
+#define KERNELSERVE_KERNELS_MEAN_POOLING_MEAN_POOLING_H_
+
+#include <memory>
+
+#include "core/kernel.h"
+
+namespace kernelserve {
+
+// MeanPoolingKernel (mean_pooling_kernel.h) with its cpu platform, and its cuda platform in
+// builds with CUDA.
+std::unique_ptr<Kernel> MakeMeanPooling();
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_MEAN_POOLING_MEAN_POOLING_H_

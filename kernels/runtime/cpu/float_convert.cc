@@ -1,0 +1,47 @@
+#include "kernels/runtime/cpu/float_convert.h"
+
+#include <cstring>
+
+namespace kernelserve::cpu {
+
+void LoadAsFloat(DType dtype, const void* src, int64_t offset, int64_t n, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, static_cast<const float*>(src) + offset, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(p[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(p[i]);
+      return;
+    }
+    default:
+      return;  // not a floating type: excluded by the REQUIRES
+  }
+}
+
+void StoreFromFloat(DType dtype, const float* src, int64_t n, void* dst, int64_t offset) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(static_cast<float*>(dst) + offset, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kF16: {
+      uint16_t* p = static_cast<uint16_t*>(dst) + offset;
+      for (int64_t i = 0; i < n; ++i) p[i] = FloatToHalf(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      uint16_t* p = static_cast<uint16_t*>(dst) + offset;
+      for (int64_t i = 0; i < n; ++i) p[i] = FloatToBFloat16(src[i]);
+      return;
+    }
+    default:
+      return;  // not a floating type: excluded by the REQUIRES
+  }
+}
+
+}  // namespace kernelserve::cpu

@@ -1,0 +1,197 @@
+#include "kernels/runtime/cuda/cuda_resources.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/runtime/cuda/cuda_check.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+// Largest pinned staging buffer per (thread, device); copies larger than this go in pieces.
+constexpr size_t kStagingCapBytes = size_t{32} << 20;
+
+// Devices whose default memory pool has been set to keep freed memory.
+class PoolSetup {
+ public:
+  absl::Status Ensure(int ordinal) {
+    absl::MutexLock lock(&mu_);
+    if (done_.contains(ordinal)) return absl::OkStatus();
+    int supported = 0;
+    KS_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, ordinal));
+    if (supported == 0) {
+      return absl::FailedPreconditionError(
+          "CUDA device has no stream-ordered memory pools (cudaMallocAsync); need CUDA 11.2+");
+    }
+    cudaMemPool_t pool;
+    KS_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, ordinal));
+    uint64_t keep_all = UINT64_MAX;  // never give freed memory back on synchronization
+    KS_CUDA_RETURN_IF_ERROR(
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    done_.insert(ordinal);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::set<int> done_ ABSL_GUARDED_BY(mu_);
+};
+
+PoolSetup& Pools() {
+  static PoolSetup* const pools = new PoolSetup();  // lives as long as the process
+  return *pools;
+}
+
+}  // namespace
+
+DeviceThreadResources::~DeviceThreadResources() {
+  // Errors cannot be reported from here; at process exit the runtime may already be gone.
+  for (cudaEvent_t event : half_free_) {
+    if (event != nullptr) (void)cudaEventDestroy(event);
+  }
+  if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+absl::Status DeviceThreadResources::Init() {
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  if (absl::Status s = Pools().Ensure(ordinal_); !s.ok()) return s;
+  KS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& event : half_free_) {
+    KS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceThreadResources::ReserveStaging(size_t bytes) {
+  const size_t want = std::min(std::max<size_t>(bytes, 2), kStagingCapBytes);
+  if (staging_bytes_ >= want) return absl::OkStatus();
+  // The old buffer may still be read by copies in flight on another stream of this thread.
+  for (cudaEvent_t event : half_free_) KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event));
+  if (staging_ != nullptr) {
+    KS_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging_));
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+  }
+  KS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&staging_, want));
+  staging_bytes_ = want;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceThreadResources::Upload(const void* host, size_t bytes, void* device,
+                                           cudaStream_t stream) {
+  if (bytes == 0) return absl::OkStatus();
+  if (absl::Status s = ReserveStaging(bytes); !s.ok()) return s;
+  const size_t half = staging_bytes_ / 2;
+  const char* src = static_cast<const char*>(host);
+  char* dst = static_cast<char*>(device);
+  int which = 0;
+  for (size_t done = 0; done < bytes; done += half, which ^= 1) {
+    const size_t n = std::min(half, bytes - done);
+    char* buffer = static_cast<char*>(staging_) + which * half;
+    KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(half_free_[which]));  // its last copy is done
+    std::memcpy(buffer, src + done, n);
+    KS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + done, buffer, n, cudaMemcpyHostToDevice, stream));
+    KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(half_free_[which], stream));
+  }
+  KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceThreadResources::Download(const void* device, size_t bytes, void* host,
+                                             cudaStream_t stream) {
+  if (bytes == 0) return absl::OkStatus();
+  if (absl::Status s = ReserveStaging(bytes); !s.ok()) return s;
+  for (cudaEvent_t event : half_free_) KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event));
+  const char* src = static_cast<const char*>(device);
+  char* dst = static_cast<char*>(host);
+  for (size_t done = 0; done < bytes; done += staging_bytes_) {
+    const size_t n = std::min(staging_bytes_, bytes - done);
+    KS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(staging_, src + done, n, cudaMemcpyDeviceToHost, stream));
+    KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    std::memcpy(dst + done, staging_, n);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceThreadResources*> ThisThreadResources(int ordinal) {
+  thread_local std::map<int, std::unique_ptr<DeviceThreadResources>> per_device;
+  auto it = per_device.find(ordinal);
+  if (it != per_device.end()) {
+    KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+    return it->second.get();
+  }
+  std::unique_ptr<DeviceThreadResources> made(new DeviceThreadResources(ordinal));
+  if (absl::Status s = made->Init(); !s.ok()) return s;
+  DeviceThreadResources* raw = made.get();
+  per_device.emplace(ordinal, std::move(made));
+  return raw;
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ordinal_(other.ordinal_),
+      ptr_(std::exchange(other.ptr_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      stream_(other.stream_) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    ordinal_ = other.ordinal_;
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    stream_ = other.stream_;
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+
+void DeviceBuffer::Release() {
+  if (ptr_ == nullptr) return;
+  // Errors cannot be reported from a destructor. If the stream is gone (its thread exited),
+  // free synchronously instead.
+  if (cudaSetDevice(ordinal_) == cudaSuccess && cudaFreeAsync(ptr_, stream_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFree(ptr_);
+  }
+  ptr_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int ordinal, size_t bytes,
+                                                    cudaStream_t stream) {
+  DeviceBuffer buffer;
+  buffer.ordinal_ = ordinal;
+  buffer.stream_ = stream;
+  if (bytes == 0) return buffer;
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  cudaError_t error = cudaMallocAsync(&buffer.ptr_, bytes, stream);
+  if (error == cudaErrorMemoryAllocation) {
+    // The pool may hold freed blocks that do not fit this request: give them back and retry.
+    (void)cudaGetLastError();
+    cudaMemPool_t pool;
+    KS_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, ordinal));
+    KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    KS_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
+    error = cudaMallocAsync(&buffer.ptr_, bytes, stream);
+  }
+  if (error != cudaSuccess) {
+    buffer.ptr_ = nullptr;
+    return CudaStatus(error, "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
+  }
+  buffer.size_ = bytes;
+  return buffer;
+}
+
+}  // namespace kernelserve::cuda

@@ -1,0 +1,84 @@
+// Device-side resources of the CUDA platform: per-(thread, device) streams and pinned staging
+// buffers, and device buffers from each device's caching memory pool.
+#ifndef KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_RESOURCES_H_
+#define KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_RESOURCES_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kernelserve::cuda {
+
+// What one thread uses on one device: a non-blocking stream (the worker's stream: copies and
+// kernels of the thread's calls go there) and a pinned host buffer that stages copies between
+// pageable host memory and the device, reused across calls and grown as needed up to a cap.
+// Made on a thread's first call for the device; destroyed when the thread exits.
+// Thread safety: used only by its own thread (the stream itself may be used from any thread).
+class DeviceThreadResources {
+ public:
+  DeviceThreadResources(const DeviceThreadResources&) = delete;
+  DeviceThreadResources& operator=(const DeviceThreadResources&) = delete;
+  ~DeviceThreadResources();
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Copies `bytes` from pageable `host` to `device` through the staging buffer, in pieces on
+  // `stream` (filling one half of the buffer while the other half is copied), and waits until
+  // the copy is done. REQUIRES: `device` holds `bytes` bytes on this device.
+  absl::Status Upload(const void* host, size_t bytes, void* device, cudaStream_t stream);
+  // Copies `bytes` from `device` to pageable `host` after the work queued on `stream`; waits.
+  absl::Status Download(const void* device, size_t bytes, void* host, cudaStream_t stream);
+
+ private:
+  friend absl::StatusOr<DeviceThreadResources*> ThisThreadResources(int ordinal);
+  explicit DeviceThreadResources(int ordinal) : ordinal_(ordinal) {}
+  absl::Status Init();
+  // Makes the staging buffer at least min(bytes, cap) bytes.
+  absl::Status ReserveStaging(size_t bytes);
+
+  const int ordinal_;
+  cudaStream_t stream_ = nullptr;
+  void* staging_ = nullptr;  // pinned (cudaMallocHost)
+  size_t staging_bytes_ = 0;
+  cudaEvent_t half_free_[2] = {nullptr, nullptr};  // each half's last copy out of it
+};
+
+// The calling thread's resources for device `ordinal`, made on first use (which also sets the
+// device's memory pool to keep freed memory for reuse). Makes `ordinal` the thread's current
+// device. The pointer stays valid until the thread exits.
+absl::StatusOr<DeviceThreadResources*> ThisThreadResources(int ordinal);
+
+// Device memory from the device's memory pool (cudaMallocAsync), freed in stream order on the
+// stream it was allocated on. Freed memory stays in the pool for the next allocation.
+// Move-only. Thread safety: as a plain value.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  ~DeviceBuffer();
+
+  // `bytes` bytes on device `ordinal`, usable by work queued on `stream` after this call (and
+  // by other streams once `stream` has been synchronized). bytes == 0 gives an empty buffer.
+  // Out of device memory (after giving the pool's cached memory back) -> ResourceExhausted.
+  static absl::StatusOr<DeviceBuffer> Allocate(int ordinal, size_t bytes, cudaStream_t stream);
+
+  void* get() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  void Release();
+
+  int ordinal_ = -1;
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_RESOURCES_H_

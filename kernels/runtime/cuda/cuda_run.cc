@@ -1,0 +1,88 @@
+#include "kernels/runtime/cuda/cuda_run.h"
+
+#include <chrono>
+#include <utility>
+
+#include "core/status_macros.h"
+#include "kernels/runtime/cuda/cuda_check.h"
+
+namespace kernelserve::cuda {
+
+CudaRun::CudaRun(int ordinal, DeviceThreadResources* resources)
+    : ordinal_(ordinal), resources_(resources) {}
+
+CudaRun::~CudaRun() {
+  // Errors cannot be reported from a destructor.
+  if (start_ != nullptr) (void)cudaEventDestroy(start_);
+  if (stop_ != nullptr) (void)cudaEventDestroy(stop_);
+}
+
+absl::Status CudaRun::InitEvents() {
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  KS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_));
+  KS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceBuffer> CudaRun::Upload(const void* host, size_t bytes) {
+  const auto started = std::chrono::steady_clock::now();
+  KS_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(ordinal_, bytes, stream()));
+  if (bytes > 0) KS_RETURN_IF_ERROR(resources_->Upload(host, bytes, buffer.get(), stream()));
+  upload_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return buffer;
+}
+
+absl::StatusOr<void*> CudaRun::AddOutput(const std::string& name, DType dtype, const Shape& shape) {
+  KS_ASSIGN_OR_RETURN(const int64_t count, NumElements(shape));
+  const size_t bytes = static_cast<size_t>(count) * ItemSize(dtype);
+  Output output{name, dtype, shape, DeviceBuffer()};
+  KS_ASSIGN_OR_RETURN(output.buffer, DeviceBuffer::Allocate(ordinal_, bytes, stream()));
+  void* address = output.buffer.get();
+  outputs_.push_back(std::move(output));
+  return address;
+}
+
+absl::StatusOr<double> CudaRun::TimedLaunch(absl::FunctionRef<cudaError_t(cudaStream_t)> enqueue) {
+  launched_ = false;
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream()));
+  KS_CUDA_RETURN_IF_ERROR(enqueue(stream()));
+  KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream()));
+  KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
+  float ms = 0.0f;
+  KS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
+  launched_ = true;
+  return static_cast<double>(ms) * 1e-3;
+}
+
+absl::StatusOr<TensorMap> CudaRun::Fetch() {
+  if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
+  TensorMap outputs;
+  for (const Output& output : outputs_) {
+    Tensor host = Tensor::Empty(output.dtype, output.shape);
+    KS_RETURN_IF_ERROR(
+        resources_->Download(output.buffer.get(), host.nbytes(), host.data(), stream()));
+    outputs.emplace(output.name, std::move(host));
+  }
+  return outputs;
+}
+
+absl::Status CudaRun::PoisonOutputs() {
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  for (const Output& output : outputs_) {
+    if (output.buffer.size() == 0) continue;
+    KS_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(output.buffer.get(), 0xff, output.buffer.size(), stream()));
+  }
+  KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  return absl::OkStatus();
+}
+
+absl::Status PoisonOutputs(PreparedRun& run) {
+  auto* cuda_run = dynamic_cast<CudaRun*>(&run);
+  if (cuda_run == nullptr) return absl::InvalidArgumentError("PoisonOutputs: not a CUDA run");
+  return cuda_run->PoisonOutputs();
+}
+
+}  // namespace kernelserve::cuda

@@ -1,0 +1,81 @@
+// CudaRun: what every CUDA PreparedRun shares. A kernel's CUDA run derives from it: its Init
+// uploads the inputs (Upload) and declares the outputs (AddOutput); its Launch checks the
+// config and queues the kernel through TimedLaunch. Fetch, the events, the upload time and the
+// poisoning of outputs for tests live here once.
+#ifndef KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_RUN_H_
+#define KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_RUN_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "core/kernel.h"
+#include "kernels/runtime/cuda/cuda_resources.h"
+
+namespace kernelserve::cuda {
+
+// Thread safety: one thread at a time (see PreparedRun), the thread whose resources it uses.
+class CudaRun : public PreparedRun {
+ public:
+  ~CudaRun() override;
+  CudaRun(const CudaRun&) = delete;
+  CudaRun& operator=(const CudaRun&) = delete;
+
+  double upload_seconds() const override { return upload_seconds_; }
+  // The outputs of the last successful launch, downloaded through the thread's staging
+  // buffer. FailedPrecondition before a successful launch.
+  absl::StatusOr<TensorMap> Fetch() override;
+
+  // Fills every output with 0xff bytes (a NaN in f32, f16 and bf16) and waits, so that an
+  // element the next launch leaves unwritten shows in a test.
+  absl::Status PoisonOutputs();
+
+ protected:
+  // For the calling thread's work on device `ordinal`. REQUIRES: `resources` is the calling
+  // thread's (ThisThreadResources(ordinal)), outliving the run.
+  CudaRun(int ordinal, DeviceThreadResources* resources);
+
+  // Creates the timing events; the derived Init calls it first.
+  absl::Status InitEvents();
+  // A device buffer holding a copy of the `bytes` bytes at `host` (empty for 0 bytes); the
+  // copy's time counts in upload_seconds.
+  absl::StatusOr<DeviceBuffer> Upload(const void* host, size_t bytes);
+  // Allocates output `name` of `dtype` and `shape` on the device, for Fetch and
+  // PoisonOutputs. Returns its device address (null for an empty output).
+  absl::StatusOr<void*> AddOutput(const std::string& name, DType dtype, const Shape& shape);
+  // Records the start event, lets `enqueue` queue the launch on the stream (returning the
+  // first launch error), records the stop event, waits and returns the seconds between the
+  // events. The outputs are fetchable once it succeeds.
+  absl::StatusOr<double> TimedLaunch(absl::FunctionRef<cudaError_t(cudaStream_t)> enqueue);
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return resources_->stream(); }
+  DeviceThreadResources& resources() const { return *resources_; }
+
+ private:
+  struct Output {
+    std::string name;
+    DType dtype = DType::kF32;
+    Shape shape;
+    DeviceBuffer buffer;
+  };
+
+  const int ordinal_;
+  DeviceThreadResources* const resources_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+  std::vector<Output> outputs_;
+  bool launched_ = false;
+  double upload_seconds_ = 0.0;
+};
+
+// PoisonOutputs of `run` when it is a CUDA run; InvalidArgument otherwise. For tests.
+absl::Status PoisonOutputs(PreparedRun& run);
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_RUN_H_
