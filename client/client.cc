@@ -150,6 +150,15 @@ absl::StatusOr<RunResult> Client::Run(v1::ExecuteRequest& request, const RunOpti
   return TakeRunResult(&response);
 }
 
+absl::StatusOr<RunResult> Client::Call(const std::string& kernel, TensorMap inputs,
+                                       const Attributes& params, RunOptions run) const {
+  v1::ExecuteRequest request;
+  request.set_kernel(kernel);
+  PutInputs(std::move(inputs), request.mutable_inputs());
+  for (const auto& [name, value] : params) (*request.mutable_parameters())[name] = ToProto(value);
+  return Run(request, run);
+}
+
 absl::StatusOr<RunResult> Client::MeanPooling(Tensor x, MeanPoolingOptions options) const {
   v1::ExecuteRequest request;
   request.set_kernel("mean_pooling");

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/attributes.h"
 #include "core/config_source.h"
 #include "core/kernel_config.h"
 #include "core/policy.h"
@@ -129,6 +130,10 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // Any kernel the server lists (ListKernels): `inputs` by name, `params` by name (sent as
+  // `parameters`; the kernel's schema on the server checks names, types and ranges).
+  absl::StatusOr<RunResult> Call(const std::string& kernel, TensorMap inputs,
+                                 const Attributes& params = {}, RunOptions run = {}) const;
   // mean_pooling of x [B,S,H] (or [T,H] with cu_seqlens) -> out.
   absl::StatusOr<RunResult> MeanPooling(Tensor x, MeanPoolingOptions options = {}) const;
   // flash_attention of q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] -> out (and lse).

@@ -97,18 +97,26 @@ std::string WithPort(const std::string& address, int port) {
 Server::Server(const ServerOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  return Start(options, {});
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerOptions& options,
+    const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
   std::unique_ptr<Server> server(new Server(options));
-  KS_RETURN_IF_ERROR(server->Init());
+  KS_RETURN_IF_ERROR(server->Init(extra_kernels));
   return server;
 }
 
-absl::Status Server::Init() {
+absl::Status Server::Init(
+    const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
   ChainOptions chain_options;
   chain_options.on_store_error = [this](std::string_view store, std::string_view op) {
     metrics_.StoreError(store, op);
   };
   KS_ASSIGN_OR_RETURN(tiers_, OpenConfigTiers(options_.cache, std::move(chain_options)));
   KS_RETURN_IF_ERROR(RegisterBuiltinKernels(&registry_));
+  for (const auto& make : extra_kernels) KS_RETURN_IF_ERROR(registry_.Register(make()));
   std::vector<DeviceInfo> detected = DetectGpus();
   KS_ASSIGN_OR_RETURN(std::vector<int> gpus,
                       ParseDevices(options_.devices, static_cast<int>(detected.size())));

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +31,11 @@ class Server {
   // server. InvalidArgument for bad options (naming the flag); Unavailable when an address
   // cannot be bound; NotFound/PermissionDenied for unreadable token or TLS files.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+  // The same, serving the kernels `extra_kernels` make besides the built-in ones (a binary of
+  // its own kernels; the tests' toy kernel). AlreadyExists for a name taken.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(
+      const ServerOptions& options,
+      const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels);
   // Shutdown() when not done yet.
   ~Server();
   Server(const Server&) = delete;
@@ -47,7 +53,7 @@ class Server {
 
  private:
   explicit Server(const ServerOptions& options);
-  absl::Status Init();
+  absl::Status Init(const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels);
   absl::Status StartGrpc();
   void SampleDevices();
   // Gives freed memory back to the kernel when the server has been idle a while (sampler).

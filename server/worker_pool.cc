@@ -83,15 +83,20 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
 }
 
 int WorkerPool::Place(const std::vector<int>& candidates) const {
-  const size_t n = candidates.size();
+  std::vector<int> owned;
+  for (int device : candidates) {
+    if (Owns(device)) owned.push_back(device);
+  }
+  if (owned.empty()) return candidates.front();
+  // Start at a rotating place, so that ties (equally idle GPUs) go round robin.
+  const size_t n = owned.size();
   const size_t start = static_cast<size_t>(next_place_.fetch_add(1, std::memory_order_relaxed) % n);
-  int best = candidates.front();
-  int best_depth = -1;
-  for (size_t i = 0; i < n; ++i) {
-    const int device = candidates[(start + i) % n];
-    if (!Owns(device)) continue;
+  int best = owned[start];
+  int best_depth = Depth(best);
+  for (size_t i = 1; i < n; ++i) {
+    const int device = owned[(start + i) % n];
     const int depth = Depth(device);
-    if (best_depth < 0 || depth < best_depth) {
+    if (depth < best_depth) {
       best = device;
       best_depth = depth;
     }

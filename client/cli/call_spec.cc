@@ -1,9 +1,12 @@
 #include "client/cli/call_spec.h"
 
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/npy.h"
 #include "core/status_macros.h"
 #include "core/utils/random_tensor.h"
@@ -30,26 +33,40 @@ absl::StatusOr<Tensor> ReadInput(const InputArg& input) {
   return tensor;
 }
 
-template <typename T>
-absl::Status ParseParam(const std::string& key, const std::string& text, T* value) {
-  bool ok = false;
-  if constexpr (std::is_same_v<T, bool>) {
-    ok = absl::SimpleAtob(text, value);
-  } else if constexpr (std::is_same_v<T, float>) {
-    ok = absl::SimpleAtof(text, value);
-  } else {
-    ok = absl::SimpleAtoi(text, value);
-  }
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("--param ", key, "='", text, "': expected ",
-                                                 std::is_same_v<T, bool>    ? "true or false"
-                                                 : std::is_same_v<T, float> ? "a number"
-                                                                            : "an integer"));
+absl::Status BadValue(const std::string& key, const std::string& text, std::string_view expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--param ", key, "='", text, "': expected ", Sv(expected)));
 }
 
-absl::Status UnknownParam(const std::string& key, const char* kernel, const char* known) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--param ", key, ": not a param of ", kernel, ": expected ", known));
+// `text` as a value of the param type named `type` ("bool", "int", "float", "string").
+absl::StatusOr<AttrValue> ParseTyped(const std::string& key, const std::string& text,
+                                     const std::string& type) {
+  if (type == "bool") {
+    bool b = false;
+    if (!absl::SimpleAtob(text, &b)) return BadValue(key, text, "true or false");
+    return AttrValue(b);
+  }
+  if (type == "int") {
+    int64_t i = 0;
+    if (!absl::SimpleAtoi(text, &i)) return BadValue(key, text, "an integer");
+    return AttrValue(i);
+  }
+  if (type == "float") {
+    double d = 0;
+    if (!absl::SimpleAtod(text, &d)) return BadValue(key, text, "a number");
+    return AttrValue(d);
+  }
+  return AttrValue(text);
+}
+
+// The value `text` reads as without a schema.
+AttrValue ParseUntyped(const std::string& text) {
+  if (text == "true" || text == "false") return AttrValue(text == "true");
+  int64_t i = 0;
+  if (absl::SimpleAtoi(text, &i)) return AttrValue(i);
+  double d = 0;
+  if (absl::SimpleAtod(text, &d)) return AttrValue(d);
+  return AttrValue(text);
 }
 
 }  // namespace
@@ -59,7 +76,7 @@ absl::StatusOr<CallSpec> CallSpecFromArgs(const Args& args) {
   if (args.positional.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", args.positional.empty() ? "" : args.positional[0],
-                     "' needs exactly one kernel name (mean_pooling, flash_attention), got ",
+                     "' needs exactly one kernel name (see 'kernelserve kernels'), got ",
                      args.positional.size() < 2 ? 0 : args.positional.size() - 1));
   }
   spec.kernel = args.positional[1];
@@ -109,51 +126,48 @@ TensorMap MakeInputs(const CallSpec& spec) {
   return inputs;
 }
 
-absl::Status SetMeanPoolingParams(const std::map<std::string, std::string>& params,
-                                  v1::MeanPoolingParams* out) {
+absl::StatusOr<Attributes> ParamsFromText(const std::map<std::string, std::string>& params,
+                                          const v1::KernelInfo* info) {
+  Attributes out;
   for (const auto& [key, text] : params) {
-    if (key != "chunk_size") return UnknownParam(key, "mean_pooling", "chunk_size");
-    int32_t chunk_size = 0;
-    KS_RETURN_IF_ERROR(ParseParam(key, text, &chunk_size));
-    out->set_chunk_size(chunk_size);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SetFlashAttentionParams(const std::map<std::string, std::string>& params,
-                                     v1::FlashAttentionParams* out) {
-  for (const auto& [key, text] : params) {
-    bool flag = false;
-    float number = 0;
-    int32_t integer = 0;
-    if (key == "causal" || key == "return_lse") {
-      KS_RETURN_IF_ERROR(ParseParam(key, text, &flag));
-      key == "causal" ? out->set_causal(flag) : out->set_return_lse(flag);
-    } else if (key == "softmax_scale" || key == "logits_soft_cap") {
-      KS_RETURN_IF_ERROR(ParseParam(key, text, &number));
-      key == "softmax_scale" ? out->set_softmax_scale(number) : out->set_logits_soft_cap(number);
-    } else if (key == "window_left" || key == "window_right") {
-      KS_RETURN_IF_ERROR(ParseParam(key, text, &integer));
-      key == "window_left" ? out->set_window_left(integer) : out->set_window_right(integer);
-    } else {
-      return UnknownParam(key, "flash_attention",
-                          "causal, softmax_scale, window_left, window_right, logits_soft_cap "
-                          "or return_lse");
+    if (info == nullptr) {
+      out[key] = ParseUntyped(text);
+      continue;
     }
+    const v1::ParamInfo* param = nullptr;
+    std::vector<std::string> known;
+    for (const v1::ParamInfo& p : info->param_schema()) {
+      known.push_back(p.name());
+      if (p.name() == key) param = &p;
+    }
+    if (param == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--param ", key, ": not a param of ", info->name(), ": expected ",
+                       known.empty() ? std::string("none") : absl::StrJoin(known, ", ")));
+    }
+    KS_ASSIGN_OR_RETURN(out[key], ParseTyped(key, text, param->type()));
   }
-  return absl::OkStatus();
+  return out;
 }
 
 template <typename Request>
-absl::Status FillRequest(const CallSpec& spec, bool with_data, Request* request) {
+absl::Status FillRequest(const CallSpec& spec, const Client& client, bool with_data,
+                         Request* request) {
   request->set_kernel(spec.kernel);
-  if (spec.kernel == "mean_pooling") {
-    KS_RETURN_IF_ERROR(SetMeanPoolingParams(spec.params, request->mutable_mean_pooling()));
-  } else if (spec.kernel == "flash_attention") {
-    KS_RETURN_IF_ERROR(SetFlashAttentionParams(spec.params, request->mutable_flash_attention()));
-  } else if (!spec.params.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--param: params are known for mean_pooling and flash_attention, not '", spec.kernel, "'"));
+  if (!spec.params.empty()) {
+    // Typed by the kernel's schema when the server lists it; the server checks them either way.
+    std::optional<v1::KernelInfo> info;
+    if (absl::StatusOr<v1::ListKernelsResponse> kernels = client.ListKernels(); kernels.ok()) {
+      const std::string base = spec.kernel.substr(0, spec.kernel.find('@'));
+      for (const v1::KernelInfo& k : kernels->kernels()) {
+        if (k.name() == base) info = k;
+      }
+    }
+    KS_ASSIGN_OR_RETURN(const Attributes params,
+                        ParamsFromText(spec.params, info ? &*info : nullptr));
+    for (const auto& [name, value] : params) {
+      (*request->mutable_parameters())[name] = ToProto(value);
+    }
   }
   auto& inputs = *request->mutable_inputs();
   if (with_data) {
@@ -170,8 +184,8 @@ absl::Status FillRequest(const CallSpec& spec, bool with_data, Request* request)
   return absl::OkStatus();
 }
 
-template absl::Status FillRequest(const CallSpec&, bool, v1::ExecuteRequest*);
-template absl::Status FillRequest(const CallSpec&, bool, v1::AutotuneRequest*);
-template absl::Status FillRequest(const CallSpec&, bool, v1::PutConfigRequest*);
+template absl::Status FillRequest(const CallSpec&, const Client&, bool, v1::ExecuteRequest*);
+template absl::Status FillRequest(const CallSpec&, const Client&, bool, v1::AutotuneRequest*);
+template absl::Status FillRequest(const CallSpec&, const Client&, bool, v1::PutConfigRequest*);
 
 }  // namespace kernelserve::cli

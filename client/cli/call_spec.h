@@ -10,6 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "client/cli/args.h"
+#include "client/client.h"
+#include "core/attributes.h"
 #include "core/kernel_config.h"
 #include "core/tensor.h"
 #include "kernelserve/v1/kernel_service.pb.h"
@@ -36,18 +38,20 @@ absl::StatusOr<CallSpec> CallSpecFromArgs(const Args& args);
 // [-1, 1) (integer dtypes: -1, 0 or 1; bool: 0 or 1).
 TensorMap MakeInputs(const CallSpec& spec);
 
-// Sets the params oneof of a request from string params. Known: mean_pooling: chunk_size;
-// flash_attention: causal, softmax_scale, window_left, window_right, logits_soft_cap,
-// return_lse. InvalidArgument naming an unknown param or a bad value.
-absl::Status SetMeanPoolingParams(const std::map<std::string, std::string>& params,
-                                  v1::MeanPoolingParams* out);
-absl::Status SetFlashAttentionParams(const std::map<std::string, std::string>& params,
-                                     v1::FlashAttentionParams* out);
+// The params of a call from their text (--param KEY=VALUE), typed by the kernel's schema when
+// `info` is given (ListKernels): InvalidArgument naming an unknown param (with the kernel's
+// params) or a value that is not of the param's type. Without a schema the text decides:
+// true/false a bool, an integer an int, a number a float, anything else a string.
+absl::StatusOr<Attributes> ParamsFromText(const std::map<std::string, std::string>& params,
+                                          const v1::KernelInfo* info);
 
-// Fills kernel, inputs, params, platform and device of an ExecuteRequest, AutotuneRequest or
-// PutConfigRequest. With `with_data` false, inputs from shapes go without data (shapes only).
+// Fills kernel, inputs, params (as `parameters`, typed by the kernel's schema from `client`'s
+// ListKernels when params are given), platform and device of an ExecuteRequest,
+// AutotuneRequest or PutConfigRequest. With `with_data` false, inputs from shapes go without
+// data (shapes only).
 template <typename Request>
-absl::Status FillRequest(const CallSpec& spec, bool with_data, Request* request);
+absl::Status FillRequest(const CallSpec& spec, const Client& client, bool with_data,
+                         Request* request);
 
 }  // namespace kernelserve::cli
 

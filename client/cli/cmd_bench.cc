@@ -57,7 +57,7 @@ void PrintReport(const BenchReport& r, const BenchOptions& options, std::ostream
 absl::Status CmdBench(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
   v1::ExecuteRequest request;
-  KS_RETURN_IF_ERROR(FillRequest(spec, /*with_data=*/true, &request));
+  KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/true, &request));
   if (spec.config) *request.mutable_config() = ToProto(*spec.config);
   KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
   if (autotune) request.mutable_policy()->set_allow_autotune(true);

@@ -50,7 +50,7 @@ absl::Status Put(const CommandContext& ctx) {
     return absl::InvalidArgumentError("cache put needs --config KEY=VALUE,... to pin");
   }
   v1::PutConfigRequest request;
-  KS_RETURN_IF_ERROR(FillRequest(spec, /*with_data=*/false, &request));
+  KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/false, &request));
   *request.mutable_config() = ToProto(*spec.config);
   KS_ASSIGN_OR_RETURN(v1::PutConfigResponse response, ctx.client->PutConfig(request));
   if (ctx.json) {

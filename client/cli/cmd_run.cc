@@ -79,7 +79,7 @@ absl::Status CmdRun(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
   KS_RETURN_IF_ERROR(NeedInputs(spec, "run"));
   v1::ExecuteRequest request;
-  KS_RETURN_IF_ERROR(FillRequest(spec, /*with_data=*/true, &request));
+  KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/true, &request));
   if (spec.config) *request.mutable_config() = ToProto(*spec.config);
   KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
   if (autotune) request.mutable_policy()->set_allow_autotune(true);
@@ -114,7 +114,7 @@ absl::Status CmdTune(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
   KS_RETURN_IF_ERROR(NeedInputs(spec, "tune"));
   v1::AutotuneRequest request;
-  KS_RETURN_IF_ERROR(FillRequest(spec, /*with_data=*/false, &request));
+  KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/false, &request));
   KS_ASSIGN_OR_RETURN(v1::AutotuneResponse response, ctx.client->Autotune(request));
   if (ctx.json) {
     *ctx.out << MessageJson(response).dump(2) << "\n";

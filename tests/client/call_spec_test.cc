@@ -56,21 +56,39 @@ TEST(CallSpecTest, RandomInputsAreSeededAndValuesKept) {
   EXPECT_NE(MakeInputs(spec).at("x").bytes(), a.at("x").bytes());
 }
 
+// A client whose server is not there: ListKernels fails at once and params go typed by their
+// text.
+std::unique_ptr<Client> NoServer() {
+  ClientOptions options;
+  options.target = "127.0.0.1:1";
+  options.deadline = absl::Milliseconds(500);
+  return *Client::Connect(options);
+}
+
+// The schema of a kernel as ListKernels gives it, for params of these types.
+v1::KernelInfo Schema(const std::string& name,
+                      const std::vector<std::pair<std::string, std::string>>& params) {
+  v1::KernelInfo info;
+  info.set_name(name);
+  for (const auto& [param, type] : params) {
+    v1::ParamInfo* p = info.add_param_schema();
+    p->set_name(param);
+    p->set_type(type);
+  }
+  return info;
+}
+
 TEST(CallSpecTest, FillsExecuteRequest) {
-  CallSpec spec = SpecOf({"run", "flash_attention", "--shape=q=f32:1,4,2,8", "--param=causal=1",
-                          "--param=softmax_scale=0.5", "--param=window_left=3",
-                          "--param=return_lse=true", "--param=logits_soft_cap=30", "--device=0"});
+  CallSpec spec = SpecOf({"run", "flash_attention", "--shape=q=f32:1,4,2,8", "--param=causal=true",
+                          "--param=softmax_scale=0.5", "--param=window_left=3", "--device=0"});
   v1::ExecuteRequest request;
-  ASSERT_TRUE(FillRequest(spec, /*with_data=*/true, &request).ok());
+  ASSERT_TRUE(FillRequest(spec, *NoServer(), /*with_data=*/true, &request).ok());
   EXPECT_EQ(request.kernel(), "flash_attention");
-  const v1::FlashAttentionParams& p = request.flash_attention();
-  EXPECT_TRUE(p.causal());
-  EXPECT_FLOAT_EQ(p.softmax_scale(), 0.5f);
-  EXPECT_TRUE(p.has_window_left());
-  EXPECT_EQ(p.window_left(), 3);
-  EXPECT_FALSE(p.has_window_right());
-  EXPECT_TRUE(p.return_lse());
-  EXPECT_FLOAT_EQ(p.logits_soft_cap(), 30.0f);
+  const auto& p = request.parameters();
+  EXPECT_TRUE(p.at("causal").bool_value());
+  EXPECT_EQ(p.at("softmax_scale").double_value(), 0.5);
+  EXPECT_EQ(p.at("window_left").int64_value(), 3);
+  EXPECT_FALSE(p.contains("window_right"));
   EXPECT_EQ(request.device(), 0);
   const v1::Tensor& q = request.inputs().at("q");
   EXPECT_EQ(q.dtype(), v1::DTYPE_F32);
@@ -81,8 +99,8 @@ TEST(CallSpecTest, ShapesOnlyRequestCarriesNoData) {
   CallSpec spec = SpecOf({"tune", "mean_pooling", "--shape=x=bf16:2,64,32",
                           "--values=cu_seqlens=i32:0,64", "--param=chunk_size=16"});
   v1::AutotuneRequest request;
-  ASSERT_TRUE(FillRequest(spec, /*with_data=*/false, &request).ok());
-  EXPECT_EQ(request.mean_pooling().chunk_size(), 16);
+  ASSERT_TRUE(FillRequest(spec, *NoServer(), /*with_data=*/false, &request).ok());
+  EXPECT_EQ(request.parameters().at("chunk_size").int64_value(), 16);
   const v1::Tensor& x = request.inputs().at("x");
   EXPECT_EQ(x.dtype(), v1::DTYPE_BF16);
   EXPECT_EQ(std::vector<int64_t>(x.shape().begin(), x.shape().end()),
@@ -92,16 +110,31 @@ TEST(CallSpecTest, ShapesOnlyRequestCarriesNoData) {
   EXPECT_FALSE(request.has_device());
 }
 
-TEST(CallSpecTest, BadParamsNameTheParam) {
-  v1::ExecuteRequest request;
-  CallSpec unknown = SpecOf({"run", "mean_pooling", "--param=causal=true"});
-  absl::Status status = FillRequest(unknown, true, &request);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("causal"), std::string::npos);
-  CallSpec bad_value = SpecOf({"run", "flash_attention", "--param=window_left=wide"});
-  EXPECT_EQ(FillRequest(bad_value, true, &request).code(), absl::StatusCode::kInvalidArgument);
-  CallSpec other_kernel = SpecOf({"run", "softmax", "--param=axis=1"});
-  EXPECT_EQ(FillRequest(other_kernel, true, &request).code(), absl::StatusCode::kInvalidArgument);
+// With the kernel's schema, params are typed by it, and a wrong one is named with the
+// kernel's params.
+TEST(CallSpecTest, ParamsAreTypedByTheSchema) {
+  const v1::KernelInfo info = Schema(
+      "flash_attention", {{"causal", "bool"}, {"softmax_scale", "float"}, {"window_left", "int"}});
+  absl::StatusOr<Attributes> params =
+      ParamsFromText({{"causal", "1"}, {"softmax_scale", "2"}, {"window_left", "7"}}, &info);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->at("causal"), AttrValue(true));
+  EXPECT_EQ(params->at("softmax_scale"), AttrValue(2.0));
+  EXPECT_EQ(params->at("window_left"), AttrValue(int64_t{7}));
+  absl::Status unknown = ParamsFromText({{"chunk_size", "4"}}, &info).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.message(),
+            "--param chunk_size: not a param of flash_attention: expected causal, "
+            "softmax_scale, window_left");
+  EXPECT_EQ(ParamsFromText({{"window_left", "wide"}}, &info).status().message(),
+            "--param window_left='wide': expected an integer");
+  // Without a schema the text decides.
+  params = ParamsFromText({{"a", "true"}, {"b", "3"}, {"c", "0.5"}, {"d", "text"}}, nullptr);
+  ASSERT_TRUE(params.ok());
+  EXPECT_EQ(params->at("a"), AttrValue(true));
+  EXPECT_EQ(params->at("b"), AttrValue(int64_t{3}));
+  EXPECT_EQ(params->at("c"), AttrValue(0.5));
+  EXPECT_EQ(params->at("d"), AttrValue(std::string("text")));
 }
 
 }  // namespace

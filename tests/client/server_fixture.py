@@ -13,6 +13,7 @@ import time
 import kernelserve
 
 SERVER = os.environ.get("KERNELSERVE_SERVER", "")
+TOY_SERVER = os.environ.get("KERNELSERVE_TOY_SERVER", "")  # with the tests' toy kernel
 CLI = os.environ.get("KERNELSERVE_CLI", "")
 
 
@@ -25,13 +26,14 @@ def free_port():
 class ServerProcess:
     """Starts the server with an in-memory config cache and waits until health is SERVING."""
 
-    def __init__(self, *extra_args, timeout=30.0):
-        if not os.access(SERVER, os.X_OK):
-            raise RuntimeError(f"KERNELSERVE_SERVER={SERVER!r} is not an executable")
+    def __init__(self, *extra_args, timeout=30.0, binary=None):
+        binary = binary or SERVER
+        if not os.access(binary, os.X_OK):
+            raise RuntimeError(f"server binary {binary!r} is not an executable")
         self.target = f"127.0.0.1:{free_port()}"
         self._log = tempfile.NamedTemporaryFile(prefix="kernelserve-server-", suffix=".log",
                                                 delete=False)
-        args = [SERVER, f"--listen={self.target}", "--metrics-listen=off", "--cache=memory",
+        args = [binary, f"--listen={self.target}", "--metrics-listen=off", "--cache=memory",
                 *extra_args]
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         try:

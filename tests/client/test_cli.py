@@ -11,7 +11,7 @@ import numpy as np
 
 import kernelserve
 import references
-from server_fixture import CLI, ServerProcess, free_port
+from server_fixture import CLI, TOY_SERVER, ServerProcess, free_port
 
 INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, UNAUTHENTICATED = 3, 5, 14, 16
 
@@ -22,10 +22,11 @@ def uniform(rng, shape, dtype=np.float32):
 
 class CliTestBase(unittest.TestCase):
     server_args = ()
+    server_binary = None  # None: kernelserve-server
 
     @classmethod
     def setUpClass(cls):
-        cls.server = ServerProcess(*cls.server_args)
+        cls.server = ServerProcess(*cls.server_args, binary=cls.server_binary)
         cls.dir = tempfile.mkdtemp(prefix="kernelserve-cli-test-")
 
     @classmethod
@@ -56,6 +57,31 @@ class CliTestBase(unittest.TestCase):
     def out_dir(self):
         return os.path.join(self.dir, self.id())
 
+
+
+@unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")
+class CliToyKernelTest(CliTestBase):
+    """A kernel the CLI has never heard of, served by a binary that registers it: its params
+    are typed by the schema the server lists."""
+    server_binary = TOY_SERVER
+
+    def test_toy_kernel_is_listed_and_runs_with_its_params(self):
+        names = {k["name"] for k in self.cli_json("kernels")["kernels"]}
+        self.assertIn("toy_scale", names)
+        self.assertIn("factor", self.cli("kernels").stdout)
+        result = self.cli_json("run", "toy_scale", "--values=x=f32:1,2,-3", "--param=factor=3",
+                               f"--output-dir={self.out_dir()}")
+        self.assertEqual(result["platform"], "cpu")
+        out = np.load(os.path.join(self.out_dir(), "out.npy"))
+        np.testing.assert_array_equal(out, np.array([3, 6, -9], np.float32))
+
+    def test_toy_kernel_params_are_checked_by_its_schema(self):
+        proc = self.cli("run", "toy_scale", "--values=x=f32:1,2", "--param=factor=big",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("--param factor='big': expected a number", proc.stderr)
+        proc = self.cli("run", "toy_scale", "--values=x=f32:1,2", "--param=scale=2",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("not a param of toy_scale: expected factor", proc.stderr)
 
 class CliTest(CliTestBase):
     def test_health(self):

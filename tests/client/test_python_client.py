@@ -9,7 +9,7 @@ import numpy as np
 
 import kernelserve
 import references
-from server_fixture import ServerProcess
+from server_fixture import TOY_SERVER, ServerProcess
 
 SOURCES = {"override", "overlay", "memory", "file", "redis", "autotune", "heuristic"}
 
@@ -156,8 +156,12 @@ class PythonClientTest(unittest.TestCase):
     def test_client_side_errors(self):
         with self.assertRaises(TypeError):
             self.client.mean_pooling(np.zeros((2, 3, 4), dtype=np.float64))
-        with self.assertRaises(ValueError):
+        with self.assertRaisesRegex(TypeError, "did you mean 'causal'"):
             self.client.flash_attention(*(uniform(self.rng, (1, 2, 1, 4)),) * 3, causl=True)
+        with self.assertRaisesRegex(TypeError, "missing input"):
+            self.client.flash_attention(uniform(self.rng, (1, 2, 1, 4)))
+        with self.assertRaisesRegex(AttributeError, "no kernel 'softmax'"):
+            self.client.softmax(np.zeros(3, np.float32))
 
     def test_bf16_helpers_round_to_nearest_even(self):
         values = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, np.inf], dtype=np.float32)
@@ -279,6 +283,33 @@ class AuthTest(unittest.TestCase):
             r = client.mean_pooling(x)
             np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
 
+
+
+
+@unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")
+class ToyKernelTest(unittest.TestCase):
+    """A kernel this package has never heard of is a method with its schema's arguments."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess(binary=TOY_SERVER)
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def test_toy_kernel_method(self):
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        r = self.client.toy_scale(x, factor=-0.5)
+        np.testing.assert_array_equal(r.out, -0.5 * x)
+        np.testing.assert_array_equal(self.client.toy_scale(x=x).out, 2 * x)  # the default
+        with self.assertRaisesRegex(TypeError, "did you mean 'factor'"):
+            self.client.toy_scale(x, facter=3)
+        with self.assertRaises(kernelserve.KernelServeError) as raised:
+            self.client.toy_scale(x, factor="big")
+        self.assertIn("param 'factor': expected float", str(raised.exception))
 
 if __name__ == "__main__":
     unittest.main()

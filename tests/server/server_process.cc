@@ -74,7 +74,7 @@ ServerProcess::~ServerProcess() {
 
 absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
   if (pid_ > 0) return absl::FailedPreconditionError("already running");
-  std::vector<std::string> all = {ServerBinary()};
+  std::vector<std::string> all = {binary_};
   if (!HasFlag(args, "--listen")) all.push_back("--listen=127.0.0.1:0");
   if (!HasFlag(args, "--metrics-listen")) all.push_back("--metrics-listen=127.0.0.1:0");
   all.insert(all.end(), args.begin(), args.end());

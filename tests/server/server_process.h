@@ -25,7 +25,8 @@ std::string ServerBinary();
 // --metrics-listen. Thread safety: not thread-safe.
 class ServerProcess {
  public:
-  ServerProcess() = default;
+  // Runs `binary` (default: ServerBinary()).
+  explicit ServerProcess(std::string binary = ServerBinary()) : binary_(std::move(binary)) {}
   // SIGKILL when still running.
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
@@ -48,6 +49,7 @@ class ServerProcess {
   const std::string& startup_line() const { return startup_line_; }
 
  private:
+  const std::string binary_;
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
   int port_ = 0;

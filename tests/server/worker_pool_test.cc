@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <new>
 #include <stdexcept>
 #include <thread>
@@ -142,6 +143,29 @@ TEST(WorkerPoolTest, ThrowingItemLeavesThePoolWorking) {
   small.run = [&](absl::Status, int64_t) { ran_on = std::this_thread::get_id(); };
   ASSERT_TRUE(pool.Submit(-1, std::move(small)).ok());
   EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+// Equally loaded GPUs share the work (round robin); a busier one is passed over; devices the
+// pool does not serve are never picked.
+TEST(WorkerPoolTest, PlaceGoesRoundRobinAmongTheLeastLoaded) {
+  WorkerPool pool({-1, 0, 1});
+  std::map<int, int> picked;
+  for (int i = 0; i < 8; ++i) ++picked[pool.Place({0, 1, 7})];
+  EXPECT_EQ(picked[0], 4);
+  EXPECT_EQ(picked[1], 4);
+  EXPECT_EQ(picked.count(7), 0u);
+
+  absl::Notification release, started;
+  WorkItem busy;
+  busy.run = [&](absl::Status, int64_t) {
+    started.Notify();
+    release.WaitForNotification();
+  };
+  ASSERT_TRUE(pool.Submit(0, std::move(busy)).ok());
+  started.WaitForNotification();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(pool.Place({0, 1}), 1);
+  release.Notify();
+  EXPECT_EQ(pool.Place({7}), 7);  // none served: the first, for the caller to refuse
 }
 
 }  // namespace

@@ -3,11 +3,18 @@
     with kernelserve.Client("127.0.0.1:50051") as client:
         result = client.mean_pooling(x)          # x: float32 [B, S, H]
         result.out, result.timings["kernel_us"]
+        client.flash_attention(q, k, v, causal=True)   # any kernel the server lists
         tuned = client.autotune("mean_pooling", {"x": kernelserve.TensorSpec((8, 512, 64))})
         client.list_configs("mean_pooling"), client.delete_config(tuned.cache_key)
 
+Every kernel the server lists (ListKernels) is a method: its required inputs positional or by
+name, its optional inputs and params by name, checked against the kernel's schema before the
+call (a misspelt name is a TypeError that suggests the right one).
+
 Calls raise KernelServeError carrying the server's status code and message.
 """
+
+import difflib
 
 import grpc
 
@@ -18,7 +25,8 @@ from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
 
 _HEALTH = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"]
-_FLASH_INPUTS = ("cu_seqlens_q", "cu_seqlens_k", "q_segment_ids", "kv_segment_ids", "bias")
+# Keyword arguments of every kernel method that are not the kernel's: how the call runs.
+_RUN_OPTIONS = ("config", "platform", "device", "allow_autotune", "request_id", "timeout")
 
 
 def _varint(value):
@@ -57,18 +65,63 @@ def _decode_health_response(data):
     return status
 
 
+def _param_value(name, value):
+    """A Python value as a pb.ParamValue (the server's schema checks its type and range)."""
+    if isinstance(value, bool):
+        return pb.ParamValue(bool_value=value)
+    if isinstance(value, int):
+        return pb.ParamValue(int64_value=value)
+    if isinstance(value, float):
+        return pb.ParamValue(double_value=value)
+    if isinstance(value, str):
+        return pb.ParamValue(string_value=value)
+    raise TypeError(f"param {name!r}: expected bool, int, float or str, got {type(value).__name__}")
+
+
 def _fill_call(request, kernel, inputs, params):
-    """Sets the kernel, inputs (name -> array or TensorSpec) and params (dict) of `request`
-    (ExecuteRequest, AutotuneRequest or PutConfigRequest)."""
+    """Sets the kernel, inputs (name -> array or TensorSpec) and params (name -> value, sent as
+    `parameters`) of `request` (ExecuteRequest, AutotuneRequest or PutConfigRequest)."""
     request.kernel = kernel
     for name, array in inputs.items():
         tensors.to_proto(array, request.inputs[name])
-    if kernel == "mean_pooling":
-        request.mean_pooling.CopyFrom(pb.MeanPoolingParams(**(params or {})))
-    elif kernel == "flash_attention":
-        request.flash_attention.CopyFrom(pb.FlashAttentionParams(**(params or {})))
-    elif params:
-        raise TypeError(f"params are known for mean_pooling and flash_attention, not {kernel}")
+    for name, value in (params or {}).items():
+        request.parameters[name].CopyFrom(_param_value(name, value))
+
+
+def _unexpected(kernel, name, known):
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of {', '.join(known)}"
+    return TypeError(f"{kernel}() got an unexpected keyword argument {name!r}{hint}")
+
+
+def _split_call(info, args, kwargs):
+    """Inputs, params and run options of a kernel method call, by the kernel's schema `info`
+    (pb.KernelInfo): required inputs in schema order may be positional."""
+    required = [i.name for i in info.input_schema if i.required]
+    if len(args) > len(required):
+        raise TypeError(f"{info.name}() takes {len(required)} positional inputs "
+                        f"({', '.join(required)}), got {len(args)}")
+    inputs = dict(zip(required, args))
+    input_names = {i.name for i in info.input_schema}
+    param_names = {p.name for p in info.param_schema}
+    params, run = {}, {}
+    for name, value in kwargs.items():
+        if name in _RUN_OPTIONS:
+            run[name] = value
+        elif name in input_names:
+            if name in inputs:
+                raise TypeError(f"{info.name}() got input {name!r} twice")
+            if value is not None:
+                inputs[name] = value
+        elif name in param_names:
+            params[name] = value
+        else:
+            raise _unexpected(info.name, name, sorted(input_names | param_names) +
+                              list(_RUN_OPTIONS))
+    missing = [name for name in required if name not in inputs]
+    if missing:
+        raise TypeError(f"{info.name}() missing input(s): {', '.join(missing)}")
+    return inputs, params, run
 
 
 class Client:
@@ -90,6 +143,7 @@ class Client:
         self._stub = pb_grpc.KernelServiceStub(self._channel)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
         self._timeout = timeout
+        self._schemas = None  # kernel name -> pb.KernelInfo, from ListKernels on first use
         self._health = self._channel.unary_unary(
             "/grpc.health.v1.Health/Check", request_serializer=_encode_health_request,
             response_deserializer=_decode_health_response)
@@ -123,30 +177,34 @@ class Client:
             request.policy.allow_autotune = allow_autotune
         return results.result_of(self._call(self._stub.Execute, request, timeout))
 
-    def mean_pooling(self, x, cu_seqlens=None, mask=None, chunk_size=0, **run):
-        """The mean over the rows of each sequence: x [B,S,H] -> out [B,H]; with mask [B,S]
-        only rows whose mask is nonzero count; x [T,H] with cu_seqlens [N+1] -> out [N,H]."""
-        inputs = {"x": x}
-        if cu_seqlens is not None:
-            inputs["cu_seqlens"] = cu_seqlens
-        if mask is not None:
-            inputs["mask"] = mask
-        return self.execute("mean_pooling", inputs, {"chunk_size": chunk_size}, **run)
+    def schema(self, kernel):
+        """The kernel's pb.KernelInfo (inputs, outputs, params with types and defaults), as the
+        server lists it. AttributeError for a kernel the server does not serve."""
+        if self._schemas is None:
+            self._schemas = {k.name: k for k in self.kernels()}
+        if kernel not in self._schemas:
+            raise AttributeError(f"the server has no kernel {kernel!r}; it serves "
+                                 f"{', '.join(sorted(self._schemas))}")
+        return self._schemas[kernel]
 
-    def flash_attention(self, q, k, v, *, config=None, platform="", device=None,
-                        allow_autotune=None, request_id="", timeout=None, **params):
-        """Attention forward: q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] -> out (and lse).
-        params: causal, softmax_scale, window_left, window_right, logits_soft_cap, return_lse,
-        and the optional inputs cu_seqlens_q, cu_seqlens_k, q_segment_ids, kv_segment_ids,
-        bias (arrays)."""
-        inputs = {"q": q, "k": k, "v": v}
-        for name in _FLASH_INPUTS:
-            array = params.pop(name, None)
-            if array is not None:
-                inputs[name] = array
-        return self.execute("flash_attention", inputs, params, config=config, platform=platform,
-                            device=device, allow_autotune=allow_autotune, request_id=request_id,
-                            timeout=timeout)
+    def call(self, kernel, *args, **kwargs):
+        """Runs `kernel` with its inputs and params by the kernel's schema (required inputs may
+        be positional), plus the run options of execute(). Returns a RunResult."""
+        inputs, params, run = _split_call(self.schema(kernel), args, kwargs)
+        return self.execute(kernel, inputs, params, **run)
+
+    def __getattr__(self, name):
+        """client.<kernel>(...) for every kernel the server lists: see call()."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self.schema(name)  # AttributeError when the server does not serve it
+
+        def method(*args, **kwargs):
+            return self.call(name, *args, **kwargs)
+
+        method.__name__ = name
+        method.__doc__ = self.schema(name).doc
+        return method
 
     def health(self, service=""):
         """"SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or "UNKNOWN" (no token is sent)."""

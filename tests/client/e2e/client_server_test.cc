@@ -1,9 +1,11 @@
 // The C++ client against a real kernelserve-server process (path in $KERNELSERVE_SERVER).
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
+#include "core/utils/segment_ids.h"
 #include "gtest/gtest.h"
 #include "tests/client/e2e/client_fixture.h"
 #include "tests/support/testing.h"
@@ -85,6 +87,53 @@ TEST_F(ClientServerTest, FlashAttentionSingleKey) {
   EXPECT_TRUE(out_close.ok) << out_close.message;
   AllCloseResult lse_close = AllClose(lse.ToDoubles(), want_lse, 1e-5, 1e-6);
   EXPECT_TRUE(lse_close.ok) << lse_close.message;
+}
+
+// Any kernel by name with params by name; and packed sequences as a client has them (a
+// block-diagonal mask) turned into segment ids (core/utils/segment_ids.h): attention with those
+// ids equals attention with the same mask as a -inf bias.
+TEST_F(ClientServerTest, CallByNameWithSegmentIdsFromAMask) {
+  const Tensor x = RandomTensor(DType::kF32, {2, 9, 6}, 21);
+  absl::StatusOr<RunResult> by_name =
+      client_->Call("mean_pooling", {{"x", x}}, {{"chunk_size", int64_t{4}}});
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  AllCloseResult close =
+      AllClose(by_name->outputs.at("out").ToDoubles(), MeanOverRows(x), 1e-5, 1e-6);
+  EXPECT_TRUE(close.ok) << close.message;
+
+  const int64_t B = 2, S = 7, H = 2, D = 8;
+  // Batch 0: tokens 0..2 and 3..6 are two sequences; batch 1: one sequence and 2 padding rows.
+  std::vector<int64_t> mask(B * S * S, 0);
+  auto same = [&](int64_t b, int64_t i, int64_t j) { mask[(b * S + i) * S + j] = 1; };
+  for (int64_t i = 0; i < S; ++i) {
+    for (int64_t j = 0; j < S; ++j) {
+      if ((i < 3) == (j < 3)) same(0, i, j);
+      if (i < 5 && j < 5) same(1, i, j);
+    }
+  }
+  absl::StatusOr<Tensor> ids = MaskToSegmentIds(Tensor::FromInts(DType::kBool, {B, S, S}, mask));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  TensorMap inputs = {{"q", RandomTensor(DType::kF32, {B, S, H, D}, 22)},
+                      {"k", RandomTensor(DType::kF32, {B, S, H, D}, 23)},
+                      {"v", RandomTensor(DType::kF32, {B, S, H, D}, 24)}};
+  TensorMap with_ids = inputs;
+  with_ids["q_segment_ids"] = *ids;
+  with_ids["kv_segment_ids"] = *ids;
+  Tensor bias = Tensor::Zeros(DType::kF32, {B, 1, S, S});
+  for (int64_t i = 0; i < B * S * S; ++i) {
+    if (mask[i] == 0) bias.SetFloat(i, -std::numeric_limits<float>::infinity());
+  }
+  TensorMap with_bias = inputs;
+  with_bias["bias"] = bias;
+  absl::StatusOr<RunResult> a = client_->Call("flash_attention", with_ids, {{"causal", false}});
+  absl::StatusOr<RunResult> b = client_->Call("flash_attention", with_bias);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  close = AllClose(a->outputs.at("out").ToDoubles(), b->outputs.at("out").ToDoubles(), 1e-6, 1e-7);
+  EXPECT_TRUE(close.ok) << close.message;
+  absl::StatusOr<RunResult> unknown =
+      client_->Call("mean_pooling", {{"x", x}}, {{"chunk", int64_t{4}}});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ClientServerTest, BadInputIsInvalidArgument) {

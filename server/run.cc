@@ -1,0 +1,96 @@
+// kernelserve-server's main: flags, signals, start, serve until SIGTERM or SIGINT, drain.
+#include "server/run.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "proto/parse.h"
+#include "proto/process_tuning.h"
+#include "server/options.h"
+#include "server/server.h"
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  (void)!write(g_signal_pipe[1], &byte, 1);
+}
+
+// Flags may be written with dashes (--max-queue) as well as underscores (--max_queue).
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
+  storage.assign(argv, argv + argc);
+  for (size_t i = 1; i < storage.size(); ++i) {
+    std::string& arg = storage[i];
+    if (arg == "--") break;
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t end = arg.find('=') == std::string::npos ? arg.size() : arg.find('=');
+    for (size_t j = 2; j < end; ++j) {
+      if (arg[j] == '-') arg[j] = '_';
+    }
+  }
+  std::vector<char*> out;
+  for (std::string& s : storage) out.push_back(s.data());
+  return out;
+}
+
+}  // namespace
+
+namespace kernelserve::server {
+
+int RunServerMain(int argc, char** argv,
+                  const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
+  kernelserve::TuneProcess();  // large tensors reuse freed memory (proto/process_tuning.h)
+  kernelserve::wire::FilterParseLogs();  // bad requests are answered, not logged
+  absl::SetProgramUsageMessage("Serves the registered kernels over gRPC.");
+  std::vector<std::string> storage;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, storage);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+
+  // SIGTERM/SIGINT only write their number to a pipe (async-signal-safe); main waits on it.
+  if (pipe(g_signal_pipe) != 0) {
+    std::fprintf(stderr, "kernelserve-server: cannot create the signal pipe\n");
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  absl::StatusOr<ServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "kernelserve-server: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  auto server = Server::Start(*options, extra_kernels);
+  if (!server.ok()) {
+    std::fprintf(stderr, "kernelserve-server: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", (*server)->StartupLine().c_str());
+  std::fflush(stdout);
+
+  unsigned char signal_number = 0;
+  while (read(g_signal_pipe[0], &signal_number, 1) != 1) {
+  }
+  std::printf("kernelserve-server: signal %d, draining (grace period %s)\n", signal_number,
+              absl::FormatDuration(options->grace_period).c_str());
+  std::fflush(stdout);
+  const absl::Status flushed = (*server)->Shutdown();
+  if (!flushed.ok()) {
+    std::fprintf(stderr, "kernelserve-server: flushing the store: %s\n",
+                 flushed.ToString().c_str());
+  }
+  std::printf("kernelserve-server: stopped\n");
+  return 0;
+}
+
+}  // namespace kernelserve::server

@@ -1,0 +1,8 @@
+// kernelserve-toy-server: kernelserve-server with the tests' toy kernel registered besides the
+// built-in ones, the way a binary with kernels of its own would be made.
+#include "server/run.h"
+#include "tests/support/toy_kernel.h"
+
+int main(int argc, char** argv) {
+  return kernelserve::server::RunServerMain(argc, argv, {&kernelserve::testing::MakeToyKernel});
+}
