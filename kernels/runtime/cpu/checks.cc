@@ -18,7 +18,8 @@ absl::Status CheckCpuPlatform(const KernelConfig& config) {
 }
 
 int CpuWorkerCount(int requested, int64_t items) {
-  const unsigned hardware = std::thread::hardware_concurrency();
+  // Read once: glibc answers hardware_concurrency from /sys, microseconds a call.
+  static const unsigned hardware = std::thread::hardware_concurrency();
   int64_t workers = requested > 0 ? requested : std::max<int64_t>(hardware, 1);
   if (hardware > 0) workers = std::min<int64_t>(workers, hardware);
   return static_cast<int>(std::max<int64_t>(1, std::min(workers, items)));
