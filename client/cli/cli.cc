@@ -28,8 +28,8 @@ call flags (run, bench, tune, cache put):
   --shape NAME=[DTYPE:]D0,D1,...   e.g. x=f32:4,128,64 (dtypes f32 f16 bf16 i32 i64 bool)
   --input NAME=[DTYPE:]FILE.npy    bf16 reads a '<u2' file as bf16 bits
   --values NAME=DTYPE:V0,V1,...    e.g. cu_seqlens=i32:0,3,10
-  --param KEY=VALUE                chunk_size; causal, softmax_scale, window_left,
-                                   window_right, logits_soft_cap, return_lse
+  --param KEY=VALUE                a kernel param, typed by the kernel's schema
+                                   (`kernelserve kernels` lists them)
   --config KEY=VALUE,...           explicit config, e.g. block_size=64,num_warps=1
   --platform P  --device N  --seed N  --autotune
 
