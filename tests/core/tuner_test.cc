@@ -47,9 +47,12 @@ TEST(AutotuneTest, BudgetSkipsLaterCandidates) {
   TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {2}, {1.0f, 2.0f})}};
   auto run = *kernel.impl(Platform::kCpu)->Prepare(Problem(), in, CpuDeviceInfo());
   counters->launch_delay_ms = 20;
-  absl::StatusOr<TuneReport> report =
-      Autotune(*run, testing::FakeConfig(1), {testing::FakeConfig(2), testing::FakeConfig(3)},
-               TuneOptions{0, 1, absl::Milliseconds(10)});
+  TuneOptions options;
+  options.warmup = 0;
+  options.iters = 1;
+  options.time_budget = absl::Milliseconds(10);
+  absl::StatusOr<TuneReport> report = Autotune(
+      *run, testing::FakeConfig(1), {testing::FakeConfig(2), testing::FakeConfig(3)}, options);
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->candidates[0].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(report->all_failed);

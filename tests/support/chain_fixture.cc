@@ -31,7 +31,11 @@ SelectRequest ChainFixture::Request(bool autotune) {
     absl::StatusOr<std::unique_ptr<PreparedRun>> run =
         kernel_.impl(Platform::kCpu)->Prepare(*problem_, inputs_, device_);
     if (!run.ok()) return run.status();
-    return Autotune(**run, heuristic, candidates, TuneOptions{0, 2, absl::Seconds(10)});
+    TuneOptions options;
+    options.warmup = 0;
+    options.iters = 2;
+    options.time_budget = absl::Seconds(10);
+    return Autotune(**run, heuristic, candidates, options);
   };
   return r;
 }
