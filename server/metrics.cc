@@ -85,7 +85,15 @@ Metrics::Metrics()
                 .Name("kernelserve_sent_bytes_total")
                 .Help("Bytes of response messages sent")
                 .Register(*registry_)
-                .Add({})) {}
+                .Add({})),
+      queue_wait_(BuildHistogram()
+                      .Name("kernelserve_queue_wait_seconds")
+                      .Help("Time requests waited in a device's queue before their work started")
+                      .Register(*registry_)),
+      build_info_(BuildGauge()
+                      .Name("kernelserve_build_info")
+                      .Help("1, labelled with the server's version, CUDA toolkit and commit")
+                      .Register(*registry_)) {}
 
 absl::StatusOr<int> Metrics::Serve(const std::string& address) {
   try {
@@ -131,6 +139,41 @@ void Metrics::QueueDepth(std::string_view device, int depth) {
 
 void Metrics::InflightRequestsAdd(int64_t delta) {
   inflight_.Increment(static_cast<double>(delta));  // atomic: concurrent updates never go stale
+}
+
+void Metrics::QueueWait(std::string_view device, double seconds) {
+  queue_wait_.Add({{"device", S(device)}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::ExportKnownSeries(const KnownSeries& known) {
+  // The codes the error-ratio alert and the dashboard's panels select, and OK.
+  static constexpr std::string_view kCodes[] = {
+      "OK",          "INVALID_ARGUMENT", "CANCELLED", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED",
+      "UNAVAILABLE", "INTERNAL",         "UNKNOWN",   "DATA_LOSS"};
+  for (const auto& [kernel, platform] : known.kernel_platforms) {
+    for (std::string_view code : kCodes) {
+      requests_.Add({{"kernel", kernel}, {"platform", platform}, {"code", S(code)}});
+    }
+  }
+  for (const std::string& kernel : known.kernels) {
+    request_duration_.Add({{"kernel", kernel}}, LatencyBuckets());
+    for (const char* outcome : {"ok", "all_failed", "error"}) {
+      autotune_runs_.Add({{"kernel", kernel}, {"outcome", outcome}});
+    }
+    for (const std::string& source : known.config_sources) {
+      selections_.Add({{"kernel", kernel}, {"source", source}});
+    }
+  }
+  for (const std::string& device : known.devices) {
+    queue_depth_.Add({{"device", device}}).Set(0);
+    queue_wait_.Add({{"device", device}}, LatencyBuckets());
+  }
+  if (!known.store.empty()) {
+    for (const char* op : {"get", "put", "delete", "lease", "list"}) {
+      store_errors_.Add({{"store", known.store}, {"op", op}});
+    }
+  }
+  build_info_.Add({{"version", known.version}, {"cuda", known.cuda}, {"git", known.git}}).Set(1);
 }
 
 void Metrics::StoreError(std::string_view store, std::string_view op) {

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "prometheus/counter.h"
@@ -16,6 +18,17 @@
 #include "prometheus/registry.h"
 
 namespace kernelserve::server {
+
+// The label values a server knows at startup. A value type.
+struct KnownSeries {
+  std::vector<std::string> kernels;  // every registered kernel
+  // (kernel, platform) pairs the server can run: each kernel's platforms that are present.
+  std::vector<std::pair<std::string, std::string>> kernel_platforms;
+  std::vector<std::string> devices;  // "cpu", "cuda:0", ...
+  std::string store;                 // the persistent store's name ("file", "redis"); "" = none
+  std::vector<std::string> config_sources;  // "override", "memory", ... "heuristic"
+  std::string version, cuda, git;           // of the build
+};
 
 // Thread safety: thread-safe (prometheus-cpp metrics are).
 class Metrics {
@@ -43,6 +56,13 @@ class Metrics {
   void DeviceMemory(std::string_view device, int64_t used_bytes, int64_t total_bytes);
   void Received(int64_t bytes);
   void Sent(int64_t bytes);
+  // Time a request waited in `device`'s queue before its work started (or was dropped).
+  void QueueWait(std::string_view device, double seconds);
+
+  // Creates, at 0, the series that dashboards and alerts rate() over, for every label value the
+  // server knows at startup, so that the first increments are not lost to a series appearing
+  // mid-window; and sets kernelserve_build_info{version,cuda,git} to 1.
+  void ExportKnownSeries(const KnownSeries& known);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -62,6 +82,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& memory_total_;
   prometheus::Counter& received_;
   prometheus::Counter& sent_;
+  prometheus::Family<prometheus::Histogram>& queue_wait_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
 };
 
 }  // namespace kernelserve::server

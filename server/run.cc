@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "proto/process_tuning.h"
 #include "server/options.h"
 #include "server/server.h"
+#include "server/usage.h"
 
 namespace {
 
@@ -50,6 +53,18 @@ int RunServerMain(int argc, char** argv,
   kernelserve::TuneProcess();  // large tensors reuse freed memory (proto/process_tuning.h)
   kernelserve::wire::FilterParseLogs();  // bad requests are answered, not logged
   absl::SetProgramUsageMessage("Serves the registered kernels over gRPC.");
+  const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string()
+                                       : std::string("kernelserve-server");
+  switch (FindUsageRequest(std::vector<std::string>(argv + std::min(argc, 1), argv + argc))) {
+    case UsageRequest::kHelp:
+      std::printf("%s", HelpText(program).c_str());
+      return 0;
+    case UsageRequest::kVersion:
+      std::printf("%s\n", VersionText(program).c_str());
+      return 0;
+    case UsageRequest::kNone:
+      break;
+  }
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());

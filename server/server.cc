@@ -20,7 +20,9 @@
 #include "core/status_macros.h"
 #include "kernels/register.h"
 #include "proto/process_tuning.h"
+#include "server/build_info.h"
 #include "server/device_memory.h"
+#include "server/listen_check.h"
 
 namespace kernelserve::server {
 namespace {
@@ -134,10 +136,13 @@ absl::Status Server::Init(
   pool_options.on_depth = [this](int device, int depth) {
     metrics_.QueueDepth(DeviceLabel(device), depth);
   };
+  pool_options.on_start = [this](int device, int64_t queue_us) {
+    metrics_.QueueWait(DeviceLabel(device), static_cast<double>(queue_us) * 1e-6);
+  };
   pool_ = std::make_unique<WorkerPool>(devices_, pool_options);
   budget_ = std::make_unique<InflightBudget>(options_.max_inflight_bytes);
-  for (int device : devices_) metrics_.QueueDepth(DeviceLabel(device), 0);
   metrics_.InflightRequestsAdd(0);  // exported from the start
+  metrics_.ExportKnownSeries(KnownLabels());
 
   if (!options_.metrics_listen.empty()) {
     KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen));
@@ -174,8 +179,12 @@ absl::Status Server::StartGrpc() {
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  KS_RETURN_IF_ERROR(CheckUnixSocketFree(options_.listen));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, credentials, &port_);
+  // gRPC turns SO_REUSEPORT on by default: a second server on a port in use would start and
+  // take a share of the calls. Off, binding a port in use fails.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // A request larger than the in-flight budget could never be accepted: gRPC refuses it as it
   // arrives ("larger than max"), before buffering it whole.
   builder.SetMaxReceiveMessageSize(
@@ -192,8 +201,10 @@ absl::Status Server::StartGrpc() {
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--listen=", options_.listen, ": cannot listen on this address"));
+    return absl::UnavailableError(absl::StrCat(
+        "--listen=", options_.listen,
+        ": cannot listen on this address: it is in use (a server already running?) or not an "
+        "address of this host"));
   }
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
@@ -227,18 +238,50 @@ void Server::SampleDevices() {
   }
 }
 
+KnownSeries Server::KnownLabels() const {
+  KnownSeries known;
+  for (const Kernel* kernel : registry_.kernels()) {
+    known.kernels.push_back(kernel->name());
+    for (Platform platform : kernel->platforms()) {
+      if (platform == Platform::kCpu || !executor_->gpus().empty()) {
+        known.kernel_platforms.emplace_back(kernel->name(), std::string(PlatformName(platform)));
+      }
+    }
+  }
+  for (int device : devices_) known.devices.push_back(DeviceLabel(device));
+  if (const PersistentStore* store = tiers_.chain->store()) known.store = store->name();
+  for (ConfigSource source : {ConfigSource::kOverride, ConfigSource::kOverlay,
+                              ConfigSource::kMemory, ConfigSource::kFile, ConfigSource::kRedis,
+                              ConfigSource::kAutotune, ConfigSource::kHeuristic}) {
+    const bool a_store = source == ConfigSource::kFile || source == ConfigSource::kRedis;
+    if (!a_store || ConfigSourceName(source) == known.store) {
+      known.config_sources.emplace_back(ConfigSourceName(source));
+    }
+  }
+  const BuildInfo& build = GetBuildInfo();
+  known.version = build.version;
+  known.cuda = build.cuda;
+  known.git = build.git;
+  return known;
+}
+
 std::string Server::StartupLine() const {
   std::vector<std::string> devices;
   for (int device : devices_) devices.push_back(DeviceLabel(device));
+  std::vector<std::string> protocols = {"kernelserve.v1", "grpc.health.v1"};
+  if (options_.reflection) protocols.push_back("grpc.reflection");
+  const char* security = options_.tls_cert.empty()             ? "plaintext"
+                         : options_.tls_client_ca.empty()      ? "tls"
+                                                               : "mtls";
   return absl::StrCat(
-      "kernelserve-server: listening on ", WithPort(options_.listen, port_),
-      metrics_port_ > 0
-          ? absl::StrCat(", metrics on ", WithPort(options_.metrics_listen, metrics_port_))
-          : std::string(", metrics off"),
-      ", devices ", absl::StrJoin(devices, ","), ", store ", tiers_.StoreLocation(), ", autotune ",
-      options_.autotune ? "on" : "off", options_.auth_token_file.empty() ? "" : ", auth on",
-      options_.tls_cert.empty() ? "" : (options_.tls_client_ca.empty() ? ", tls on" : ", mtls on"),
-      options_.reflection ? ", reflection on" : "");
+      "kernelserve-server ", BuildInfoString(), ": listening on ",
+      WithPort(options_.listen, port_), " (", security,
+      options_.auth_token_file.empty() ? "" : ", bearer token", "), metrics ",
+      metrics_port_ > 0 ? absl::StrCat("on ", WithPort(options_.metrics_listen, metrics_port_))
+                        : std::string("off"),
+      "; protocols ", absl::StrJoin(protocols, " "), "; devices ", absl::StrJoin(devices, ","),
+      "; store ", tiers_.StoreLocation(), "; autotune on a miss ",
+      options_.autotune ? "on" : "off");
 }
 
 absl::Status Server::Shutdown() {

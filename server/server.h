@@ -56,6 +56,8 @@ class Server {
   absl::Status Init(const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels);
   absl::Status StartGrpc();
   void SampleDevices();
+  // The label values of the metrics series exported at startup.
+  KnownSeries KnownLabels() const;
   // Gives freed memory back to the kernel when the server has been idle a while (sampler).
   void MaybeReleaseMemory();
 

@@ -6,12 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
+#include "server/build_info.h"
 #include "server/device_memory.h"
 #include "server/service.h"
-
-#ifndef KERNELSERVE_VERSION
-#define KERNELSERVE_VERSION "unknown"
-#endif
 
 namespace kernelserve::server {
 namespace {
@@ -77,7 +74,10 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerC
   return Admin<Request, Response>(
       context, raw_request, raw_response, [&](const Request&, Response* response) -> absl::Status {
         const Executor& executor = *deps_.executor;
-        response->set_version(KERNELSERVE_VERSION);
+        const BuildInfo& build = GetBuildInfo();
+        response->set_version(build.version);
+        response->set_git(build.git);
+        response->set_cuda_version(build.cuda);
         AddDevice(executor.cpu(), deps_.pool->Depth(-1), response);
         for (const DeviceInfo& gpu : executor.gpus()) {
           if (deps_.pool->Owns(gpu.ordinal))

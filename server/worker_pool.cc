@@ -74,6 +74,7 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
     ReportDepthLocked(worker);
   }
   if (run_here) {
+    if (options_.on_start) options_.on_start(device, 0);
     RunItem(item, DropReason(item), 0);
     absl::MutexLock lock(&worker.mu);
     --worker.running;
@@ -155,6 +156,7 @@ void WorkerPool::Loop(Worker* worker) {
     const int64_t queue_us =
         std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - queued_at)
             .count();
+    if (options_.on_start) options_.on_start(worker->device, queue_us);
     RunItem(item, DropReason(item), queue_us);
     absl::MutexLock lock(&worker->mu);
     --worker->running;

@@ -45,6 +45,10 @@ struct WorkerPoolOptions {
   // the device's lock: it must be quick, thread-safe and must not call the pool. Empty = not
   // reported.
   std::function<void(int device, int depth)> on_depth;
+  // Called with (device, queue_us) as each item starts or is dropped, outside any lock, on the
+  // thread that runs it (0 for an item run inline). Must be quick and thread-safe. Empty = not
+  // reported.
+  std::function<void(int device, int64_t queue_us)> on_start;
 };
 
 // Thread safety: thread-safe.

@@ -47,9 +47,9 @@ absl::Status CmdInfo(const CommandContext& ctx) {
     return absl::OkStatus();
   }
   Table summary({"field", "value"});
-  summary.AddRow({"version", info.version()});
+  summary.AddRow({"version", absl::StrCat(info.version(), " (git ", info.git(), ")")});
   summary.AddRow({"host", info.host()});
-  summary.AddRow({"built with CUDA", info.built_with_cuda() ? "yes" : "no"});
+  summary.AddRow({"built with CUDA", info.built_with_cuda() ? info.cuda_version() : "no"});
   summary.AddRow({"cache tiers", absl::StrJoin(info.cache_tiers(), " > ")});
   summary.AddRow({"store", info.store()});
   summary.AddRow({"policy", absl::StrCat("autotune=", info.allow_autotune(), " heuristics=",

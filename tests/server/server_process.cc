@@ -108,14 +108,14 @@ absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
     if (newline != std::string::npos) {
       startup_line_ = text.substr(0, newline);
       metrics_port_ = PortAfter(startup_line_, "metrics on ");
-      // "listening on unix:PATH, ..." names a Unix socket; else "listening on HOST:PORT, ...".
+      // "listening on unix:PATH (...)" names a Unix socket; else "listening on HOST:PORT (...)".
       const std::string listening = "listening on ";
       const size_t at = startup_line_.find(listening);
       if (at != std::string::npos &&
           startup_line_.compare(at + listening.size(), 5, "unix:") == 0) {
         const size_t begin = at + listening.size();
         port_ = 0;
-        address_ = startup_line_.substr(begin, startup_line_.find(',', begin) - begin);
+        address_ = startup_line_.substr(begin, startup_line_.find(" (", begin) - begin);
         return absl::OkStatus();
       }
       port_ = PortAfter(startup_line_, listening);

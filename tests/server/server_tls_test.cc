@@ -60,7 +60,7 @@ TEST_F(ServerTlsTest, MutualTlsAcceptsOnlyClientsWithACertificateFromTheCa) {
                   .Start({"--cache=memory", "--tls-cert=" + files_.server_cert,
                           "--tls-key=" + files_.server_key, "--tls-client-ca=" + files_.ca_cert})
                   .ok());
-  EXPECT_NE(server.startup_line().find("mtls on"), std::string::npos) << server.startup_line();
+  EXPECT_NE(server.startup_line().find("(mtls"), std::string::npos) << server.startup_line();
 
   std::unique_ptr<Client> trusted =
       Connect(server, files_.ca_cert, files_.client_cert, files_.client_key);
@@ -92,7 +92,7 @@ TEST_F(ServerTlsTest, TlsWithoutClientCaServesClientsThatTrustTheCa) {
                   .Start({"--cache=memory", "--tls-cert=" + files_.server_cert,
                           "--tls-key=" + files_.server_key})
                   .ok());
-  EXPECT_NE(server.startup_line().find("tls on"), std::string::npos) << server.startup_line();
+  EXPECT_NE(server.startup_line().find("(tls"), std::string::npos) << server.startup_line();
   EXPECT_EQ(server.startup_line().find("mtls"), std::string::npos) << server.startup_line();
 
   std::unique_ptr<Client> client = Connect(server, files_.ca_cert);

@@ -1,0 +1,19 @@
+// Refusing an address another server already listens on, before gRPC binds it.
+#ifndef KERNELSERVE_SERVER_LISTEN_CHECK_H_
+#define KERNELSERVE_SERVER_LISTEN_CHECK_H_
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+
+namespace kernelserve::server {
+
+// For `listen` = "unix:PATH": Unavailable naming the flag when a process accepts connections
+// on PATH (gRPC would otherwise unlink its socket and take the path over). OK for a missing
+// or stale socket file and for TCP addresses, which gRPC refuses itself when they are in use
+// (the server turns SO_REUSEPORT off).
+absl::Status CheckUnixSocketFree(absl::string_view listen);
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_LISTEN_CHECK_H_
