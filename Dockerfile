@@ -11,8 +11,10 @@ ARG CUDA_VERSION=13.0.0
 ARG BASE_OS=ubuntu24.04
 
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${BASE_OS} AS build
-# 90 = H100/H200. Add more, e.g. "80;90", for other GPUs (longer build, larger binary).
-ARG CUDA_ARCHITECTURES=90
+# The default build's architectures (CMakeLists.txt): 80 = A100, 90a = H100/H200 with the wgmma
+# flash attention kernels that docs/PERFORMANCE.md measures (plain 90 lacks them). A test
+# (tests/deploy/check_manifests.py) keeps the two lists equal.
+ARG CUDA_ARCHITECTURES="80;90a"
 ARG BUILD_TYPE=Release
 ARG JOBS=
 ENV DEBIAN_FRONTEND=noninteractive

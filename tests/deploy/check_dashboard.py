@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Checks the Grafana dashboard: valid JSON, every panel bound to the provisioned Prometheus
-data source, unique panel ids, every topic of the deployment issue shown, and every PromQL
+"""Checks the Grafana dashboard: valid JSON, every panel and variable bound to the data source
+variable ${DS_PROMETHEUS} (a Prometheus data source chosen where the dashboard is imported;
+the provisioned default in the compose stack), unique panel ids, every topic of the deployment issue shown, and every PromQL
 expression accepted by `promtool check rules` (Grafana variables substituted).
 Exit 0 = all good, 1 = a problem (each printed). Run with /usr/bin/python3.
 """
@@ -27,16 +28,32 @@ REQUIRED = {
     "queue depth": "kernelserve_queue_depth",
     "device memory": "kernelserve_device_memory_used_bytes",
     "store errors": "kernelserve_store_errors_total",
+    "queue wait": "kernelserve_queue_wait_seconds_bucket",
 }
 
+DATASOURCE = "${DS_PROMETHEUS}"
 
-def datasource_uids(provisioning):
+
+def check_datasource_variable(dashboard, provisioning, errors):
+    """A datasource variable DS_PROMETHEUS of type prometheus, and a default Prometheus data
+    source provisioned for it to pick in the compose stack."""
+    variables = dashboard.get("templating", {}).get("list", [])
+    found = [v for v in variables if v.get("name") == "DS_PROMETHEUS"]
+    if not found or found[0].get("type") != "datasource" or found[0].get("query") != "prometheus":
+        errors.append("templating: needs a variable DS_PROMETHEUS of type datasource, query "
+                      f"prometheus; got {found!r}")
+    for v in variables:
+        ds = v.get("datasource")
+        if v.get("type") == "query" and (not isinstance(ds, dict) or ds.get("uid") != DATASOURCE):
+            errors.append(f"variable '{v.get('name')}': data source {ds!r}; expected {DATASOURCE}")
     with open(provisioning, encoding="utf-8") as f:
         doc = yaml.safe_load(f)
-    return {d["uid"] for d in doc.get("datasources", []) if d.get("type") == "prometheus"}
+    if not any(d.get("type") == "prometheus" and d.get("isDefault")
+               for d in doc.get("datasources", [])):
+        errors.append(f"{provisioning}: no default Prometheus data source for DS_PROMETHEUS")
 
 
-def check_panels(dashboard, uids, errors):
+def check_panels(dashboard, errors):
     ids = []
 
     def walk(panels):
@@ -50,9 +67,9 @@ def check_panels(dashboard, uids, errors):
                 sources = [panel.get("datasource")] + [t.get("datasource") for t in
                                                        panel.get("targets", [])]
                 for ds in sources:
-                    if not isinstance(ds, dict) or ds.get("uid") not in uids:
+                    if not isinstance(ds, dict) or ds.get("uid") != DATASOURCE:
                         errors.append(f"panel '{panel.get('title')}': data source {ds!r}; "
-                                      f"expected uid in {sorted(uids)}")
+                                      f"expected uid {DATASOURCE}")
             walk(panel.get("panels", []))
 
     walk(dashboard.get("panels", []))
@@ -87,7 +104,8 @@ def main():
     errors = []
     with open(args.dashboard, encoding="utf-8") as f:
         dashboard = json.load(f)
-    check_panels(dashboard, datasource_uids(args.datasources), errors)
+    check_datasource_variable(dashboard, args.datasources, errors)
+    check_panels(dashboard, errors)
     expressions = promql_names.dashboard_expressions(args.dashboard)
     used = set()
     for _, expr, kind in expressions:

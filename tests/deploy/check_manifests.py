@@ -97,6 +97,13 @@ def dockerfile_instructions(path):
     return out
 
 
+def cmake_default_architectures(path):
+    """The CMAKE_CUDA_ARCHITECTURES the top-level CMakeLists.txt sets when none is given."""
+    with open(path, encoding="utf-8") as f:
+        m = re.search(r"set\(CMAKE_CUDA_ARCHITECTURES\s+([^)]*)\)", f.read())
+    return m.group(1).replace('"', "").replace(";", " ").split() if m else []
+
+
 def check_dockerfile(root, flags, install_deps, report):
     path = os.path.join(root, "Dockerfile")
     instructions = dockerfile_instructions(path)
@@ -130,8 +137,13 @@ def check_dockerfile(root, flags, install_deps, report):
     report.expect("CMAKE_CUDA_ARCHITECTURES" in build_text and "KERNELSERVE_CUDA=ON" in build_text,
                   "Dockerfile: the build must turn CUDA on with CMAKE_CUDA_ARCHITECTURES")
     build_args = " ".join(f"{w} {r}" for w, r in stages[0]["lines"])
-    report.expect(re.search(r"ARG CUDA_ARCHITECTURES=\S*90", build_args),
-                  "Dockerfile: the default CUDA architectures must include 90")
+    image_arches = re.search(r"ARG CUDA_ARCHITECTURES=(\S+)", build_args)
+    image_arches = image_arches.group(1).strip('"').replace(";", " ").split() if image_arches \
+        else []
+    default_arches = cmake_default_architectures(os.path.join(root, "CMakeLists.txt"))
+    report.expect(image_arches and sorted(image_arches) == sorted(default_arches),
+                  f"Dockerfile: CUDA_ARCHITECTURES {image_arches} differ from the default build's "
+                  f"{default_arches} (CMakeLists.txt): the image would lack kernels we measure")
     dev_packages = set(re.findall(r"\b([\w.+-]+-dev)\b", build_text))
     for pkg in ["libgrpc++-dev", "libprotobuf-dev", "libabsl-dev", "libhiredis-dev",
                 "prometheus-cpp-dev", "libssl-dev"]:
@@ -476,7 +488,7 @@ def check_compose(compose_dir, doc, ctx, report):
 
 def check_prometheus(prom_docs, ctx, report):
     for path, docs in prom_docs.items():
-        if "rules" in path or os.path.basename(path) == "alerts.yml":
+        if "rules" in path or os.path.basename(path) in ("alerts.yml", "alerts_test.yml"):
             continue
         targets, dns = [], []
         for job in docs[0].get("scrape_configs", []):
@@ -515,7 +527,9 @@ def check_grafana(grafana_docs, dashboards, ctx, report):
     for path in dashboards:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        used = set(re.findall(r'"uid":\s*"([^"]+)"', text)) - {json.loads(text).get("uid")}
+        # ${DS_PROMETHEUS} is the dashboard's data source variable (check_dashboard.py).
+        used = set(re.findall(r'"uid":\s*"([^"]+)"', text)) - {json.loads(text).get("uid"),
+                                                              "${DS_PROMETHEUS}"}
         report.expect(used <= uids,
                       f"{path}: data source uids {sorted(used - uids)} not provisioned")
 
