@@ -11,6 +11,7 @@ packages=(
   libssl-dev openssl nlohmann-json3-dev
   redis-server prometheus
   python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
+  python3-venv  # the client tests' virtualenv (pip installs client/python into it)
 )
 
 missing=()

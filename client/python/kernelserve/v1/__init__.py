@@ -1,2 +1,3 @@
-# Generated modules of proto/kernelserve/v1 (kernel_service_pb2*.py), written here by the
-# CMake target python_stubs; not kept in git.
+"""The generated modules of proto/kernelserve/v1: kernel_service_pb2 (messages, with a .pyi),
+kernel_service_pb2_grpc (the service stub). Written by the package build (setup.py), not kept in
+git."""

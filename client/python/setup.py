@@ -1,0 +1,99 @@
+"""Builds the kernelserve package with its gRPC stubs, generated from the protos at build time.
+
+The stubs (kernelserve/v1/kernel_service_pb2.py and .pyi, kernel_service_pb2_grpc.py) are not
+kept in git and not made by the C++ build: build_py runs grpc_tools.protoc (grpcio-tools, a
+build requirement) on kernelserve/v1/*.proto and writes them into the built package only (into
+the source tree only for an editable install, where git ignores them).
+
+The protos are read where they are: the repository's proto/ two levels up. Nothing is copied
+into client/python; an sdist gets a copy of the .proto files alone, under proto/ in the archive,
+so that it builds without the repository.
+
+Generated code refuses to load on a grpcio older than the grpcio-tools that wrote it, or on a
+protobuf older than the protoc inside it, so those two floors are read from this build and
+become the package's dependencies; the others are fixed below.
+"""
+
+import importlib.metadata
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = Path(__file__).absolute().parent
+PROTO_DIR = "kernelserve/v1"  # the package of the stubs, and the protos' folder under the root
+REQUIREMENTS = ["numpy>=1.21", "ml_dtypes>=0.2", "grpcio-health-checking>=1.51"]
+
+
+def proto_root() -> Path:
+    """The folder the protos are found under: proto/ inside an unpacked sdist (which has a
+    PKG-INFO), else the repository's proto/ (client/python is two levels below the root)."""
+    root = HERE / "proto" if (HERE / "PKG-INFO").is_file() else HERE.parent.parent / "proto"
+    if not any((root / PROTO_DIR).glob("*.proto")):
+        sys.exit(f"kernelserve: no {PROTO_DIR}/*.proto under {root}. Build the package from a "
+                 "kernelserve checkout (pip install ./client/python) or from its sdist; "
+                 "client/python copied out of the repository lacks the protos.")
+    return root
+
+
+def proto_files(root: Path) -> list:
+    """The protos the stubs are made of, relative to `root`."""
+    return sorted(str(p.relative_to(root)) for p in (root / PROTO_DIR).glob("*.proto"))
+
+
+def generate_stubs(out: Path) -> str:
+    """Writes the stubs of the protos under `out`; returns the protobuf version they need."""
+    import grpc_tools  # a build requirement (pyproject.toml)
+    from grpc_tools import protoc
+
+    root = proto_root()
+    protos = proto_files(root)
+    well_known = Path(grpc_tools.__file__).parent / "_proto"  # google/protobuf/*.proto
+    args = ["grpc_tools.protoc", f"--proto_path={root}", f"--proto_path={well_known}",
+            f"--python_out={out}", f"--pyi_out={out}", f"--grpc_python_out={out}", *protos]
+    if protoc.main(args) != 0:
+        sys.exit(f"kernelserve: grpc_tools.protoc failed on {', '.join(protos)} (see above)")
+    generated = (out / protos[0].replace(".proto", "_pb2.py")).read_text()
+    stamp = re.search(r"^# Protobuf Python Version: (\d+\.\d+\.\d+)", generated, re.MULTILINE)
+    # Older protocs stamp no version: then ask for the protobuf this build ran with.
+    return stamp.group(1) if stamp else importlib.metadata.version("protobuf")
+
+
+def stub_requirements() -> list:
+    """grpcio and protobuf at least as new as the stubs this build generates need."""
+    with tempfile.TemporaryDirectory() as tmp:
+        protobuf = generate_stubs(Path(tmp))
+    return [f"grpcio>={importlib.metadata.version('grpcio-tools')}", f"protobuf>={protobuf}"]
+
+
+class BuildPyWithStubs(build_py):
+    """build_py into a clean package folder, then the gRPC stubs into it."""
+
+    def run(self):
+        if not self.editable_mode:
+            # setuptools never empties build/lib: a module removed from the sources would
+            # otherwise stay in every later wheel.
+            shutil.rmtree(Path(self.build_lib) / "kernelserve", ignore_errors=True)
+        super().run()
+        generate_stubs(HERE if self.editable_mode else Path(self.build_lib))
+
+
+class SdistWithProtos(sdist):
+    """sdist, plus a copy of the .proto files (and nothing else of proto/) in the archive."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        root = proto_root()
+        for name in proto_files(root):
+            target = Path(base_dir, "proto", name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / name, target)
+
+
+setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProtos},
+      install_requires=REQUIREMENTS + stub_requirements())
