@@ -52,7 +52,7 @@ class ServerProcess:
                 try:
                     if client.health() == "SERVING":
                         return
-                except kernelserve.KernelServeError:
+                except kernelserve.KernelserveError:
                     pass
                 time.sleep(0.1)
         raise RuntimeError(f"kernelserve-server not SERVING after {timeout} s:\n{self.log()}")

@@ -1,4 +1,8 @@
-"""The Python package against a real kernelserve-server process (see server_fixture.py)."""
+"""The Python package against a real kernelserve-server process (see server_fixture.py).
+
+Runs in the virtualenv that client/python/scripts/make_venv.py makes (ctest fixture
+client_python_env): the package under test is the one pip installed there.
+"""
 
 import os
 import tempfile
@@ -9,7 +13,7 @@ import numpy as np
 
 import kernelserve
 import references
-from server_fixture import TOY_SERVER, ServerProcess
+from server_fixture import TOY_SERVER, ServerProcess, free_port
 
 SOURCES = {"override", "overlay", "memory", "file", "redis", "autotune", "heuristic"}
 
@@ -33,18 +37,36 @@ class PythonClientTest(unittest.TestCase):
         self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
 
     def assertCode(self, code, fn, *args, **kwargs):
-        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
             fn(*args, **kwargs)
         self.assertEqual(ctx.exception.code, code, ctx.exception.message)
         return ctx.exception
 
     def test_health_info_kernels(self):
         self.assertEqual(self.client.health(), "SERVING")
+        self.assertEqual(self.client.health("kernelserve.v1.KernelService"), "SERVING")
         info = self.client.info()
+        # Plain Python values, not the protobuf message.
+        self.assertIsInstance(info, kernelserve.ServerInfo)
+        self.assertIsInstance(info.version, str)
         self.assertTrue(info.version)
+        self.assertIsInstance(info.cache_tiers, list)
+        self.assertIn("memory", info.cache_tiers)
+        self.assertIsInstance(info.max_message_bytes, int)
         self.assertGreaterEqual(len(info.devices), 1)
-        names = {k.name for k in self.client.kernels()}
-        self.assertTrue({"mean_pooling", "flash_attention"} <= names, names)
+        self.assertTrue(all(isinstance(d, kernelserve.DeviceInfo) for d in info.devices))
+        self.assertIn(-1, [d.device for d in info.devices])  # this server runs on the CPU
+        kernels = {k.name: k for k in self.client.kernels()}
+        self.assertTrue({"mean_pooling", "flash_attention"} <= set(kernels), kernels)
+        pool = kernels["mean_pooling"]
+        self.assertIsInstance(pool, kernelserve.KernelSchema)
+        self.assertEqual(pool.id, "mean_pooling@v1")
+        self.assertTrue(pool.input("x").required)
+        self.assertIn("f32", pool.input("x").dtypes)
+        self.assertEqual(self.client.schema("flash_attention").param("causal").default, False)
+
+    def test_health_of_an_unknown_service_is_not_found(self):
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.health, "no.such.Service")
 
     def test_mean_pooling_dense_f32(self):
         x = uniform(self.rng, (3, 37, 24))
@@ -91,13 +113,24 @@ class PythonClientTest(unittest.TestCase):
         np.testing.assert_allclose(r.out.astype(np.float32), expected, rtol=1e-3, atol=1e-4)
 
     def test_mean_pooling_bf16(self):
-        values = uniform(self.rng, (3, 16, 32))
-        bits = kernelserve.to_bf16(values)
-        r = self.client.mean_pooling(bits)
-        self.assertEqual(r.out.dtype, np.uint16)  # bf16 comes back as its bits
-        expected = references.mean_pooling(kernelserve.from_bf16(bits))
+        x = uniform(self.rng, (3, 16, 32)).astype(kernelserve.bfloat16)  # ml_dtypes.bfloat16
+        r = self.client.mean_pooling(x)
+        self.assertEqual(r.out.dtype, kernelserve.bfloat16)  # bf16 comes back as bfloat16
+        self.assertEqual(r.out.shape, (3, 32))
+        expected = references.mean_pooling(x.astype(np.float32))
         # Within one rounding of bf16 (8 significant bits).
-        np.testing.assert_allclose(kernelserve.from_bf16(r.out), expected, rtol=2**-8, atol=1e-5)
+        np.testing.assert_allclose(r.out.astype(np.float32), expected, rtol=2**-8, atol=1e-5)
+        # uint16 arrays are still sent as bf16 bits, as before.
+        bits = self.client.mean_pooling(x.view(np.uint16))
+        np.testing.assert_array_equal(bits.out.view(np.uint16), r.out.view(np.uint16))
+
+    def test_flash_attention_bf16(self):
+        q, k, v = (uniform(self.rng, (1, 16, 2, 32)).astype(kernelserve.bfloat16)
+                   for _ in range(3))
+        r = self.client.flash_attention(q, k, v, causal=True)
+        self.assertEqual(r.out.dtype, kernelserve.bfloat16)
+        out, _ = references.attention(*(t.astype(np.float32) for t in (q, k, v)), causal=True)
+        np.testing.assert_allclose(r.out.astype(np.float32), out, rtol=2**-7, atol=2e-2)
 
     def test_flash_attention_gqa_with_lse(self):
         q = uniform(self.rng, (2, 9, 4, 16))
@@ -154,7 +187,7 @@ class PythonClientTest(unittest.TestCase):
         self.assertCode(bad, self.client.mean_pooling, uniform(self.rng, (6, 4)), cu_seqlens=cu)
 
     def test_client_side_errors(self):
-        with self.assertRaises(TypeError):
+        with self.assertRaisesRegex(TypeError, "input 'x': dtype float64 is not sent"):
             self.client.mean_pooling(np.zeros((2, 3, 4), dtype=np.float64))
         with self.assertRaisesRegex(TypeError, "did you mean 'causal'"):
             self.client.flash_attention(*(uniform(self.rng, (1, 2, 1, 4)),) * 3, causl=True)
@@ -162,15 +195,48 @@ class PythonClientTest(unittest.TestCase):
             self.client.flash_attention(uniform(self.rng, (1, 2, 1, 4)))
         with self.assertRaisesRegex(AttributeError, "no kernel 'softmax'"):
             self.client.softmax(np.zeros(3, np.float32))
+        self.assertFalse(hasattr(self.client, "softmax"))
 
-    def test_bf16_helpers_round_to_nearest_even(self):
-        values = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, np.inf], dtype=np.float32)
-        bits = kernelserve.to_bf16(values)
-        np.testing.assert_array_equal(bits, [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80])
-        np.testing.assert_array_equal(kernelserve.from_bf16(bits),
-                                      [1.0, 1.0, 1.0 + 2**-6, -2.5, np.inf])
-        self.assertTrue(np.isnan(kernelserve.from_bf16(kernelserve.to_bf16([np.nan])))[0])
+    def test_misspelt_param_names_it_and_every_param_the_kernel_has(self):
+        q = uniform(self.rng, (1, 4, 2, 8))
+        with self.assertRaises(kernelserve.ArgumentError) as raised:
+            self.client.flash_attention(q, q, q, casual=True)
+        error = raised.exception
+        # A KernelserveError (INVALID_ARGUMENT, as the server would say) and a TypeError.
+        self.assertIsInstance(error, kernelserve.KernelserveError)
+        self.assertIsInstance(error, TypeError)
+        self.assertEqual(error.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("unexpected keyword argument 'casual'", error.message)
+        self.assertIn("did you mean 'causal'?", error.message)
+        for param in self.client.schema("flash_attention").params:  # the names from the schema
+            self.assertIn(param.name, error.message)
+        for name in ("q", "k", "v"):
+            self.assertIn(name, error.message)
 
+    def test_misspelt_param_of_execute_is_the_servers_invalid_argument(self):
+        q = uniform(self.rng, (1, 4, 2, 8))
+        err = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.execute,
+                              "flash_attention", {"q": q, "k": q, "v": q}, {"casual": True})
+        self.assertIn("casual", err.message)
+
+    def test_misspelt_config_field_names_it_and_the_fields(self):
+        x = uniform(self.rng, (2, 8, 4))
+        with self.assertRaises(kernelserve.ArgumentError) as raised:
+            self.client.mean_pooling(x, config={"blok_size": 16})
+        self.assertIn("'blok_size'", raised.exception.message)
+        self.assertIn("did you mean 'block_size'?", raised.exception.message)
+        self.assertIn("num_warps", raised.exception.message)
+        with self.assertRaises(kernelserve.ArgumentError):
+            self.client.mean_pooling(x, config={"block_size": "sixteen"})
+
+    def test_errors_carry_the_status_code(self):
+        err = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling,
+                              uniform(self.rng, (2, 3)))
+        self.assertIsInstance(err, kernelserve.KernelserveError)
+        self.assertTrue(str(err).startswith("INVALID_ARGUMENT: "), str(err))
+        self.assertIs(kernelserve.KernelServeError, kernelserve.KernelserveError)  # old name
+        with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as nobody:
+            self.assertCode(grpc.StatusCode.UNAVAILABLE, nobody.info)
 
 class TuneAndCacheTest(unittest.TestCase):
     """autotune, list_configs, put_config and delete_config against one server."""
@@ -242,16 +308,16 @@ class TuneAndCacheTest(unittest.TestCase):
         self.assertEqual(self.entries("mean_pooling", key), [])
         self.assertEqual(self.client.mean_pooling(x).source, "heuristic")
         self.client.delete_config(key)  # the heuristic answer was cached; the default device
-        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
             self.client.delete_config(key)
         self.assertEqual(ctx.exception.code, grpc.StatusCode.NOT_FOUND)
 
     def test_put_config_that_cannot_run_is_invalid_argument(self):
         spec = {"x": kernelserve.TensorSpec((2, 8, 4), np.float32)}
-        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
             self.client.put_config("mean_pooling", spec, {"block_size": 8, "platform": "cuda"})
         self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
-        with self.assertRaises(kernelserve.KernelServeError) as ctx:
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
             self.client.put_config("no_such_kernel", spec, {"block_size": 8})
         self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
 
@@ -276,14 +342,12 @@ class AuthTest(unittest.TestCase):
         for token in (None, "wrong-token"):
             with kernelserve.Client(self.server.target, token=token) as client:
                 self.assertEqual(client.health(), "SERVING")  # health needs no token
-                with self.assertRaises(kernelserve.KernelServeError) as ctx:
-                    client.mean_pooling(x)
+                with self.assertRaises(kernelserve.KernelserveError) as ctx:
+                    client.execute("mean_pooling", {"x": x})
                 self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         with kernelserve.Client(self.server.target, token=self.TOKEN) as client:
             r = client.mean_pooling(x)
             np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
-
-
 
 
 @unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")
@@ -307,7 +371,7 @@ class ToyKernelTest(unittest.TestCase):
         np.testing.assert_array_equal(self.client.toy_scale(x=x).out, 2 * x)  # the default
         with self.assertRaisesRegex(TypeError, "did you mean 'factor'"):
             self.client.toy_scale(x, facter=3)
-        with self.assertRaises(kernelserve.KernelServeError) as raised:
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
             self.client.toy_scale(x, factor="big")
         self.assertIn("param 'factor': expected float", str(raised.exception))
 

@@ -1,8 +1,20 @@
-"""kernelserve: a Python client of the kernelserve gRPC service. See docs/CLIENT.md."""
+"""kernelserve: a Python client of the kernelserve gRPC service. See docs/CLIENT.md.
 
+    import kernelserve
+    with kernelserve.Client("127.0.0.1:50051") as client:
+        client.mean_pooling(x).out
+"""
+
+from kernelserve.calls import Request
 from kernelserve.client import Client
-from kernelserve.results import Candidate, ConfigEntry, KernelServeError, Result, TuneResult
-from kernelserve.tensors import TensorSpec, from_bf16, to_bf16
+from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeError,
+                                UnknownKernelError)
+from kernelserve.info import (DeviceInfo, InputSchema, KernelSchema, OutputSchema, ParamSchema,
+                              ServerInfo)
+from kernelserve.results import Candidate, ConfigEntry, ItemResult, Result, TuneResult
+from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
 
-__all__ = ["Candidate", "Client", "ConfigEntry", "KernelServeError", "Result", "TensorSpec",
-           "TuneResult", "from_bf16", "to_bf16"]
+__all__ = ["ArgumentError", "Candidate", "Client", "ConfigEntry", "DeviceInfo", "InputSchema",
+           "ItemResult", "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema",
+           "ParamSchema", "Request", "Result", "ServerInfo", "TensorSpec", "TuneResult",
+           "UnknownKernelError", "bfloat16", "from_bf16", "to_bf16"]

@@ -1,71 +1,72 @@
-"""What the calls return: the error type and the result classes, built from response messages."""
+"""What the calls return: the result classes, built from response messages."""
+
+from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Union
 
-import grpc
+import numpy as np
 
 from kernelserve import tensors
+from kernelserve.errors import KernelserveError, error_of
 from kernelserve.v1 import kernel_service_pb2 as pb
 
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _TIMINGS = ("queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us", "total_us")
-
-
-class KernelServeError(Exception):
-    """A failed call: `code` is a grpc.StatusCode, `message` the server's text."""
-
-    def __init__(self, code, message):
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclasses.dataclass
 class Result:
     """The answer to one kernel call."""
 
-    outputs: dict  # name -> numpy array (read-only; bf16 as uint16 bits)
-    timings: dict  # queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
-    config: dict  # the KernelConfig that ran, by field name
+    outputs: dict[str, np.ndarray]  # name -> array (read-only; bf16 as ml_dtypes.bfloat16)
+    timings: dict[str, int]  # queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
+    config: dict[str, Union[int, str]]  # the KernelConfig that ran, by field name
     source: str  # "memory", "heuristic", "autotune", "override", ...
     platform: str
     device: int  # -1 = CPU
     device_fingerprint: str
     cache_key: str
-    warnings: list
+    warnings: list[str]
+    request_id: str = ""  # the caller's request_id, echoed
 
     @property
-    def out(self):
+    def out(self) -> np.ndarray:
+        """outputs["out"]."""
         return self.outputs["out"]
 
     @property
-    def lse(self):
+    def lse(self) -> Optional[np.ndarray]:
+        """outputs["lse"] (flash_attention with return_lse=True), else None."""
         return self.outputs.get("lse")
+
+
+# One item of execute_batch or execute_stream: its result, or the error of that item alone.
+ItemResult = Union[Result, KernelserveError]
 
 
 @dataclasses.dataclass
 class Candidate:
     """One config timed by a tune: its median, or the error that ruled it out."""
 
-    config: dict
-    median_us: float  # None when it failed
-    error: KernelServeError  # None when it ran and matched the reference
+    config: dict[str, Union[int, str]]
+    median_us: Optional[float]  # None when it failed
+    error: Optional[KernelserveError]  # None when it ran and matched the reference
 
 
 @dataclasses.dataclass
 class TuneResult:
     """The answer to autotune: the winner (stored by the server) and every candidate."""
 
-    best: dict  # the winning KernelConfig, by field name
+    best: dict[str, Union[int, str]]  # the winning KernelConfig, by field name
     best_us: float
     source: str  # "autotune", or "heuristic" when every candidate failed
-    candidates: list  # of Candidate
+    candidates: list[Candidate]
     cache_key: str
     device_fingerprint: str
     platform: str
     device: int  # -1 = CPU
     elapsed_seconds: float
-    warnings: list
+    warnings: list[str]
 
 
 @dataclasses.dataclass
@@ -75,7 +76,7 @@ class ConfigEntry:
     kernel: str  # "mean_pooling@v1"
     cache_key: str
     device_fingerprint: str  # "" for the memory tier
-    config: dict
+    config: dict[str, Union[int, str]]
     origin: str  # "autotune", "heuristic", "pinned"; "" for the memory tier
     measured_us: float
     host: str
@@ -83,28 +84,22 @@ class ConfigEntry:
     tier: str  # "memory", "file", "redis"
 
 
-def error_of(status):
-    """The KernelServeError of an in-band pb.RpcStatus; None when it is OK."""
-    if status.code == 0:
-        return None
-    return KernelServeError(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
-
-
-def config_dict(config):
+def config_dict(config: pb.KernelConfig) -> dict[str, Union[int, str]]:
     """A pb.KernelConfig as a dict of every field."""
     return {f.name: getattr(config, f.name) for f in config.DESCRIPTOR.fields}
 
 
-def source_name(source):
+def source_name(source: int) -> str:
     """pb.ConfigSource -> "memory", "autotune", ..."""
-    return pb.ConfigSource.Name(source).removeprefix("CONFIG_SOURCE_").lower()
+    name: str = pb.ConfigSource.Name(source)
+    return name.removeprefix("CONFIG_SOURCE_").lower()
 
 
-def result_of(response):
-    """The Result of a pb.ExecuteResponse; raises its in-band error."""
+def item_of(response: pb.ExecuteResponse) -> ItemResult:
+    """The Result of a pb.ExecuteResponse, or its in-band error."""
     error = error_of(response.status)
     if error is not None:
-        raise error
+        return error
     return Result(
         outputs={name: tensors.from_proto(t) for name, t in response.outputs.items()},
         timings={name: getattr(response.timing, name) for name in _TIMINGS},
@@ -115,10 +110,19 @@ def result_of(response):
         device_fingerprint=response.device_fingerprint,
         cache_key=response.cache_key,
         warnings=list(response.warnings),
+        request_id=response.request_id,
     )
 
 
-def tune_result_of(response):
+def result_of(response: pb.ExecuteResponse) -> Result:
+    """The Result of a pb.ExecuteResponse; raises its in-band error."""
+    item = item_of(response)
+    if isinstance(item, KernelserveError):
+        raise item
+    return item
+
+
+def tune_result_of(response: pb.AutotuneResponse) -> TuneResult:
     """The TuneResult of a pb.AutotuneResponse."""
     candidates = []
     for c in response.candidates:
@@ -133,7 +137,7 @@ def tune_result_of(response):
         elapsed_seconds=response.elapsed_seconds, warnings=list(response.warnings))
 
 
-def entry_of(entry):
+def entry_of(entry: pb.ConfigEntry) -> ConfigEntry:
     """The ConfigEntry of a pb.ConfigEntry."""
     return ConfigEntry(
         kernel=entry.kernel, cache_key=entry.cache_key,

@@ -1,75 +1,107 @@
-"""Conversions between numpy arrays and kernelserve.v1.Tensor messages.
+"""Conversions between NumPy arrays and kernelserve.v1.Tensor messages.
 
-numpy has no bfloat16, so bf16 tensors travel as uint16 arrays holding the raw bits: a uint16
-array is sent as DTYPE_BF16 and a DTYPE_BF16 output comes back as uint16. Use to_bf16 and
-from_bf16 to convert from and to float32. A TensorSpec stands for a tensor by its shape alone,
-for the calls that need no data (autotune, put_config).
+bf16 is `ml_dtypes.bfloat16` (re-exported as `kernelserve.bfloat16`): a bfloat16 array is sent
+as DTYPE_BF16 and a DTYPE_BF16 output comes back as a bfloat16 array. For compatibility a
+uint16 array is also sent as bf16 (its values are the raw bits); `to_bf16` and `from_bf16`
+convert between floats and those bits. A TensorSpec stands for a tensor by its shape alone, for
+the calls that need no data (autotune, put_config).
 """
 
+from __future__ import annotations
+
 import dataclasses
+from typing import Any, Union
 
+import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
+from kernelserve.errors import ArgumentError
 from kernelserve.v1 import kernel_service_pb2 as pb
 
-# numpy dtype (little-endian) <-> wire dtype.
-_TO_WIRE = {
+bfloat16: type = ml_dtypes.bfloat16
+_BF16 = np.dtype(bfloat16)
+
+# NumPy dtype (little-endian) -> wire dtype. uint16 is bf16 bits.
+_TO_WIRE: dict[np.dtype[Any], int] = {
     np.dtype("<f4"): pb.DTYPE_F32,
     np.dtype("<f2"): pb.DTYPE_F16,
+    _BF16: pb.DTYPE_BF16,
     np.dtype("<u2"): pb.DTYPE_BF16,
     np.dtype("<i4"): pb.DTYPE_I32,
     np.dtype("<i8"): pb.DTYPE_I64,
     np.dtype("bool"): pb.DTYPE_BOOL,
 }
-_FROM_WIRE = {wire: dtype for dtype, wire in _TO_WIRE.items()}
+# Wire dtype -> the dtype of the arrays this package returns.
+_FROM_WIRE: dict[int, np.dtype[Any]] = {
+    pb.DTYPE_F32: np.dtype("<f4"),
+    pb.DTYPE_F16: np.dtype("<f2"),
+    pb.DTYPE_BF16: _BF16,
+    pb.DTYPE_I32: np.dtype("<i4"),
+    pb.DTYPE_I64: np.dtype("<i8"),
+    pb.DTYPE_BOOL: np.dtype("bool"),
+}
+# Wire dtype -> the short name the schema and the CLI use.
+DTYPE_NAMES = {pb.DTYPE_F32: "f32", pb.DTYPE_F16: "f16", pb.DTYPE_BF16: "bf16",
+               pb.DTYPE_I32: "i32", pb.DTYPE_I64: "i64", pb.DTYPE_BOOL: "bool"}
 
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """A tensor without data: its shape and numpy dtype (np.uint16 = bf16)."""
+    """A tensor without data: its shape and NumPy dtype (bfloat16 or uint16 = bf16)."""
 
-    shape: tuple
-    dtype: object = np.float32
+    shape: tuple[int, ...]
+    dtype: npt.DTypeLike = np.float32
 
 
-def _wire_dtype(dtype):
-    wire = _TO_WIRE.get(np.dtype(dtype).newbyteorder("<"))
+# What an input may be: an array (or anything np.asarray takes), or a TensorSpec.
+TensorLike = Union[npt.ArrayLike, TensorSpec]
+
+
+def _wire_dtype(dtype_like: npt.DTypeLike, name: str) -> int:
+    dtype = np.dtype(dtype_like)
+    wire = _TO_WIRE.get(dtype if dtype == _BF16 else dtype.newbyteorder("<"))
     if wire is None:
-        raise TypeError(
-            f"dtype {np.dtype(dtype)} is not sent: use float32, float16, uint16 (bf16 bits), "
-            "int32, int64 or bool (e.g. .astype(np.float32))")
+        raise ArgumentError(
+            f"input {name!r}: dtype {dtype} is not sent: use float32, float16, ml_dtypes.bfloat16 "
+            "(or uint16 bf16 bits), int32, int64 or bool (e.g. .astype(np.float32))")
     return wire
 
 
-def to_proto(array, out):
-    """Writes `array` (array-like, or a TensorSpec: shape only) into the pb.Tensor `out`."""
+def to_proto(array: TensorLike, out: pb.Tensor, name: str = "") -> None:
+    """Writes `array` (array-like, or a TensorSpec: shape only) into the pb.Tensor `out`;
+    ArgumentError naming the input `name` for a dtype that is not sent."""
     if isinstance(array, TensorSpec):
-        out.dtype = _wire_dtype(array.dtype)
+        out.dtype = _wire_dtype(array.dtype, name)  # type: ignore[assignment]
         out.shape[:] = array.shape
         return
-    array = np.asarray(array)
-    wire = _wire_dtype(array.dtype)
-    out.dtype = wire
-    out.shape[:] = array.shape
-    out.data = np.ascontiguousarray(array, dtype=_FROM_WIRE[wire]).tobytes()
+    values = np.asarray(array)
+    wire = _wire_dtype(values.dtype, name)
+    out.dtype = wire  # type: ignore[assignment]  # an enum value; the .pyi wants its type
+    out.shape[:] = values.shape
+    bits = wire == pb.DTYPE_BF16 and values.dtype != _BF16  # uint16 bf16 bits
+    dtype = np.dtype("<u2") if bits else _FROM_WIRE[wire]
+    out.data = np.ascontiguousarray(values, dtype=dtype).tobytes()
 
 
-def from_proto(tensor):
-    """The array of a pb.Tensor (read-only, sharing the message's bytes). bf16 -> uint16."""
+def from_proto(tensor: pb.Tensor) -> np.ndarray:
+    """The array of a pb.Tensor (read-only, sharing the message's bytes); bf16 is bfloat16."""
     dtype = _FROM_WIRE.get(tensor.dtype)
     if dtype is None:
         raise ValueError(f"tensor has unknown dtype {tensor.dtype}")
-    return np.frombuffer(tensor.data, dtype=dtype).reshape(tuple(tensor.shape))
+    array: np.ndarray = np.frombuffer(tensor.data, dtype=dtype)
+    return array.reshape(tuple(tensor.shape))
 
 
-def to_bf16(array):
-    """float array -> uint16 bf16 bits, rounding to nearest even; NaN stays NaN."""
-    values = np.ascontiguousarray(array, dtype=np.float32)
-    bits = values.view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
-    return np.where(np.isnan(values), (bits >> 16) | np.uint32(0x40), rounded).astype(np.uint16)
+def to_bf16(array: npt.ArrayLike) -> np.ndarray:
+    """Numbers -> uint16 bf16 bits, rounded to nearest even (NaN stays NaN). For a bfloat16
+    array itself use `np.asarray(values).astype(kernelserve.bfloat16)`."""
+    return np.ascontiguousarray(np.asarray(array).astype(bfloat16)).view(np.uint16)
 
 
-def from_bf16(bits):
-    """uint16 bf16 bits -> float32."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+def from_bf16(bits: Any) -> np.ndarray:
+    """uint16 bf16 bits, or a bfloat16 array -> float32."""
+    array = np.asarray(bits)
+    if array.dtype != _BF16:
+        array = np.ascontiguousarray(array, dtype=np.uint16).view(bfloat16)
+    return array.astype(np.float32)

@@ -1,0 +1,226 @@
+"""How calls become request messages, and the arguments of a kernel method split by the
+kernel's schema (split_call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional, Union
+
+import grpc
+import numpy as np
+
+from kernelserve import results, tensors
+from kernelserve.errors import ArgumentError, UnknownKernelError
+from kernelserve.info import KernelSchema, ParamValue
+from kernelserve.tensors import TensorLike
+from kernelserve.v1 import kernel_service_pb2 as pb
+
+# Keyword arguments of every kernel method that are not the kernel's: how the call runs.
+RUN_OPTIONS = ("config", "platform", "device", "allow_autotune", "request_id", "timeout")
+_CONFIG_FIELDS = tuple(f.name for f in pb.KernelConfig.DESCRIPTOR.fields)
+
+Inputs = Mapping[str, TensorLike]  # input name -> array (or TensorSpec where shapes suffice)
+Params = Mapping[str, ParamValue]  # param name -> value
+Config = Mapping[str, Union[int, str]]  # KernelConfig field -> value: an explicit config
+
+
+@dataclasses.dataclass
+class Request:
+    """One call: the arguments of execute() as a value."""
+
+    kernel: str
+    inputs: Inputs
+    params: Optional[Params] = None
+    config: Optional[Config] = None
+    platform: str = ""
+    device: Optional[int] = None
+    allow_autotune: Optional[bool] = None
+    request_id: str = ""
+
+
+def _hint(name: str, known: Sequence[str]) -> str:
+    """"did you mean 'x'? " when a known name is close to `name`, else ""."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def accepted(schema: KernelSchema) -> str:
+    """What a kernel method takes, for error messages: "inputs q, k, v, ...; params ...; run
+    options ..."."""
+    inputs = [i.name if i.required else f"{i.name} (optional)" for i in schema.inputs]
+    parts = [f"inputs {', '.join(inputs) or '(none)'}",
+             f"params {', '.join(p.name for p in schema.params) or '(none)'}",
+             f"run options {', '.join(RUN_OPTIONS)}"]
+    return "; ".join(parts)
+
+
+def param_value(name: str, value: ParamValue) -> pb.ParamValue:
+    """A Python (or NumPy scalar) value as a pb.ParamValue; the server's schema checks its type
+    and range."""
+    if isinstance(value, (bool, np.bool_)):
+        return pb.ParamValue(bool_value=bool(value))
+    if isinstance(value, numbers.Integral):
+        return pb.ParamValue(int64_value=int(value))
+    if isinstance(value, numbers.Real):
+        return pb.ParamValue(double_value=float(value))
+    if isinstance(value, str):
+        return pb.ParamValue(string_value=value)
+    raise ArgumentError(f"param {name!r}: expected bool, int, float or str, got "
+                        f"{type(value).__name__}")
+
+
+def kernel_config(config: Config) -> pb.KernelConfig:
+    """A pb.KernelConfig of a dict of its fields; ArgumentError naming a field it does not have
+    (and those it has) or a value of the wrong type."""
+    for name in config:
+        if name not in _CONFIG_FIELDS:
+            raise ArgumentError(f"config has no field {name!r}; {_hint(name, _CONFIG_FIELDS)}"
+                                f"its fields are {', '.join(_CONFIG_FIELDS)}")
+    try:
+        return pb.KernelConfig(**config)  # type: ignore[arg-type]  # checked by protobuf
+    except (TypeError, ValueError) as error:  # protobuf's, for a value of the wrong type
+        raise ArgumentError(f"config: {error}") from None
+
+
+def fill_call(request: Any, kernel: str, inputs: Inputs, params: Optional[Params]) -> None:
+    """Sets the kernel, inputs and params (sent as `parameters`) of `request` (ExecuteRequest,
+    AutotuneRequest or PutConfigRequest)."""
+    request.kernel = kernel
+    for name, array in inputs.items():
+        tensors.to_proto(array, request.inputs[name], name)
+    for name, value in (params or {}).items():
+        request.parameters[name].CopyFrom(param_value(name, value))
+
+
+def execute_request(call: Request, request_id: Optional[str] = None) -> pb.ExecuteRequest:
+    """The ExecuteRequest of `call` (request_id: the id to send instead of call.request_id)."""
+    request = pb.ExecuteRequest(platform=call.platform,
+                                request_id=call.request_id if request_id is None else request_id)
+    fill_call(request, call.kernel, call.inputs, call.params)
+    if call.config:
+        request.config.CopyFrom(kernel_config(call.config))
+    if call.device is not None:
+        request.device = call.device
+    if call.allow_autotune is not None:
+        request.policy.allow_autotune = call.allow_autotune
+    return request
+
+
+def autotune_request(kernel: str, inputs: Inputs, params: Optional[Params], platform: str,
+                     device: Optional[int], persist: Optional[bool]) -> pb.AutotuneRequest:
+    request = pb.AutotuneRequest(platform=platform)
+    fill_call(request, kernel, inputs, params)
+    if device is not None:
+        request.device = device
+    if persist is not None:
+        request.policy.persist = persist
+    return request
+
+
+def put_config_request(kernel: str, inputs: Inputs, config: Config, params: Optional[Params],
+                       platform: str, device: Optional[int]) -> pb.PutConfigRequest:
+    request = pb.PutConfigRequest(platform=platform, config=kernel_config(config))
+    fill_call(request, kernel, inputs, params)
+    if device is not None:
+        request.device = device
+    return request
+
+
+def unknown_kernel(name: str, served: Iterable[str]) -> UnknownKernelError:
+    """The error for a kernel the server does not serve, naming those it does."""
+    served = sorted(served)
+    return UnknownKernelError(f"the server has no kernel {name!r}; {_hint(name, served)}"
+                              f"it serves {', '.join(served) or 'none'}")
+
+
+def split_call(schema: KernelSchema, args: Sequence[Any], kwargs: Mapping[str, Any]
+               ) -> tuple[dict[str, TensorLike], dict[str, ParamValue], dict[str, Any]]:
+    """Inputs, params and run options of a kernel method call, by the kernel's schema: required
+    inputs in schema order may be positional. ArgumentError (a TypeError) for a name the kernel
+    does not have (naming the closest one and every one it takes), a missing input or too many
+    positional ones."""
+    required = [i.name for i in schema.inputs if i.required]
+    if len(args) > len(required):
+        raise ArgumentError(f"{schema.name}() takes {len(required)} positional inputs "
+                        f"({', '.join(required)}), got {len(args)}")
+    inputs: dict[str, TensorLike] = dict(zip(required, args))
+    input_names = {i.name for i in schema.inputs}
+    param_names = {p.name for p in schema.params}
+    params: dict[str, ParamValue] = {}
+    run: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if name in RUN_OPTIONS:
+            run[name] = value
+        elif name in input_names:
+            if name in inputs:
+                raise ArgumentError(f"{schema.name}() got input {name!r} twice")
+            if value is not None:
+                inputs[name] = value
+        elif name in param_names:
+            params[name] = value
+        else:
+            known = sorted(input_names | param_names) + list(RUN_OPTIONS)
+            raise ArgumentError(f"{schema.name}() got an unexpected keyword argument {name!r}; "
+                                f"{_hint(name, known)}{schema.name} takes {accepted(schema)}")
+    missing = [name for name in required if name not in inputs]
+    if missing:
+        raise ArgumentError(f"{schema.name}() missing input(s): {', '.join(missing)}; "
+                            f"{schema.name} takes {accepted(schema)}")
+    return inputs, params, run
+
+
+def method_signature(schema: KernelSchema) -> Optional[inspect.Signature]:
+    """The signature of the kernel's method, for help() and editors: required inputs, then
+    keyword-only optional inputs, params (with their defaults) and run options. None when the
+    schema's names are not Python identifiers."""
+    kind = inspect.Parameter
+    parameters = [kind(i.name, kind.POSITIONAL_OR_KEYWORD) for i in schema.inputs if i.required]
+    parameters += [kind(i.name, kind.KEYWORD_ONLY, default=None)
+                   for i in schema.inputs if not i.required]
+    parameters += [kind(p.name, kind.KEYWORD_ONLY, default=p.default) for p in schema.params]
+    parameters += [kind(name, kind.KEYWORD_ONLY, default=None) for name in RUN_OPTIONS]
+    try:
+        return inspect.Signature(parameters, return_annotation=results.Result)
+    except ValueError:  # a name that is not an identifier, or one used twice
+        return None
+
+
+def method_doc(schema: KernelSchema) -> str:
+    """The docstring of the kernel's method: the kernel's doc, its inputs and params."""
+    lines = [schema.doc or schema.id, "", "Inputs:"]
+    for i in schema.inputs:
+        optional = "" if i.required else " (optional)"
+        lines.append(f"  {i.name}{optional}: {i.shape} {'/'.join(i.dtypes)}  {i.doc}".rstrip())
+    if schema.params:
+        lines.append("Params:")
+    for p in schema.params:
+        default = "" if p.default is None else f" = {p.default!r}"
+        lines.append(f"  {p.name}: {p.type}{default}  {p.doc}".rstrip())
+    lines.append(f"Run options: {', '.join(RUN_OPTIONS)} (see execute()).")
+    return "\n".join(lines)
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """The gRPC channel options of a client: its message size limit both ways."""
+    return [("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes)]
+
+
+def channel_credentials(tls: bool, root_certificates: Optional[bytes],
+                        private_key: Optional[bytes], certificate_chain: Optional[bytes]
+                        ) -> Optional[grpc.ChannelCredentials]:
+    """TLS credentials when `tls` or any PEM is given (a key and chain make it mTLS); None for
+    a plaintext channel."""
+    if not (tls or root_certificates or private_key or certificate_chain):
+        return None
+    return grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
+
+
+def call_metadata(token: Optional[str]) -> tuple[tuple[str, str], ...]:
+    """The metadata every KernelService call carries: the bearer token, if any."""
+    return (("authorization", f"Bearer {token}"),) if token else ()

@@ -1,0 +1,297 @@
+"""The Python package as pip builds and installs it, and what it checks before any call: needs
+no kernelserve server.
+
+Runs in the virtualenv that client/python/scripts/make_venv.py makes (ctest fixture
+client_python_env). KERNELSERVE_SOURCE_DIR is the repository, for the build test.
+"""
+
+import importlib.metadata
+import inspect
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import typing
+import unittest
+import zipfile
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+import kernelserve
+from kernelserve import calls, info, tensors
+from kernelserve.v1 import kernel_service_pb2 as pb
+from server_fixture import free_port
+
+SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
+PACKAGE_SOURCE = SOURCE / "client" / "python"
+MODULES = ["__init__.py", "calls.py", "client.py", "errors.py", "info.py",
+           "results.py", "tensors.py"]
+STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
+
+
+class InstalledPackageTest(unittest.TestCase):
+    """What pip installed: the package from the virtualenv, with its stubs, hints and deps."""
+
+    def test_imported_from_the_virtualenv_not_the_sources(self):
+        self.assertNotEqual(sys.prefix, sys.base_prefix, "not running in a virtualenv")
+        installed = Path(kernelserve.__file__).resolve()
+        self.assertTrue(installed.is_relative_to(Path(sys.prefix).resolve()), installed)
+        self.assertFalse(installed.is_relative_to(PACKAGE_SOURCE.resolve()), installed)
+        self.assertFalse(any(Path(p or ".").resolve() == PACKAGE_SOURCE.resolve()
+                             for p in sys.path), sys.path)
+
+    def test_stubs_and_py_typed_are_installed(self):
+        files = {str(f) for f in importlib.metadata.files("kernelserve")}
+        for name in MODULES + ["py.typed"]:
+            self.assertIn(f"kernelserve/{name}", files)
+        for name in STUBS:
+            self.assertIn(f"kernelserve/v1/{name}", files)
+        self.assertTrue(Path(pb.__file__).resolve().is_relative_to(Path(sys.prefix).resolve()))
+
+    def test_dependencies_come_from_pypi_packages(self):
+        requires = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower().replace("_", "-")
+                    for r in importlib.metadata.requires("kernelserve")}
+        self.assertEqual(requires, {"grpcio", "protobuf", "numpy", "ml-dtypes",
+                                    "grpcio-health-checking"})
+        for name in requires:
+            self.assertTrue(importlib.metadata.version(name), name)  # installed here
+
+    def test_public_api_is_annotated(self):
+        """Every parameter and return of the public functions and methods has a type hint, and
+        the hints resolve."""
+        objects = [kernelserve.Client, kernelserve.to_bf16,
+                   kernelserve.from_bf16, kernelserve.KernelserveError]
+        checked = 0
+        for obj in objects:
+            functions = ([obj] if inspect.isfunction(obj) else
+                         [f for n, f in vars(obj).items()
+                          if inspect.isfunction(f) and (not n.startswith("_") or n in (
+                              "__init__", "__enter__", "__exit__", "__aenter__", "__aexit__",
+                              "__getattr__"))])
+            for function in functions:
+                hints = typing.get_type_hints(function)
+                signature = inspect.signature(function)
+                for name, parameter in signature.parameters.items():
+                    if name == "self":
+                        continue
+                    self.assertIn(name, hints, f"{function.__qualname__}({name})")
+                self.assertIn("return", hints, function.__qualname__)
+                checked += 1
+        self.assertGreater(checked, 12)
+        for cls in (kernelserve.Result, kernelserve.ServerInfo, kernelserve.KernelSchema,
+                    kernelserve.TuneResult, kernelserve.ConfigEntry):
+            self.assertTrue(typing.get_type_hints(cls), cls)
+
+
+def flash_attention_schema():
+    """A KernelSchema shaped like the server's flash_attention, for the client-side checks."""
+    inputs = [info.InputSchema(name, True, ["f32"], [4], "[B,S,H,D]", "") for name in "qkv"]
+    params = [info.ParamSchema(name, kind, default, None, None, "")
+              for name, kind, default in (("causal", "bool", False),
+                                          ("softmax_scale", "float", 0.0),
+                                          ("window_left", "int", -1),
+                                          ("window_right", "int", -1),
+                                          ("logits_soft_cap", "float", 0.0),
+                                          ("return_lse", "bool", False))]
+    return info.KernelSchema("flash_attention", 1, "flash_attention@v1", ["cpu"], "", inputs,
+                             [], params)
+
+
+class ArgumentCheckTest(unittest.TestCase):
+    """What the client refuses before sending: ArgumentError, a KernelserveError and a
+    TypeError, naming what is wrong and what would be right."""
+
+    def setUp(self):
+        self.q = np.zeros((1, 2, 1, 4), np.float32)
+
+    def test_misspelt_param_names_it_and_the_valid_ones(self):
+        schema = flash_attention_schema()
+        with self.assertRaises(kernelserve.ArgumentError) as raised:
+            calls.split_call(schema, (self.q,) * 3, {"casual": True})
+        error = raised.exception
+        self.assertIsInstance(error, TypeError)
+        self.assertIsInstance(error, kernelserve.KernelserveError)
+        self.assertEqual(error.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("unexpected keyword argument 'casual'", error.message)
+        self.assertIn("did you mean 'causal'?", error.message)
+        self.assertIn("params causal, softmax_scale, window_left, window_right, logits_soft_cap, "
+                      "return_lse", error.message)
+        self.assertIn("inputs q, k, v", error.message)
+        # A name like none of them still lists them all.
+        with self.assertRaisesRegex(kernelserve.ArgumentError,
+                                    r"'zzz'; flash_attention takes inputs q, k, v; params causal"):
+            calls.split_call(schema, (self.q,) * 3, {"zzz": 1})
+
+    def test_split_call(self):
+        inputs, params, run = calls.split_call(flash_attention_schema(), (self.q, self.q),
+                                               {"v": self.q, "causal": True, "timeout": 3})
+        self.assertEqual(list(inputs), ["q", "k", "v"])
+        self.assertEqual((params, run), ({"causal": True}, {"timeout": 3}))
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "missing input.*: v"):
+            calls.split_call(flash_attention_schema(), (self.q, self.q), {})
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "takes 3 positional inputs"):
+            calls.split_call(flash_attention_schema(), (self.q,) * 4, {})
+
+    def test_misspelt_config_field(self):
+        # Before: protobuf's ValueError ('Protocol message KernelConfig has no "blok_size"').
+        with self.assertRaises(kernelserve.ArgumentError) as raised:
+            calls.kernel_config({"blok_size": 64})
+        self.assertIn("'blok_size'", raised.exception.message)
+        self.assertIn("did you mean 'block_size'?", raised.exception.message)
+        self.assertIn("num_warps", raised.exception.message)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "config: "):
+            calls.kernel_config({"block_size": "big"})
+        self.assertEqual(calls.kernel_config({"block_size": 64}).block_size, 64)
+
+    def test_dtype_and_param_type(self):
+        with self.assertRaisesRegex(kernelserve.ArgumentError,
+                                    "input 'x': dtype float64 is not sent"):
+            calls.execute_request(kernelserve.Request("mean_pooling", {"x": np.zeros(3)}))
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "param 'causal': expected bool"):
+            calls.param_value("causal", [True])
+        self.assertEqual(calls.param_value("n", np.int32(3)).int64_value, 3)
+        self.assertTrue(calls.param_value("b", np.bool_(True)).bool_value)
+
+    def test_errors_pickle(self):
+        for error in (kernelserve.KernelserveError(grpc.StatusCode.NOT_FOUND, "gone"),
+                      kernelserve.ArgumentError("bad"), kernelserve.UnknownKernelError("none")):
+            copy = pickle.loads(pickle.dumps(error))
+            self.assertIs(type(copy), type(error))
+            self.assertEqual((copy.code, copy.message, str(copy)),
+                             (error.code, error.message, str(error)))
+
+
+class TensorTest(unittest.TestCase):
+    def roundtrip(self, array):
+        message = pb.Tensor()
+        tensors.to_proto(array, message, "x")
+        return message, tensors.from_proto(message)
+
+    def test_bfloat16_both_ways(self):
+        values = np.array([[1.0, -2.5], [0.15625, 3e38]], dtype=np.float32)
+        message, back = self.roundtrip(values.astype(kernelserve.bfloat16))
+        self.assertEqual(message.dtype, pb.DTYPE_BF16)
+        self.assertEqual(back.dtype, kernelserve.bfloat16)
+        np.testing.assert_array_equal(back.astype(np.float32),
+                                      values.astype(kernelserve.bfloat16).astype(np.float32))
+        # uint16 arrays are bf16 bits; they come back as bfloat16 with the same bits.
+        bits = kernelserve.to_bf16(values)
+        message, back = self.roundtrip(bits)
+        self.assertEqual(message.dtype, pb.DTYPE_BF16)
+        np.testing.assert_array_equal(back.view(np.uint16), bits)
+
+    def test_other_dtypes(self):
+        for dtype in (np.float32, np.float16, np.int32, np.int64, np.bool_):
+            array = np.arange(6).reshape(2, 3).astype(dtype)
+            _, back = self.roundtrip(array)
+            self.assertEqual(back.dtype, np.dtype(dtype))
+            np.testing.assert_array_equal(back, array)
+        _, back = self.roundtrip(np.arange(4, dtype=">f4"))  # big-endian is converted
+        np.testing.assert_array_equal(back, np.arange(4, dtype=np.float32))
+        message = pb.Tensor()
+        tensors.to_proto(kernelserve.TensorSpec((2, 5), kernelserve.bfloat16), message)
+        self.assertEqual((message.dtype, list(message.shape), message.data),
+                         (pb.DTYPE_BF16, [2, 5], b""))
+
+    def test_bf16_helpers_round_to_nearest_even(self):
+        values = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, np.inf], dtype=np.float32)
+        bits = kernelserve.to_bf16(values)
+        self.assertEqual(bits.dtype, np.uint16)
+        np.testing.assert_array_equal(bits, [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80])
+        np.testing.assert_array_equal(kernelserve.from_bf16(bits),
+                                      [1.0, 1.0, 1.0 + 2**-6, -2.5, np.inf])
+        self.assertTrue(np.isnan(kernelserve.from_bf16(kernelserve.to_bf16([np.nan])))[0])
+
+
+class HealthTest(unittest.TestCase):
+    """health() through grpcio-health-checking's messages, against its own servicer."""
+
+    SERVICE = "kernelserve.v1.KernelService"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.servicer = health.HealthServicer()
+        cls.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        health_pb2_grpc.add_HealthServicer_to_server(cls.servicer, cls.server)
+        cls.target = f"127.0.0.1:{cls.server.add_insecure_port('127.0.0.1:0')}"
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop(None)
+
+    def test_statuses(self):
+        status = health_pb2.HealthCheckResponse
+        with kernelserve.Client(self.target, timeout=5.0) as client:
+            for value, name in ((status.SERVING, "SERVING"), (status.NOT_SERVING, "NOT_SERVING"),
+                                (status.SERVICE_UNKNOWN, "SERVICE_UNKNOWN")):
+                self.servicer.set(self.SERVICE, value)
+                self.assertEqual(client.health(self.SERVICE), name)
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.health("no.such.Service")
+            self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_no_server_is_unavailable(self):
+        with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as client:
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.health()
+            self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+
+def git_status(path):
+    """`git status` of `path` (untracked files listed one by one), or None without git."""
+    if shutil.which("git") is None:
+        return None
+    result = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
+                             "--untracked-files=all", "."], capture_output=True, text=True)
+    return result.stdout if result.returncode == 0 else None
+
+
+class BuildTest(unittest.TestCase):
+    """python -m build on client/python: an sdist, then a wheel built from that sdist alone."""
+
+    def test_sdist_and_wheel(self):
+        before = git_status(PACKAGE_SOURCE)
+        with tempfile.TemporaryDirectory() as out:
+            built = subprocess.run([sys.executable, "-m", "build", "--outdir", out,
+                                    str(PACKAGE_SOURCE)], capture_output=True, text=True)
+            self.assertEqual(built.returncode, 0, built.stdout + built.stderr)
+            [sdist] = Path(out).glob("kernelserve-*.tar.gz")
+            [wheel] = Path(out).glob("kernelserve-*.whl")
+            with tarfile.open(sdist) as archive:
+                names = [n.split("/", 1)[1] for n in archive.getnames() if "/" in n]
+            with zipfile.ZipFile(wheel) as archive:
+                wheel_names = archive.namelist()
+
+        # The sdist: the package's sources and the .proto files alone, no stubs.
+        self.assertIn("proto/kernelserve/v1/kernel_service.proto", names)
+        self.assertEqual([n for n in names if n.startswith("proto/") and "." in n.rsplit("/")[-1]
+                          and not n.endswith(".proto")], [])
+        self.assertEqual([n for n in names if "_pb2" in n], [])
+        for name in ["pyproject.toml", "setup.py", "kernelserve/py.typed"] + [
+                f"kernelserve/{m}" for m in MODULES]:
+            self.assertIn(name, names)
+        self.assertEqual([n for n in names if n.endswith((".cc", ".h", ".txt", ".cmake"))
+                          and "egg-info" not in n], [])
+
+        # The wheel: the package, its stubs (generated in the build), py.typed; nothing else.
+        package = sorted(n for n in wheel_names if ".dist-info/" not in n)
+        expected = sorted([f"kernelserve/{m}" for m in MODULES + ["py.typed"]] +
+                          ["kernelserve/v1/__init__.py"] + [f"kernelserve/v1/{s}" for s in STUBS])
+        self.assertEqual(package, expected)
+
+        # Nothing new in the source tree that git would see (build/ and *.egg-info are ignored).
+        if before is not None:
+            self.assertEqual(git_status(PACKAGE_SOURCE), before)
+
+
+if __name__ == "__main__":
+    unittest.main()
