@@ -238,6 +238,49 @@ class PythonClientTest(unittest.TestCase):
         with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as nobody:
             self.assertCode(grpc.StatusCode.UNAVAILABLE, nobody.info)
 
+    def test_execute_batch_keeps_per_item_errors(self):
+        xs = [uniform(self.rng, (2, 6, 4)), uniform(self.rng, (2, 6)),  # bad rank
+              uniform(self.rng, (2, 6, 4))]
+        items = self.client.execute_batch("mean_pooling", [{"x": x} for x in xs],
+                                          {"chunk_size": 2})
+        self.assertEqual(len(items), 3)
+        self.assertIsInstance(items[1], kernelserve.KernelserveError)
+        self.assertEqual(items[1].code, grpc.StatusCode.INVALID_ARGUMENT)
+        for i in (0, 2):
+            self.assertIsInstance(items[i], kernelserve.Result)
+            np.testing.assert_allclose(items[i].out, references.mean_pooling(xs[i]), rtol=1e-5,
+                                       atol=1e-6)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.execute_batch,
+                        "no_such_kernel", [{"x": xs[0]}])
+
+    def test_execute_stream_answers_in_request_order(self):
+        x0, x1 = uniform(self.rng, (2, 5, 8)), uniform(self.rng, (3, 7, 4))
+        q = uniform(self.rng, (1, 6, 2, 8))
+        requests = [
+            kernelserve.Request("mean_pooling", {"x": x0}, request_id="same"),
+            kernelserve.Request("flash_attention", {"q": q, "k": q, "v": q}, {"causal": True},
+                                request_id="same"),
+            kernelserve.Request("mean_pooling", {"x": uniform(self.rng, (4,))}),  # bad rank
+            kernelserve.Request("mean_pooling", {"x": x1}, config={"block_size": 4},
+                                request_id="last"),
+        ]
+        answers = self.client.execute_stream(iter(requests))
+        self.assertEqual(len(answers), 4)
+        np.testing.assert_allclose(answers[0].out, references.mean_pooling(x0), rtol=1e-5,
+                                   atol=1e-6)
+        np.testing.assert_allclose(answers[1].out, references.attention(q, q, q, causal=True)[0],
+                                   rtol=1e-4, atol=1e-5)
+        self.assertIsInstance(answers[2], kernelserve.KernelserveError)
+        self.assertEqual(answers[2].code, grpc.StatusCode.INVALID_ARGUMENT)
+        np.testing.assert_allclose(answers[3].out, references.mean_pooling(x1), rtol=1e-5,
+                                   atol=1e-6)
+        self.assertEqual(answers[3].source, "override")
+        self.assertEqual([a.request_id for a in (answers[0], answers[1], answers[3])],
+                         ["same", "same", "last"])
+        self.assertEqual(self.client.execute_stream([]), [])
+
+
+
 class TuneAndCacheTest(unittest.TestCase):
     """autotune, list_configs, put_config and delete_config against one server."""
 
@@ -345,9 +388,15 @@ class AuthTest(unittest.TestCase):
                 with self.assertRaises(kernelserve.KernelserveError) as ctx:
                     client.execute("mean_pooling", {"x": x})
                 self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+                # The stream's own error, not an item's.
+                with self.assertRaises(kernelserve.KernelserveError) as ctx:
+                    client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
+                self.assertEqual(ctx.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         with kernelserve.Client(self.server.target, token=self.TOKEN) as client:
             r = client.mean_pooling(x)
             np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+            [s] = client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
+            np.testing.assert_allclose(s.out, r.out)
 
 
 @unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")

@@ -1,5 +1,7 @@
-"""How calls become request messages, and the arguments of a kernel method split by the
-kernel's schema (split_call).
+"""How calls become request messages.
+
+Also two pieces of logic around a call: the arguments of a kernel method split by the kernel's
+schema (split_call), and the answers of a stream put back in request order (StreamAnswers).
 """
 
 from __future__ import annotations
@@ -8,14 +10,14 @@ import dataclasses
 import difflib
 import inspect
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import grpc
 import numpy as np
 
 from kernelserve import results, tensors
-from kernelserve.errors import ArgumentError, UnknownKernelError
+from kernelserve.errors import ArgumentError, KernelserveError, UnknownKernelError
 from kernelserve.info import KernelSchema, ParamValue
 from kernelserve.tensors import TensorLike
 from kernelserve.v1 import kernel_service_pb2 as pb
@@ -31,7 +33,7 @@ Config = Mapping[str, Union[int, str]]  # KernelConfig field -> value: an explic
 
 @dataclasses.dataclass
 class Request:
-    """One call: the arguments of execute() as a value."""
+    """One call of execute_stream: the arguments of execute() as a value."""
 
     kernel: str
     inputs: Inputs
@@ -108,6 +110,25 @@ def execute_request(call: Request, request_id: Optional[str] = None) -> pb.Execu
         request.device = call.device
     if call.allow_autotune is not None:
         request.policy.allow_autotune = call.allow_autotune
+    return request
+
+
+def batch_request(kernel: str, items: Sequence[Inputs], params: Optional[Params],
+                  config: Optional[Config], platform: str, devices: Sequence[int],
+                  allow_autotune: Optional[bool], request_id: str) -> pb.ExecuteBatchRequest:
+    """The ExecuteBatchRequest running `kernel` on each of `items` (their inputs)."""
+    request = pb.ExecuteBatchRequest(kernel=kernel, platform=platform, devices=list(devices),
+                                     request_id=request_id)
+    for inputs in items:
+        item = request.items.add()
+        for name, array in inputs.items():
+            tensors.to_proto(array, item.inputs[name], name)
+    for name, value in (params or {}).items():
+        request.parameters[name].CopyFrom(param_value(name, value))
+    if config:
+        request.config.CopyFrom(kernel_config(config))
+    if allow_autotune is not None:
+        request.policy.allow_autotune = allow_autotune
     return request
 
 
@@ -203,6 +224,52 @@ def method_doc(schema: KernelSchema) -> str:
         lines.append(f"  {p.name}: {p.type}{default}  {p.doc}".rstrip())
     lines.append(f"Run options: {', '.join(RUN_OPTIONS)} (see execute()).")
     return "\n".join(lines)
+
+
+class StreamAnswers:
+    """The answers of execute_stream, put back in request order.
+
+    Each request is sent with request_id "<index>:<its id>", so that answers match their
+    requests whatever order the server answers in, even when ids repeat or are empty; each
+    result gets its caller's id back. A bad item answers with its own in-band error.
+    """
+
+    def __init__(self, requests: Sequence[Request]) -> None:
+        self._requests = requests
+        self._answers: list[Optional[results.ItemResult]] = [None] * len(requests)
+        self._stray: Optional[str] = None  # a request_id that matches no request
+
+    def wire_requests(self) -> Iterator[pb.ExecuteRequest]:
+        """The requests to send, built one at a time as the stream takes them."""
+        for index, call in enumerate(self._requests):
+            yield execute_request(call, request_id=f"{index}:{call.request_id}")
+
+    def add(self, response: pb.ExecuteResponse) -> None:
+        """Takes one answer off the stream."""
+        index_text, colon, _ = response.request_id.partition(":")
+        digits = colon and index_text.isascii() and index_text.isdigit()
+        index = int(index_text) if digits else -1
+        if not 0 <= index < len(self._answers) or self._answers[index] is not None:
+            self._stray = response.request_id
+            return
+        response.request_id = self._requests[index].request_id
+        self._answers[index] = results.item_of(response)
+
+    def results(self) -> list[results.ItemResult]:
+        """One answer per request, in request order; INTERNAL when an answer matched no
+        request or the stream ended without answering every request."""
+        if self._stray is not None:
+            raise KernelserveError(grpc.StatusCode.INTERNAL,
+                                   f"ExecuteStream: an answer's request_id {self._stray!r} "
+                                   "matches no request or repeats one")
+        answers: list[results.ItemResult] = []
+        for index, answer in enumerate(self._answers):
+            if answer is None:
+                raise KernelserveError(grpc.StatusCode.INTERNAL,
+                                       f"ExecuteStream: the stream ended without an answer to "
+                                       f"request {index} of {len(self._answers)}")
+            answers.append(answer)
+        return answers
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:

@@ -4,6 +4,8 @@
         result = client.mean_pooling(x)          # x: float32 [B, S, H]
         result.out, result.timings["kernel_us"]
         client.flash_attention(q, k, v, causal=True)   # any kernel the server lists
+        client.execute_batch("mean_pooling", [{"x": x0}, {"x": x1}])
+        client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
 
 Every kernel the server lists (ListKernels) is a method: its required inputs positional or by
 name, its optional inputs and params by name, checked against the kernel's schema before the
@@ -15,6 +17,7 @@ Calls raise KernelserveError carrying the server's status code and message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
 import grpc
@@ -82,6 +85,36 @@ class Client:
             kernel=kernel, inputs=inputs, params=params, config=config, platform=platform,
             device=device, allow_autotune=allow_autotune, request_id=request_id))
         return results.result_of(self._call(self._stub.Execute, request, timeout))
+
+    def execute_batch(self, kernel: str, items: Sequence[Inputs], params: Optional[Params] = None,
+                      *, config: Optional[Config] = None, platform: str = "",
+                      devices: Sequence[int] = (), allow_autotune: Optional[bool] = None,
+                      request_id: str = "", timeout: Optional[float] = None
+                      ) -> list[results.ItemResult]:
+        """Runs `kernel` with the same params and config on each item of `items` (name -> array
+        each) in one ExecuteBatch call. Returns one entry per item, in order: its Result, or the
+        KernelserveError of that item alone. devices: spread the items over these."""
+        request = calls.batch_request(kernel, items, params, config, platform, devices,
+                                      allow_autotune, request_id)
+        response = self._call(self._stub.ExecuteBatch, request, timeout)
+        return [results.item_of(item) for item in response.items]
+
+    def execute_stream(self, requests: Iterable[Request], *, timeout: Optional[float] = None
+                       ) -> list[results.ItemResult]:
+        """Sends every request on one ExecuteStream call. Returns one entry per request, in
+        request order: its Result (with its own request_id), or the KernelserveError of that
+        request alone; the stream goes on past a bad one. Raises the stream's own error
+        (UNAVAILABLE, UNAUTHENTICATED, DEADLINE_EXCEEDED: the timeout covers the whole
+        stream)."""
+        answers = calls.StreamAnswers(list(requests))
+        try:
+            for response in self._stub.ExecuteStream(answers.wire_requests(),
+                                                     timeout=timeout or self._timeout,
+                                                     metadata=self._metadata):
+                answers.add(response)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return answers.results()
 
     def kernels(self) -> list[KernelSchema]:
         """The kernels the server serves, with their schemas."""
