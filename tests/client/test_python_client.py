@@ -4,6 +4,7 @@ Runs in the virtualenv that client/python/scripts/make_venv.py makes (ctest fixt
 client_python_env): the package under test is the one pip installed there.
 """
 
+import asyncio
 import os
 import tempfile
 import unittest
@@ -397,6 +398,81 @@ class AuthTest(unittest.TestCase):
             np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
             [s] = client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
             np.testing.assert_allclose(s.out, r.out)
+
+
+class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
+    """kernelserve.aio.Client: the same calls as coroutines, on grpc.aio."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    async def asyncSetUp(self):
+        # The test loop runs in debug mode, which logs any step over 0.1 s; a channel's first
+        # call can take that long on a busy machine.
+        asyncio.get_running_loop().slow_callback_duration = 1.0
+        self.client = kernelserve.aio.Client(self.server.target)  # in the test's event loop
+        self.rng = np.random.default_rng(11)
+
+    async def asyncTearDown(self):
+        await self.client.close()
+
+    async def test_health_info_and_kernel_methods(self):
+        self.assertEqual(await self.client.health(), "SERVING")
+        info = await self.client.info()
+        self.assertIsInstance(info, kernelserve.ServerInfo)
+        x = uniform(self.rng, (2, 9, 8))
+        r = await self.client.mean_pooling(x, chunk_size=4)
+        self.assertIsInstance(r, kernelserve.Result)
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        q = uniform(self.rng, (1, 5, 2, 8))
+        a = await self.client.flash_attention(q, q, q, causal=True, return_lse=True)
+        out, lse = references.attention(q, q, q, causal=True)
+        np.testing.assert_allclose(a.out, out, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(a.lse, lse, rtol=1e-4, atol=1e-5)
+        r = await self.client.execute("mean_pooling", {"x": x}, {"chunk_size": 4})
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
+    async def test_concurrent_calls(self):
+        xs = [uniform(self.rng, (2, 4 + i, 8)) for i in range(8)]
+        results = await asyncio.gather(*(self.client.mean_pooling(x) for x in xs))
+        for x, r in zip(xs, results):
+            np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
+    async def test_errors(self):
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.mean_pooling(uniform(self.rng, (2, 3)))
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        q = uniform(self.rng, (1, 4, 2, 8))
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "'casual'.*did you mean 'causal'"):
+            await self.client.flash_attention(q, q, q, casual=True)
+        with self.assertRaisesRegex(kernelserve.UnknownKernelError, "no kernel 'softmax'"):
+            await self.client.softmax(q)
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.health("no.such.Service")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    async def test_batch_and_stream(self):
+        xs = [uniform(self.rng, (2, 6, 4)), uniform(self.rng, (2, 6)), uniform(self.rng, (2, 6, 4))]
+        items = await self.client.execute_batch("mean_pooling", [{"x": x} for x in xs])
+        self.assertEqual(items[1].code, grpc.StatusCode.INVALID_ARGUMENT)
+        for i in (0, 2):
+            np.testing.assert_allclose(items[i].out, references.mean_pooling(xs[i]), rtol=1e-5,
+                                       atol=1e-6)
+        answers = await self.client.execute_stream(
+            [kernelserve.Request("mean_pooling", {"x": x}, request_id=str(i))
+             for i, x in enumerate(xs)])
+        self.assertIsInstance(answers[1], kernelserve.KernelserveError)
+        for i in (0, 2):
+            self.assertEqual(answers[i].request_id, str(i))
+            np.testing.assert_allclose(answers[i].out, references.mean_pooling(xs[i]),
+                                       rtol=1e-5, atol=1e-6)
+
+
 
 
 @unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")

@@ -5,6 +5,7 @@ Runs in the virtualenv that client/python/scripts/make_venv.py makes (ctest fixt
 client_python_env). KERNELSERVE_SOURCE_DIR is the repository, for the build test.
 """
 
+import asyncio
 import importlib.metadata
 import inspect
 import os
@@ -32,7 +33,7 @@ from server_fixture import free_port
 
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
-MODULES = ["__init__.py", "calls.py", "client.py", "errors.py", "info.py",
+MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "errors.py", "info.py",
            "results.py", "tensors.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 
@@ -67,7 +68,7 @@ class InstalledPackageTest(unittest.TestCase):
     def test_public_api_is_annotated(self):
         """Every parameter and return of the public functions and methods has a type hint, and
         the hints resolve."""
-        objects = [kernelserve.Client, kernelserve.to_bf16,
+        objects = [kernelserve.Client, kernelserve.aio.Client, kernelserve.to_bf16,
                    kernelserve.from_bf16, kernelserve.KernelserveError]
         checked = 0
         for obj in objects:
@@ -85,7 +86,7 @@ class InstalledPackageTest(unittest.TestCase):
                     self.assertIn(name, hints, f"{function.__qualname__}({name})")
                 self.assertIn("return", hints, function.__qualname__)
                 checked += 1
-        self.assertGreater(checked, 12)
+        self.assertGreater(checked, 25)
         for cls in (kernelserve.Result, kernelserve.ServerInfo, kernelserve.KernelSchema,
                     kernelserve.TuneResult, kernelserve.ConfigEntry):
             self.assertTrue(typing.get_type_hints(cls), cls)
@@ -238,6 +239,15 @@ class HealthTest(unittest.TestCase):
             with self.assertRaises(kernelserve.KernelserveError) as raised:
                 client.health("no.such.Service")
             self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_async(self):
+        self.servicer.set(self.SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+        async def check():
+            async with kernelserve.aio.Client(self.target, timeout=5.0) as client:
+                return await client.health(self.SERVICE)
+
+        self.assertEqual(asyncio.run(check()), "NOT_SERVING")
 
     def test_no_server_is_unavailable(self):
         with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as client:

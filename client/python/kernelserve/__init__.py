@@ -3,8 +3,11 @@
     import kernelserve
     with kernelserve.Client("127.0.0.1:50051") as client:
         client.mean_pooling(x).out
+
+kernelserve.aio.Client is the same client for asyncio.
 """
 
+from kernelserve import aio
 from kernelserve.calls import Request
 from kernelserve.client import Client
 from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeError,
@@ -17,4 +20,4 @@ from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
 __all__ = ["ArgumentError", "Candidate", "Client", "ConfigEntry", "DeviceInfo", "InputSchema",
            "ItemResult", "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema",
            "ParamSchema", "Request", "Result", "ServerInfo", "TensorSpec", "TuneResult",
-           "UnknownKernelError", "bfloat16", "from_bf16", "to_bf16"]
+           "UnknownKernelError", "aio", "bfloat16", "from_bf16", "to_bf16"]

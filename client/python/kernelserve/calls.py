@@ -1,7 +1,8 @@
-"""How calls become request messages.
+"""How calls become request messages; shared by kernelserve.Client and kernelserve.aio.Client.
 
-Also two pieces of logic around a call: the arguments of a kernel method split by the kernel's
-schema (split_call), and the answers of a stream put back in request order (StreamAnswers).
+Also the two pieces of logic both clients need around a call: the arguments of a kernel method
+split by the kernel's schema (split_call), and the answers of a stream put back in request
+order (StreamAnswers).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ name, its optional inputs and params by name, checked against the kernel's schem
 call: a misspelt name is an ArgumentError (a KernelserveError and a TypeError) that names it,
 the closest right one and every one the kernel takes.
 
-Calls raise KernelserveError carrying the server's status code and message.
+Calls raise KernelserveError carrying the server's status code and message. kernelserve.aio
+has the same client for asyncio.
 """
 
 from __future__ import annotations

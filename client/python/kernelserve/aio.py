@@ -1,0 +1,178 @@
+"""kernelserve.aio.Client: the client for asyncio, on grpc.aio.
+
+    async with kernelserve.aio.Client("127.0.0.1:50051") as client:
+        result = await client.mean_pooling(x)
+        results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
+
+The same methods as kernelserve.Client, each a coroutine, with the same arguments, results and
+errors; every kernel the server lists is a method here too. Make the client inside the event
+loop that uses it (grpc.aio channels belong to one loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Awaitable, Callable, Optional
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from kernelserve import calls, results
+from kernelserve.calls import Config, Inputs, Params, Request
+from kernelserve.client import health_name
+from kernelserve.errors import from_rpc_error
+from kernelserve.info import KernelSchema, ServerInfo, kernel_schema_of, server_info_of
+from kernelserve.v1 import kernel_service_pb2 as pb
+from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
+
+
+class Client:
+    """A grpc.aio connection to one server; see kernelserve.Client for what each call does."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, token: Optional[str] = None,
+                 tls: bool = False, root_certificates: Optional[bytes] = None,
+                 private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None,
+                 timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30) -> None:
+        """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call."""
+        options = calls.channel_options(max_message_bytes)
+        credentials = calls.channel_credentials(tls, root_certificates, private_key,
+                                                certificate_chain)
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, options)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials, options)
+        self._stub = pb_grpc.KernelServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._metadata = calls.call_metadata(token)
+        self._timeout = timeout
+        self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        try:
+            return await method(request, timeout=timeout or self._timeout,
+                                metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
+                      config: Optional[Config] = None, platform: str = "",
+                      device: Optional[int] = None, allow_autotune: Optional[bool] = None,
+                      request_id: str = "", timeout: Optional[float] = None) -> results.Result:
+        """See kernelserve.Client.execute."""
+        request = calls.execute_request(Request(
+            kernel=kernel, inputs=inputs, params=params, config=config, platform=platform,
+            device=device, allow_autotune=allow_autotune, request_id=request_id))
+        return results.result_of(await self._call(self._stub.Execute, request, timeout))
+
+    async def execute_batch(self, kernel: str, items: Sequence[Inputs],
+                            params: Optional[Params] = None, *, config: Optional[Config] = None,
+                            platform: str = "", devices: Sequence[int] = (),
+                            allow_autotune: Optional[bool] = None, request_id: str = "",
+                            timeout: Optional[float] = None) -> list[results.ItemResult]:
+        """See kernelserve.Client.execute_batch: a Result or a KernelserveError per item."""
+        request = calls.batch_request(kernel, items, params, config, platform, devices,
+                                      allow_autotune, request_id)
+        response = await self._call(self._stub.ExecuteBatch, request, timeout)
+        return [results.item_of(item) for item in response.items]
+
+    async def execute_stream(self, requests: Iterable[Request], *,
+                             timeout: Optional[float] = None) -> list[results.ItemResult]:
+        """See kernelserve.Client.execute_stream: a Result or a KernelserveError per request,
+        in request order, over one ExecuteStream call."""
+        answers = calls.StreamAnswers(list(requests))
+        try:
+            stream = self._stub.ExecuteStream(answers.wire_requests(),
+                                              timeout=timeout or self._timeout,
+                                              metadata=self._metadata)
+            async for response in stream:
+                answers.add(response)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return answers.results()
+
+    async def kernels(self) -> list[KernelSchema]:
+        """The kernels the server serves, with their schemas."""
+        response = await self._call(self._stub.ListKernels, pb.ListKernelsRequest())
+        return [kernel_schema_of(kernel) for kernel in response.kernels]
+
+    async def schema(self, kernel: str) -> KernelSchema:
+        """See kernelserve.Client.schema."""
+        if self._schemas is None:
+            self._schemas = {k.name: k for k in await self.kernels()}
+        if kernel not in self._schemas:
+            raise calls.unknown_kernel(kernel, self._schemas)
+        return self._schemas[kernel]
+
+    async def call(self, kernel: str, *args: Any, **kwargs: Any) -> results.Result:
+        """See kernelserve.Client.call."""
+        inputs, params, run = calls.split_call(await self.schema(kernel), args, kwargs)
+        return await self.execute(kernel, inputs, params, **run)
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[results.Result]]:
+        """await client.<kernel>(...) for every kernel the server lists: see call(). Until the
+        kernels are known (the first call fetches them), an unknown name fails when awaited."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._schemas is not None and name not in self._schemas:
+            raise calls.unknown_kernel(name, self._schemas)
+
+        async def method(*args: Any, **kwargs: Any) -> results.Result:
+            return await self.call(name, *args, **kwargs)
+
+        method.__name__ = method.__qualname__ = name
+        if self._schemas is not None:
+            method.__doc__ = calls.method_doc(self._schemas[name])
+            method.__signature__ = calls.method_signature(  # type: ignore[attr-defined]
+                self._schemas[name])
+        return method
+
+    async def health(self, service: str = "") -> str:
+        """See kernelserve.Client.health."""
+        try:
+            response = await self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                                timeout=self._timeout)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return health_name(response.status)
+
+    async def info(self) -> ServerInfo:
+        """See kernelserve.Client.info."""
+        return server_info_of(await self._call(self._stub.GetServerInfo,
+                                               pb.GetServerInfoRequest()))
+
+    async def autotune(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
+                       platform: str = "", device: Optional[int] = None,
+                       persist: Optional[bool] = None, timeout: Optional[float] = None
+                       ) -> results.TuneResult:
+        """See kernelserve.Client.autotune."""
+        request = calls.autotune_request(kernel, inputs, params, platform, device, persist)
+        return results.tune_result_of(await self._call(self._stub.Autotune, request, timeout))
+
+    async def list_configs(self, kernel: str = "") -> list[results.ConfigEntry]:
+        """See kernelserve.Client.list_configs."""
+        response = await self._call(self._stub.ListConfigs, pb.ListConfigsRequest(kernel=kernel))
+        return [results.entry_of(entry) for entry in response.entries]
+
+    async def put_config(self, kernel: str, inputs: Inputs, config: Config,
+                         params: Optional[Params] = None, *, platform: str = "",
+                         device: Optional[int] = None) -> tuple[str, str]:
+        """See kernelserve.Client.put_config."""
+        request = calls.put_config_request(kernel, inputs, config, params, platform, device)
+        response = await self._call(self._stub.PutConfig, request)
+        return response.cache_key, response.device_fingerprint
+
+    async def delete_config(self, cache_key: str, device_fingerprint: str = "") -> None:
+        """See kernelserve.Client.delete_config."""
+        await self._call(self._stub.DeleteConfig,
+                         pb.DeleteConfigRequest(cache_key=cache_key,
+                                                device_fingerprint=device_fingerprint))
