@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/runtime/cpu/host_copy.h"
 #include "kernels/runtime/cuda/cuda_check.h"
 
 namespace kernelserve::cuda {
@@ -99,7 +100,7 @@ absl::Status DeviceThreadResources::Upload(const void* host, size_t bytes, void*
     const size_t n = std::min(half, bytes - done);
     char* buffer = static_cast<char*>(staging_) + which * half;
     KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(half_free_[which]));  // its last copy is done
-    std::memcpy(buffer, src + done, n);
+    cpu::SharedHostCopier().Copy(buffer, src + done, n);  // while the other half is in DMA
     KS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + done, buffer, n, cudaMemcpyHostToDevice, stream));
     KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(half_free_[which], stream));
   }
@@ -112,15 +113,29 @@ absl::Status DeviceThreadResources::Download(const void* device, size_t bytes, v
   if (bytes == 0) return absl::OkStatus();
   if (absl::Status s = ReserveStaging(bytes); !s.ok()) return s;
   for (cudaEvent_t event : half_free_) KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event));
+  const size_t half = staging_bytes_ / 2;
   const char* src = static_cast<const char*>(device);
   char* dst = static_cast<char*>(host);
-  for (size_t done = 0; done < bytes; done += staging_bytes_) {
-    const size_t n = std::min(staging_bytes_, bytes - done);
-    KS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(staging_, src + done, n, cudaMemcpyDeviceToHost, stream));
-    KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    std::memcpy(dst + done, staging_, n);
+  // Piece i lands in half i % 2; piece i - 1 is copied out of the other half while it does.
+  size_t pending_at = 0, pending_bytes = 0;  // the piece waiting in half `which ^ 1`
+  int which = 0;
+  for (size_t done = 0; done < bytes; done += half, which ^= 1) {
+    const size_t n = std::min(half, bytes - done);
+    char* buffer = static_cast<char*>(staging_) + which * half;
+    KS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buffer, src + done, n, cudaMemcpyDeviceToHost, stream));
+    KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(half_free_[which], stream));
+    if (pending_bytes > 0) {
+      KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(half_free_[which ^ 1]));
+      cpu::SharedHostCopier().Copy(dst + pending_at,
+                                   static_cast<char*>(staging_) + (which ^ 1) * half,
+                                   pending_bytes);
+    }
+    pending_at = done;
+    pending_bytes = n;
   }
+  KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(half_free_[which ^ 1]));
+  cpu::SharedHostCopier().Copy(dst + pending_at, static_cast<char*>(staging_) + (which ^ 1) * half,
+                               pending_bytes);
   return absl::OkStatus();
 }
 

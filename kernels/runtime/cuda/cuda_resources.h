@@ -27,10 +27,12 @@ class DeviceThreadResources {
   cudaStream_t stream() const { return stream_; }
 
   // Copies `bytes` from pageable `host` to `device` through the staging buffer, in pieces on
-  // `stream` (filling one half of the buffer while the other half is copied), and waits until
-  // the copy is done. REQUIRES: `device` holds `bytes` bytes on this device.
+  // `stream` (filling one half of the buffer, with the shared host copier's threads, while the
+  // other half is in DMA), and waits until the copy is done.
+  // REQUIRES: `device` holds `bytes` bytes on this device.
   absl::Status Upload(const void* host, size_t bytes, void* device, cudaStream_t stream);
-  // Copies `bytes` from `device` to pageable `host` after the work queued on `stream`; waits.
+  // Copies `bytes` from `device` to pageable `host` after the work queued on `stream`, the
+  // same way in reverse (one half in DMA while the other is copied out); waits.
   absl::Status Download(const void* device, size_t bytes, void* host, cudaStream_t stream);
 
  private:
