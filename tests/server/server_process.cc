@@ -2,7 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <sstream>
 #include <thread>
 
@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/convert.h"
 
 namespace kernelserve::testing {
@@ -168,35 +169,19 @@ std::unique_ptr<v1::KernelService::Stub> MakeStub(const std::string& address) {
 
 absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& service,
                                  const std::string& token) {
-  // HealthCheckRequest{service = 1} and HealthCheckResponse{status = 1}, encoded by hand.
-  std::string request;
-  if (!service.empty()) {
-    request.push_back('\x0a');
-    request.push_back(static_cast<char>(service.size()));
-    request += service;
-  }
-  grpc::Slice slice(request);
-  grpc::ByteBuffer request_buffer(&slice, 1);
-  grpc::ByteBuffer response_buffer;
-  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request_buffer,
-                 &response_buffer, [&done](grpc::Status s) { done.set_value(s); });
-  const grpc::Status status = done.get_future().get();
+  const grpc::Status status = stub->Check(&context, request, &response);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   }
-  std::vector<grpc::Slice> slices;
-  if (!response_buffer.Dump(&slices).ok()) return absl::InternalError("bad response buffer");
-  std::string bytes;
-  for (const grpc::Slice& s : slices)
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (bytes.empty()) return 0;  // UNKNOWN (the default value is not encoded)
-  if (bytes.size() != 2 || bytes[0] != '\x08') return absl::InternalError("unexpected response");
-  return static_cast<int>(bytes[1]);
+  return static_cast<int>(response.status());
 }
 
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
