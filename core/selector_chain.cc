@@ -39,6 +39,12 @@ Selection Make(KernelConfig config, ConfigSource source, const std::string& key)
   return s;
 }
 
+absl::Status NothingToForget(const std::string& fingerprint_hash, const std::string& cache_key,
+                             const std::string& where) {
+  return absl::NotFoundError(absl::StrCat("no config for cache key '", cache_key, "' on device '",
+                                          fingerprint_hash, "' in ", where));
+}
+
 }  // namespace
 
 ConfigSelectorChain::ConfigSelectorChain(ConfigCache* memory, PersistentStore* store,
@@ -87,7 +93,7 @@ absl::StatusOr<Selection> ConfigSelectorChain::Select(const SelectRequest& reque
   if (std::optional<Selection> s = FromStore(request, key, &stored_heuristic)) {
     // A stored heuristic answer does not stop tuning when tuning is allowed now.
     if (!(stored_heuristic && tune)) {
-      memory_->Put(key, s->config);
+      memory_->Put(key, s->config, request.invocation->device.Hash());
       return *std::move(s);
     }
   }
@@ -202,7 +208,7 @@ absl::StatusOr<Selection> ConfigSelectorChain::Heuristic(const SelectRequest& re
 void ConfigSelectorChain::WriteBack(const SelectRequest& request, const std::string& key,
                                     const KernelConfig& config, std::string_view origin,
                                     double seconds) {
-  memory_->Put(key, config);
+  memory_->Put(key, config, request.invocation->device.Hash());
   if (store_ == nullptr || !request.policy.persist) return;
   StoredConfig value;
   value.config = config;
@@ -220,7 +226,7 @@ void ConfigSelectorChain::WriteBack(const SelectRequest& request, const std::str
 absl::Status ConfigSelectorChain::Pin(const SelectRequest& request, const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckSupported(request, config, "pinned"));
   const std::string& key = *request.cache_key;
-  memory_->Put(key, config);
+  memory_->Put(key, config, request.invocation->device.Hash());
   if (store_ == nullptr) return absl::OkStatus();
   StoredConfig value;
   value.config = config;
@@ -237,15 +243,18 @@ absl::Status ConfigSelectorChain::Pin(const SelectRequest& request, const Kernel
 
 absl::Status ConfigSelectorChain::Forget(const std::string& fingerprint_hash,
                                          const std::string& cache_key) {
-  const bool in_memory = memory_->Erase(cache_key);
+  const bool in_memory = memory_->EraseFor(cache_key, fingerprint_hash);
   if (store_ == nullptr) {
-    return in_memory ? absl::OkStatus()
-                     : absl::NotFoundError(absl::StrCat("no config for ", cache_key));
+    return in_memory ? absl::OkStatus() : NothingToForget(fingerprint_hash, cache_key, "memory");
   }
   absl::Status deleted = store_->Delete(fingerprint_hash, cache_key);
-  if (absl::IsNotFound(deleted) && in_memory) return absl::OkStatus();
-  if (!deleted.ok() && !absl::IsNotFound(deleted)) StoreError("delete", deleted);
-  return deleted;
+  if (deleted.ok() || (absl::IsNotFound(deleted) && in_memory)) return absl::OkStatus();
+  if (!absl::IsNotFound(deleted)) {
+    StoreError("delete", deleted);
+    return deleted;
+  }
+  return NothingToForget(fingerprint_hash, cache_key,
+                         absl::StrCat("memory and the ", Sv(store_->name()), " store"));
 }
 
 }  // namespace kernelserve

@@ -88,7 +88,9 @@ class ConfigSelectorChain {
   // Pins `config` for the request's key in memory and in the store. InvalidArgument when the
   // platform implementation cannot run it for this problem (request.tune is not used).
   absl::Status Pin(const SelectRequest& request, const KernelConfig& config);
-  // Removes a key from memory and the store. NotFound when neither had it.
+  // Removes the config of `cache_key` for the device `fingerprint_hash` from memory and the
+  // store. NotFound, naming both, when neither held it (a memory entry for another device
+  // stays).
   absl::Status Forget(const std::string& fingerprint_hash, const std::string& cache_key);
 
   ConfigCache* memory() const { return memory_; }

@@ -115,6 +115,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ListConfigs(grpc::CallbackServerCon
                                       v1::ConfigEntry* entry = response->add_entries();
                                       entry->set_kernel(key.substr(0, key.find(':')));
                                       entry->set_cache_key(key);
+                                      entry->set_device_fingerprint(chain.memory()->DeviceOf(key));
                                       *entry->mutable_config() = ToProto(config);
                                       entry->set_tier("memory");
                                     }

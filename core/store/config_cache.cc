@@ -13,22 +13,23 @@ std::optional<KernelConfig> ConfigCache::Get(const std::string& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  return it->second->config;
 }
 
-void ConfigCache::Put(const std::string& key, const KernelConfig& config) {
+void ConfigCache::Put(const std::string& key, const KernelConfig& config, std::string device) {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it != index_.end()) {
-    it->second->second = config;
+    it->second->config = config;
+    it->second->device = std::move(device);
     lru_.splice(lru_.begin(), lru_, it->second);
     return;
   }
   if (lru_.size() >= capacity_) {
-    index_.erase(lru_.back().first);
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
-  lru_.emplace_front(key, config);
+  lru_.push_front(Node{key, config, std::move(device)});
   index_.emplace(key, lru_.begin());
 }
 
@@ -39,6 +40,22 @@ bool ConfigCache::Erase(const std::string& key) {
   lru_.erase(it->second);
   index_.erase(it);
   return true;
+}
+
+bool ConfigCache::EraseFor(const std::string& key, const std::string& device) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  if (!it->second->device.empty() && it->second->device != device) return false;
+  lru_.erase(it->second);
+  index_.erase(it);
+  return true;
+}
+
+std::string ConfigCache::DeviceOf(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  return it == index_.end() ? "" : it->second->device;
 }
 
 void ConfigCache::Clear() {
@@ -54,7 +71,10 @@ size_t ConfigCache::size() const {
 
 std::vector<std::pair<std::string, KernelConfig>> ConfigCache::Entries() const {
   absl::MutexLock lock(&mu_);
-  return std::vector<Entry>(lru_.begin(), lru_.end());
+  std::vector<std::pair<std::string, KernelConfig>> entries;
+  entries.reserve(lru_.size());
+  for (const Node& node : lru_) entries.emplace_back(node.key, node.config);
+  return entries;
 }
 
 }  // namespace kernelserve

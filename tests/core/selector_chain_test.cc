@@ -238,5 +238,27 @@ TEST_F(ChainTest, PinAndForget) {
   EXPECT_EQ(chain.Select(Request(false))->source, ConfigSource::kHeuristic);
 }
 
+// Forgetting a key for a device that holds no config of it deletes nothing and says so.
+TEST_F(ChainTest, ForgetForAnotherDeviceIsNotFoundAndKeepsTheEntry) {
+  const std::string key = invocation_.CacheKey();
+  const std::string fp = device_.fingerprint.Hash();
+  for (PersistentStore* store : {store_.get(), static_cast<PersistentStore*>(nullptr)}) {
+    ConfigCache memory;
+    ConfigSelectorChain chain(&memory, store);
+    ASSERT_TRUE(chain.Pin(Request(), FakeConfig(2)).ok());
+    const absl::Status wrong = chain.Forget("wrong-fingerprint", key);
+    EXPECT_EQ(wrong.code(), absl::StatusCode::kNotFound) << wrong;
+    EXPECT_NE(wrong.message().find(key), std::string::npos) << wrong;
+    EXPECT_NE(wrong.message().find("'wrong-fingerprint'"), std::string::npos) << wrong;
+    EXPECT_EQ(memory.DeviceOf(key), fp);
+    absl::StatusOr<Selection> kept = chain.Select(Request(false));
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->source, ConfigSource::kMemory);
+    EXPECT_EQ(kept->config, FakeConfig(2));
+    if (store != nullptr) EXPECT_EQ(store->Get(fp, key)->origin, "pinned");
+    ASSERT_TRUE(chain.Forget(fp, key).ok());
+  }
+}
+
 }  // namespace
 }  // namespace kernelserve

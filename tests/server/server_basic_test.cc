@@ -270,13 +270,25 @@ TEST_F(ServerTest, PinnedConfigIsUsedListedAndDeleted) {
   for (const v1::ConfigEntry& e : listed.entries()) {
     EXPECT_EQ(e.kernel().rfind("mean_pooling", 0), 0u) << e.kernel();
     found = found || (e.cache_key() == pinned.cache_key() && e.config().block_size() == 128);
+    if (e.cache_key() == pinned.cache_key()) {  // every tier names the device
+      EXPECT_EQ(e.device_fingerprint(), pinned.device_fingerprint()) << e.tier();
+    }
   }
   EXPECT_TRUE(found);
 
   v1::DeleteConfigRequest del;
   del.set_cache_key(pinned.cache_key());
-  del.set_device_fingerprint(pinned.device_fingerprint());
+  del.set_device_fingerprint("not-a-fingerprint");
   v1::DeleteConfigResponse deleted;
+  {
+    // Another device's config of this key: there is none, and the pinned one stays.
+    grpc::ClientContext context;
+    grpc::Status status = stub_->DeleteConfig(&context, del, &deleted);
+    EXPECT_EQ(status.error_code(), StatusCode::NOT_FOUND);
+    EXPECT_NE(status.error_message().find(pinned.cache_key()), std::string::npos);
+    EXPECT_NE(status.error_message().find("not-a-fingerprint"), std::string::npos);
+  }
+  del.set_device_fingerprint(pinned.device_fingerprint());
   {
     grpc::ClientContext context;
     grpc::Status status = stub_->DeleteConfig(&context, del, &deleted);

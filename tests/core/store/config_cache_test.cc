@@ -79,6 +79,24 @@ TEST(ConfigCacheTest, EraseAndClear) {
   EXPECT_EQ(cache.Get(KeyFor(3)).value(), ConfigFor(3));
 }
 
+TEST(ConfigCacheTest, EntriesForADeviceAreErasedForThatDeviceOnly) {
+  ConfigCache cache(4);
+  cache.Put(KeyFor(1), ConfigFor(1), "gpu-a");
+  cache.Put(KeyFor(2), ConfigFor(2));  // no device named
+  EXPECT_EQ(cache.DeviceOf(KeyFor(1)), "gpu-a");
+  EXPECT_EQ(cache.DeviceOf(KeyFor(2)), "");
+  EXPECT_EQ(cache.DeviceOf(KeyFor(3)), "");
+  EXPECT_FALSE(cache.EraseFor(KeyFor(1), "gpu-b"));
+  EXPECT_EQ(cache.Get(KeyFor(1)).value(), ConfigFor(1));
+  EXPECT_TRUE(cache.EraseFor(KeyFor(1), "gpu-a"));
+  EXPECT_FALSE(cache.Get(KeyFor(1)).has_value());
+  EXPECT_TRUE(cache.EraseFor(KeyFor(2), "gpu-b"));
+  EXPECT_FALSE(cache.EraseFor(KeyFor(2), "gpu-b"));
+  cache.Put(KeyFor(3), ConfigFor(3), "gpu-a");
+  cache.Put(KeyFor(3), ConfigFor(4), "gpu-b");  // a replacement names its own device
+  EXPECT_EQ(cache.DeviceOf(KeyFor(3)), "gpu-b");
+}
+
 TEST(ConfigCacheTest, ConcurrentPutAndGet) {
   constexpr int kThreads = 8;
   constexpr int kKeys = 200;
