@@ -22,7 +22,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev libhiredis-dev prometheus-cpp-dev libssl-dev nlohmann-json3-dev \
+      libabsl-dev libhiredis-dev prometheus-cpp-dev libssl-dev nlohmann-json3-dev libcli11-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore keeps build trees, tests, benchmarks and docs out of the context.

@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libhiredis-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev openssl nlohmann-json3-dev
+  libcli11-dev  # the kernelserve CLI's command line (header-only)
   redis-server prometheus
   python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
   python3-venv  # the client tests' virtualenv (pip installs client/python into it)

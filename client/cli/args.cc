@@ -78,48 +78,6 @@ absl::StatusOr<absl::Duration> Args::GetDuration(const std::string& name,
       "--", name, "='", text, "': expected a duration such as 250ms, 5s, 1m or seconds"));
 }
 
-absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSet& flags) {
-  Args args;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& arg = argv[i];
-    if (arg == "--") {
-      args.positional.insert(args.positional.end(), argv.begin() + i + 1, argv.end());
-      break;
-    }
-    if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
-      args.positional.push_back(arg);
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (flags.boolean.count(name)) {
-      args.flags[name].push_back(eq == std::string::npos ? "true" : arg.substr(eq + 1));
-    } else if (flags.valued.count(name)) {
-      if (eq != std::string::npos) {
-        args.flags[name].push_back(arg.substr(eq + 1));
-      } else if (i + 1 < argv.size()) {
-        args.flags[name].push_back(argv[++i]);
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
-  }
-  return args;
-}
-
-absl::Status CheckFlags(const Args& args, const std::set<std::string>& allowed,
-                        const std::string& command) {
-  for (const auto& [name, values] : args.flags) {
-    if (!allowed.count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, " does not apply to '", command, "'"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::pair<std::string, TensorSpec>> ParseShapeArg(const std::string& text) {
   constexpr absl::string_view kForm = "NAME=[DTYPE:]D0,D1,... (e.g. x=f32:4,128,64)";
   KS_ASSIGN_OR_RETURN(auto named, SplitNamed(text, kForm));

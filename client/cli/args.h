@@ -1,5 +1,5 @@
-// Command-line parsing of the kernelserve CLI: flags (repeatable, anywhere on the line) and
-// the value syntaxes of --shape, --values, --input, --param and --config.
+// The parsed command line of the kernelserve CLI (client/cli/parser.h fills it) and the value
+// syntaxes of --shape, --values, --input, --param and --config.
 // All functions are pure and thread-safe.
 #ifndef KERNELSERVE_CLIENT_CLI_ARGS_H_
 #define KERNELSERVE_CLIENT_CLI_ARGS_H_
@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,19 +35,6 @@ struct Args {
   absl::StatusOr<absl::Duration> GetDuration(const std::string& name,
                                              absl::Duration fallback) const;
 };
-
-// Which flags exist and whether each takes a value. A value type.
-struct FlagSet {
-  std::set<std::string> valued;   // --name=value or --name value
-  std::set<std::string> boolean;  // --name, --name=true, --name=false
-};
-
-// Parses `argv` (without the program name). "--" ends the flags. InvalidArgument for an
-// unknown flag (naming it) or a valued flag without a value.
-absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSet& flags);
-// InvalidArgument naming the first flag of `args` not in `allowed` for `command`.
-absl::Status CheckFlags(const Args& args, const std::set<std::string>& allowed,
-                        const std::string& command);
 
 // --shape NAME=[DTYPE:]D0,D1,...  (dtype default f32), e.g. "x=f32:4,128,64".
 absl::StatusOr<std::pair<std::string, TensorSpec>> ParseShapeArg(const std::string& text);

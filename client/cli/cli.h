@@ -12,15 +12,15 @@
 
 namespace kernelserve::cli {
 
-// Every flag the tool knows (global and per command).
-const FlagSet& AllFlags();
-// ClientOptions from the global flags (--target, --token-file, --tls-*, --deadline).
-// InvalidArgument for a bad value; NotFound for an unreadable token file.
+// ClientOptions from the global flags (--target, --token-file, --tls-*, --deadline), which hold
+// KERNELSERVE_TARGET and KERNELSERVE_TOKEN_FILE when those flags are absent. InvalidArgument for
+// a bad value; NotFound for an unreadable token file.
 absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args);
 
-// Runs the tool on `argv` (without the program name). Returns the exit code: 0 on success,
-// otherwise the status code of the failure (the server's, or INVALID_ARGUMENT = 3 for a bad
-// command line), after printing "kernelserve: CODE: message" to `err`.
+// Runs the tool on `argv` (without the program name). Returns the exit code: 0 on success
+// (help and --version print to `out`), 2 for a command line that does not parse, otherwise the
+// status code of the failure (the server's, or INVALID_ARGUMENT = 3 for a bad flag value),
+// after printing "kernelserve: ..." to `err`.
 int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err,
            bool err_is_tty);
 

@@ -11,6 +11,7 @@
 
 #include "client/cli/bench.h"
 #include "client/cli/format.h"
+#include "client/cli/parser.h"
 #include "gtest/gtest.h"
 
 namespace kernelserve::cli {
@@ -30,20 +31,32 @@ CliRun RunTool(const std::vector<std::string>& argv) {
   return run;
 }
 
-TEST(RunCliTest, HelpAndBadCommandLines) {
+TEST(RunCliTest, HelpVersionAndBadCommandLines) {
   CliRun help = RunTool({"--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("usage: kernelserve"), std::string::npos);
-  const int invalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RunTool({}).code, invalid);
+  CliRun run_help = RunTool({"help", "run"});
+  EXPECT_EQ(run_help.code, 0);
+  EXPECT_NE(run_help.out.find("usage: kernelserve run KERNEL"), std::string::npos);
+  CliRun version = RunTool({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_EQ(version.out.rfind("kernelserve ", 0), 0u) << version.out;
+  // A command line that does not parse exits 2 and says what is wrong.
+  EXPECT_EQ(RunTool({}).code, kUsageExitCode);
   CliRun unknown = RunTool({"frobnicate"});
-  EXPECT_EQ(unknown.code, invalid);
-  EXPECT_NE(unknown.err.find("kernelserve: INVALID_ARGUMENT: unknown command 'frobnicate'"),
-            std::string::npos);
+  EXPECT_EQ(unknown.code, kUsageExitCode);
+  EXPECT_NE(unknown.err.find("kernelserve: unknown command 'frobnicate'"), std::string::npos)
+      << unknown.err;
+  CliRun typo = RunTool({"kernles"});
+  EXPECT_EQ(typo.code, kUsageExitCode);
+  EXPECT_NE(typo.err.find("did you mean 'kernels'?"), std::string::npos) << typo.err;
   CliRun bad_flag = RunTool({"info", "--shape=x=f32:1"});
-  EXPECT_EQ(bad_flag.code, invalid);
+  EXPECT_EQ(bad_flag.code, kUsageExitCode);
   EXPECT_NE(bad_flag.err.find("--shape"), std::string::npos);
-  EXPECT_EQ(RunTool({"run", "mean_pooling", "--concurrency=2"}).code, invalid);
+  EXPECT_EQ(RunTool({"run", "mean_pooling", "--concurrency=2"}).code, kUsageExitCode);
+  // A bad value is INVALID_ARGUMENT; an unreadable token file NOT_FOUND.
+  const int invalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunTool({"info", "--deadline=soon"}).code, invalid);
   EXPECT_EQ(RunTool({"health", "--token-file=/nonexistent/token"}).code,
             static_cast<int>(absl::StatusCode::kNotFound));
 }
@@ -53,9 +66,10 @@ TEST(ClientOptionsTest, FromFlags) {
       (std::filesystem::temp_directory_path() / ("cli_test_token_" + std::to_string(getpid())))
           .string();
   std::ofstream(path) << "  s3cret\n";
-  Args args = ParseArgs({"--target=h:7", "--token-file", path, "--tls-ca=/ca.pem", "--deadline=2s"},
-                        AllFlags())
-                  .value();
+  Args args = ParseCommandLine({"--target=h:7", "--token-file", path, "info", "--tls-ca=/ca.pem",
+                                "--deadline=2s"})
+                  .value()
+                  .args;
   absl::StatusOr<ClientOptions> options = ClientOptionsFromArgs(args);
   std::remove(path.c_str());
   ASSERT_TRUE(options.ok()) << options.status();
@@ -69,7 +83,7 @@ TEST(ClientOptionsTest, FromFlags) {
   EXPECT_EQ(defaults.target, "127.0.0.1:50051");
   EXPECT_FALSE(defaults.use_tls);
   EXPECT_TRUE(defaults.token.empty());
-  Args no_deadline = ParseArgs({"--deadline=0"}, AllFlags()).value();
+  Args no_deadline = ParseCommandLine({"info", "--deadline=0"}).value().args;
   EXPECT_EQ(ClientOptionsFromArgs(no_deadline)->deadline, absl::InfiniteDuration());
 }
 

@@ -13,7 +13,7 @@ import kernelserve
 import references
 from server_fixture import CLI, TOY_SERVER, ServerProcess, free_port
 
-INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, UNAUTHENTICATED = 3, 5, 14, 16
+USAGE, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, UNAUTHENTICATED = 2, 3, 5, 14, 16
 
 
 def uniform(rng, shape, dtype=np.float32):
@@ -37,10 +37,15 @@ class CliTestBase(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
 
-    def cli(self, *args, code=0, target=None):
-        """Runs the tool; checks its exit code; returns the finished process."""
-        proc = subprocess.run([CLI, f"--target={target or self.server.target}", *args],
-                              capture_output=True, text=True, timeout=120)
+    def cli(self, *args, code=0, target=None, env=None):
+        """Runs the tool with --target (none when target is ""), in the environment of the
+        tests less KERNELSERVE_* plus `env`; checks its exit code; returns the finished
+        process."""
+        target = self.server.target if target is None else target
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KERNELSERVE_")}
+        environ.update(env or {})
+        proc = subprocess.run([CLI, *([f"--target={target}"] if target else []), *args],
+                              capture_output=True, text=True, timeout=120, env=environ)
         self.assertEqual(proc.returncode, code,
                          f"kernelserve {' '.join(args)}\nstdout:\n{proc.stdout}\n"
                          f"stderr:\n{proc.stderr}")
@@ -87,6 +92,37 @@ class CliTest(CliTestBase):
     def test_health(self):
         self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
         self.assertEqual(self.cli_json("health"), {"service": "", "status": "SERVING"})
+
+    def test_help_version_and_usage_errors(self):
+        for args in (["--help"], ["-h"], ["help"]):
+            proc = self.cli(*args)
+            self.assertIn("usage: kernelserve", proc.stdout)
+            self.assertIn("KERNELSERVE_TARGET", proc.stdout)
+        run_help = self.cli("run", "--help").stdout
+        self.assertIn("usage: kernelserve run KERNEL", run_help)
+        self.assertIn("--shape", run_help)
+        self.assertEqual(self.cli("help", "run").stdout, run_help)
+        # The client's version: this build's, as the server reports its own.
+        version = self.cli("--version").stdout
+        info = self.cli_json("info")
+        self.assertEqual(version, f"kernelserve {info['version']} (git {info['git']})\n")
+        proc = self.cli("rn", "mean_pooling", code=USAGE)
+        self.assertIn("unknown command 'rn'; did you mean 'run'?", proc.stderr)
+        proc = self.cli("run", "mean_pooling", "--shap=x=f32:1,2,3", code=USAGE)
+        self.assertIn("unknown flag --shap; did you mean '--shape'?", proc.stderr)
+        self.cli("run", code=USAGE)  # no kernel
+        self.cli(target="", code=USAGE)  # no command
+
+    def test_target_and_token_file_from_the_environment(self):
+        env = {"KERNELSERVE_TARGET": self.server.target}
+        self.assertEqual(self.cli("health", target="", env=env).stdout.strip(), "SERVING")
+        # The flag wins over the variable.
+        dead = {"KERNELSERVE_TARGET": f"127.0.0.1:{free_port()}"}
+        self.assertEqual(self.cli("health", env=dead).stdout.strip(), "SERVING")
+        self.cli("health", target="", env=dead, code=UNAVAILABLE)
+        proc = self.cli("info", env={"KERNELSERVE_TOKEN_FILE": "/nonexistent/token"},
+                        code=NOT_FOUND)
+        self.assertIn("/nonexistent/token", proc.stderr)
 
     def test_info_and_kernels(self):
         info = self.cli_json("info")
@@ -223,7 +259,7 @@ class CliTest(CliTestBase):
         self.cli("cache", "rm", key)
         self.cli("cache", "get", key, code=NOT_FOUND)
         self.cli("cache", "put", "mean_pooling", shape, code=INVALID_ARGUMENT)  # no --config
-        self.cli("cache", "frob", code=INVALID_ARGUMENT)
+        self.cli("cache", "frob", code=USAGE)
 
 
 class CliAuthTest(CliTestBase):
@@ -247,6 +283,7 @@ class CliAuthTest(CliTestBase):
         self.assertIn("UNAUTHENTICATED", proc.stderr)
         self.cli("health")  # health needs no token
         self.cli("info", f"--token-file={self.token_file.name}")
+        self.cli("info", env={"KERNELSERVE_TOKEN_FILE": self.token_file.name})
         self.cli("run", "mean_pooling", "--shape=x=f32:1,4,4",
                  f"--token-file={self.token_file.name}")
 
