@@ -1,11 +1,15 @@
 #include "client/cli/call_spec.h"
 
+#include <algorithm>
+#include <array>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/npy.h"
 #include "core/status_macros.h"
@@ -69,7 +73,48 @@ AttrValue ParseUntyped(const std::string& text) {
   return AttrValue(text);
 }
 
+// "4 GiB (4294967296 bytes)".
+std::string Bytes(int64_t bytes) {
+  constexpr std::array<const char*, 5> kUnits = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < kUnits.size()) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " bytes");
+  return absl::StrCat(absl::StrFormat("%.4g ", value), kUnits[unit], " (", bytes, " bytes)");
+}
+
 }  // namespace
+
+absl::StatusOr<int64_t> CheckDataSize(const CallSpec& spec, int64_t limit_bytes) {
+  const std::string limit = absl::StrCat("a request may carry at most ", Bytes(limit_bytes),
+                                         ", the client's largest message");
+  int64_t total = 0;
+  auto add = [&](const std::string& name, const TensorSpec& shape) -> absl::Status {
+    int64_t bytes = 0;
+    absl::StatusOr<int64_t> count = NumElements(shape.shape);
+    if (!count.ok() ||
+        __builtin_mul_overflow(*count, static_cast<int64_t>(ItemSize(shape.dtype)), &bytes) ||
+        __builtin_add_overflow(total, bytes, &total)) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", name, ": ", shape.DebugString(),
+                                                     " has more bytes than 2^63; ", limit));
+    }
+    if (bytes > limit_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", name, ": ", shape.DebugString(),
+                                                     " is ", Bytes(bytes), "; ", limit));
+    }
+    return absl::OkStatus();
+  };
+  for (const auto& [name, shape] : spec.shapes) KS_RETURN_IF_ERROR(add(name, shape));
+  for (const auto& [name, tensor] : spec.values) KS_RETURN_IF_ERROR(add(name, tensor.spec()));
+  if (total > limit_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the inputs are ", Bytes(total), " together; ", limit));
+  }
+  return total;
+}
 
 absl::StatusOr<CallSpec> CallSpecFromArgs(const Args& args) {
   CallSpec spec;
@@ -171,6 +216,10 @@ absl::Status FillRequest(const CallSpec& spec, const Client& client, bool with_d
   }
   auto& inputs = *request->mutable_inputs();
   if (with_data) {
+    // Protobuf cannot serialize a message of 2 GiB or more: check before making the data.
+    const int64_t limit =
+        std::min<int64_t>(client.options().max_message_bytes, std::numeric_limits<int32_t>::max());
+    KS_RETURN_IF_ERROR(CheckDataSize(spec, limit).status());
     for (auto& [name, tensor] : MakeInputs(spec)) PutTensor(std::move(tensor), &inputs[name]);
   } else {
     for (const auto& [name, shape] : spec.shapes) {

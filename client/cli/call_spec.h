@@ -34,6 +34,12 @@ struct CallSpec {
 // flag; NotFound for a missing .npy file. An input named twice is an error.
 absl::StatusOr<CallSpec> CallSpecFromArgs(const Args& args);
 
+// The bytes of input data a request built from `spec` with data carries: random inputs of
+// --shape and the tensors of --values and --input. Computed from the shapes, before anything is
+// allocated. InvalidArgument naming the input when its size overflows, or naming the size and
+// the limit when the total exceeds `limit_bytes` (the largest message the client sends).
+absl::StatusOr<int64_t> CheckDataSize(const CallSpec& spec, int64_t limit_bytes);
+
 // The inputs of a call: `values` as they are, `shapes` filled with seeded uniform values in
 // [-1, 1) (integer dtypes: -1, 0 or 1; bool: 0 or 1).
 TensorMap MakeInputs(const CallSpec& spec);
@@ -48,7 +54,7 @@ absl::StatusOr<Attributes> ParamsFromText(const std::map<std::string, std::strin
 // Fills kernel, inputs, params (as `parameters`, typed by the kernel's schema from `client`'s
 // ListKernels when params are given), platform and device of an ExecuteRequest,
 // AutotuneRequest or PutConfigRequest. With `with_data` false, inputs from shapes go without
-// data (shapes only).
+// data (shapes only); with it, CheckDataSize against the client's max_message_bytes comes first.
 template <typename Request>
 absl::Status FillRequest(const CallSpec& spec, const Client& client, bool with_data,
                          Request* request);

@@ -37,6 +37,28 @@ TEST(CallSpecTest, ReadsEveryFlag) {
   EXPECT_EQ(spec.config->block_q, 16);
 }
 
+TEST(CallSpecTest, DataSizeIsCheckedFromTheShapesAlone) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(CheckDataSize(SpecOf({"run", "k", "--shape=x=f32:2,3", "--values=c=i32:0,2"}), kGiB)
+                .value(),
+            2 * 3 * 4 + 2 * 4);
+  absl::Status big = CheckDataSize(SpecOf({"run", "k", "--shape=x=f32:1024,1024,1024"}), kGiB)
+                         .status();  // 4 GiB: never allocated
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("input x: f32[1024,1024,1024] is 4 GiB (4294967296 bytes); a "
+                               "request may carry at most 1 GiB (1073741824 bytes"),
+            std::string::npos)
+      << big;
+  absl::Status overflow =
+      CheckDataSize(SpecOf({"run", "k", "--shape=x=bf16:4294967296,4294967296,2"}), kGiB).status();
+  EXPECT_EQ(overflow.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(overflow.message().find("more bytes than 2^63"), std::string::npos) << overflow;
+  absl::Status together =
+      CheckDataSize(SpecOf({"run", "k", "--shape=x=f32:100", "--shape=y=f32:100"}), 600).status();
+  EXPECT_NE(together.message().find("the inputs are 800 bytes together"), std::string::npos)
+      << together;
+}
+
 TEST(CallSpecTest, Errors) {
   EXPECT_EQ(CallSpecFromArgs(Args{{"run"}, {}}).status().code(),
             absl::StatusCode::kInvalidArgument);

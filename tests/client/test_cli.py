@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -123,6 +124,21 @@ class CliTest(CliTestBase):
         proc = self.cli("info", env={"KERNELSERVE_TOKEN_FILE": "/nonexistent/token"},
                         code=NOT_FOUND)
         self.assertIn("/nonexistent/token", proc.stderr)
+
+    def test_run_refuses_inputs_larger_than_a_message_before_making_them(self):
+        cases = [("x=f32:1024,1024,1024", "4 GiB (4294967296 bytes)"),  # 2 GiB and more
+                 ("x=f32:10000,1000000,1000", "TiB"),  # 40 TB: more than the memory
+                 ("x=f32:4294967296,4294967296,4", "more bytes than 2^63")]
+        for shape, says in cases:
+            start = time.monotonic()
+            proc = self.cli("run", "mean_pooling", f"--shape={shape}", code=INVALID_ARGUMENT)
+            self.assertLess(time.monotonic() - start, 5, shape)
+            self.assertIn(says, proc.stderr)
+            self.assertIn("at most 1 GiB (1073741824 bytes)", proc.stderr)
+        # Each input under the limit, together over it.
+        proc = self.cli("bench", "mean_pooling", "--shape=x=f32:200,1024,1024",
+                        "--shape=mask=bool:300,1024,1024", code=INVALID_ARGUMENT)
+        self.assertIn("the inputs are 1.074 GiB (1153433600 bytes) together", proc.stderr)
 
     def test_info_and_kernels(self):
         info = self.cli_json("info")
