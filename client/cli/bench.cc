@@ -20,6 +20,7 @@ struct Totals {
   std::map<std::string, int64_t> failures;
   int64_t errors = 0;
   absl::Status first_error;
+  absl::Status fatal;
 };
 
 void AddServerTimings(const ServerTimings& t, std::array<double, 6>* sums) {
@@ -38,6 +39,11 @@ void DrawProgress(std::ostream& out, absl::Duration elapsed, const BenchOptions&
 
 }  // namespace
 
+bool IsRetryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kResourceExhausted ||
+         code == absl::StatusCode::kDeadlineExceeded;
+}
+
 double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   const double rank = std::ceil(p / 100.0 * static_cast<double>(sorted.size()));
@@ -55,13 +61,14 @@ std::string ProgressBar(double fraction, int width) {
 BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequest> request,
                      const BenchOptions& options) {
   std::atomic<int64_t> started{0}, ok{0}, errors{0};
+  std::atomic<bool> stop{false};
   absl::Mutex mu;
   Totals totals;  // guarded by mu
   const absl::Time start = absl::Now();
   const absl::Time end = start + options.duration;
   auto worker = [&] {
     Totals mine;
-    while (absl::Now() < end &&
+    while (!stop.load() && absl::Now() < end &&
            (options.max_requests == 0 || started.fetch_add(1) < options.max_requests)) {
       const absl::Time t0 = absl::Now();
       absl::StatusOr<RunResult> result = client.Execute(request);
@@ -75,6 +82,10 @@ BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequ
         ++mine.failures[absl::StrCat(absl::StatusCodeToString(result.status().code()), ": ",
                                      result.status().message())];
         errors.fetch_add(1);
+        if (!IsRetryable(result.status().code())) {
+          mine.fatal = result.status();
+          stop.store(true);
+        }
       }
     }
     absl::MutexLock lock(&mu);
@@ -84,6 +95,7 @@ BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequ
     for (const auto& [key, count] : mine.failures) totals.failures[key] += count;
     totals.errors += mine.errors;
     if (totals.first_error.ok()) totals.first_error = mine.first_error;
+    if (totals.fatal.ok()) totals.fatal = mine.fatal;
   };
   absl::Notification done;
   std::thread progress([&] {
@@ -107,6 +119,7 @@ BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequ
   report.errors = totals.errors;
   report.failures = std::move(totals.failures);
   report.first_error = totals.first_error;
+  report.fatal = totals.fatal;
   report.throughput = report.seconds > 0 ? report.ok / report.seconds : 0;
   if (!lat.empty()) {
     double sum = 0;

@@ -35,15 +35,23 @@ struct BenchReport {
   int64_t errors = 0;                       // calls that failed
   std::map<std::string, int64_t> failures;  // "CODE: message" -> count
   absl::Status first_error;                 // one of the failures (OK when none)
-  double seconds = 0;                       // wall time of the run
-  double throughput = 0;                    // successful calls per second
+  absl::Status fatal;     // the first failure that retrying cannot cure (OK when none); it ended
+                          // the run
+  double seconds = 0;     // wall time of the run
+  double throughput = 0;  // successful calls per second
   double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;  // client latency
   std::array<double, 6> server_mean_us{};  // mean of each server phase (kPhaseNames)
 };
 
-// Sends `request` from options.concurrency threads until the duration or max_requests ends.
-// Failed calls are counted, never fatal. The calls share `request` (Client::Execute of a
-// shared request: its tensor bytes are sent without a copy). REQUIRES: options.concurrency >= 1.
+// Whether a call that failed with `code` may succeed when sent again (UNAVAILABLE,
+// RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED): the load, not the request, made it fail.
+bool IsRetryable(absl::StatusCode code);
+
+// Sends `request` from options.concurrency threads until the duration or max_requests ends, or
+// until a call fails with a status that is not retryable (a bad request fails every time): then
+// every thread stops and BenchReport::fatal holds it. Retryable failures are counted. The calls
+// share `request` (Client::Execute of a shared request: its tensor bytes are sent without a
+// copy). REQUIRES: options.concurrency >= 1.
 BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequest> request,
                      const BenchOptions& options);
 

@@ -76,6 +76,11 @@ absl::Status CmdBench(const CommandContext& ctx) {
   if (ctx.err_is_tty) options.progress = ctx.err;
   const BenchReport report = RunBench(
       *ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)), options);
+  if (!report.fatal.ok()) {  // every further call would fail the same way: no table
+    return absl::Status(report.fatal.code(),
+                        absl::StrCat("bench stopped at the first call that retrying cannot cure (",
+                                     report.ok, " ok before it): ", report.fatal.message()));
+  }
   if (ctx.json) {
     *ctx.out << ReportJson(report, options).dump(2) << "\n";
   } else {

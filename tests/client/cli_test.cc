@@ -100,6 +100,16 @@ TEST(BenchStatsTest, PercentileByNearestRank) {
   EXPECT_EQ(Percentile({}, 50), 0.0);
 }
 
+TEST(BenchTest, OnlyLoadFailuresAreRetryable) {
+  EXPECT_TRUE(IsRetryable(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(IsRetryable(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(IsRetryable(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_FALSE(IsRetryable(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(IsRetryable(absl::StatusCode::kNotFound));
+  EXPECT_FALSE(IsRetryable(absl::StatusCode::kUnauthenticated));
+  EXPECT_FALSE(IsRetryable(absl::StatusCode::kInternal));
+}
+
 TEST(BenchStatsTest, ProgressBar) {
   EXPECT_EQ(ProgressBar(0.5, 10), "[#####.....]  50%");
   EXPECT_EQ(ProgressBar(0.0, 4), "[....]   0%");

@@ -248,6 +248,16 @@ class CliTest(CliTestBase):
         self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--requests=5",
                  code=INVALID_ARGUMENT)
 
+    def test_bench_stops_at_the_first_error_retrying_cannot_cure(self):
+        start = time.monotonic()
+        proc = self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--duration=30s",
+                        "--concurrency=4", code=INVALID_ARGUMENT)
+        self.assertLess(time.monotonic() - start, 15)
+        self.assertIn("INVALID_ARGUMENT", proc.stderr)
+        self.assertIn("'x'", proc.stderr)
+        self.assertNotIn("throughput", proc.stdout)  # no table of zeros
+        self.assertEqual(proc.stdout, "")
+
     def test_tune(self):
         result = self.cli_json("tune", "mean_pooling", "--shape=x=f32:4,96,32")
         timed = [c for c in result["candidates"] if c["status"]["code"] == 0]
