@@ -1,9 +1,11 @@
 // health, info, kernels.
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
 #include "core/status_macros.h"
+#include "proto/convert.h"
 
 namespace kernelserve::cli {
 namespace {
@@ -13,11 +15,75 @@ std::string Bytes(int64_t bytes) {
   return absl::StrCat(bytes >> 20, " MiB");
 }
 
-// "x, cu_seqlens?" (a '?' marks optional args).
-std::string ArgList(const google::protobuf::RepeatedPtrField<v1::ArgInfo>& args) {
+// "x" or "cu_seqlens?" (a '?' marks an optional argument).
+std::string ArgName(const std::string& name, bool required) { return required ? name : name + "?"; }
+
+// "f32|f16|bf16".
+std::string DTypes(const google::protobuf::RepeatedField<int>& dtypes) {
   std::vector<std::string> names;
-  for (const v1::ArgInfo& arg : args) names.push_back(arg.name() + (arg.required() ? "" : "?"));
-  return absl::StrJoin(names, ", ");
+  for (int dtype : dtypes) {
+    absl::StatusOr<DType> d = FromProto(static_cast<v1::DType>(dtype), "dtype");
+    names.push_back(d.ok() ? std::string(DTypeName(*d)) : absl::StrCat("dtype ", dtype));
+  }
+  return names.empty() ? "any" : absl::StrJoin(names, "|");
+}
+
+// "[B,S,D]"; "rank 2|3" when the schema gives no shape.
+std::string InputShape(const v1::InputInfo& input) {
+  if (!input.shape().empty()) return input.shape();
+  if (input.ranks().empty()) return "-";
+  return absl::StrCat("rank ", absl::StrJoin(input.ranks(), "|"));
+}
+
+// "int = 64", "bool = false", "float" (no default).
+std::string ParamType(const v1::ParamInfo& param) {
+  const v1::ParamValue& v = param.default_value();
+  switch (v.value_case()) {
+    case v1::ParamValue::kBoolValue:
+      return absl::StrCat(param.type(), " = ", v.bool_value() ? "true" : "false");
+    case v1::ParamValue::kInt64Value:
+      return absl::StrCat(param.type(), " = ", v.int64_value());
+    case v1::ParamValue::kDoubleValue:
+      return absl::StrCat(param.type(), " = ", absl::StrFormat("%g", v.double_value()));
+    case v1::ParamValue::kStringValue:
+      return absl::StrCat(param.type(), " = '", v.string_value(), "'");
+    case v1::ParamValue::VALUE_NOT_SET:
+      break;
+  }
+  return param.type();
+}
+
+// "1..4096", ">= 0", "<= 1", or "-".
+std::string ParamRange(const v1::ParamInfo& param) {
+  if (param.has_min() && param.has_max()) {
+    return absl::StrFormat("%g..%g", param.min(), param.max());
+  }
+  if (param.has_min()) return absl::StrFormat(">= %g", param.min());
+  if (param.has_max()) return absl::StrFormat("<= %g", param.max());
+  return "-";
+}
+
+// One row per input, output and param: its name, kind, dtypes or type, shape or range. The
+// first row names the kernel.
+void AddKernelRows(const v1::KernelInfo& k, Table* table) {
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::InputInfo& in : k.input_schema()) {
+    rows.push_back(
+        {ArgName(in.name(), in.required()), "input", DTypes(in.dtypes()), InputShape(in)});
+  }
+  for (const v1::OutputInfo& out : k.output_schema()) {
+    rows.push_back({out.name(), "output", out.dtype(), out.shape().empty() ? "-" : out.shape()});
+  }
+  for (const v1::ParamInfo& param : k.param_schema()) {
+    rows.push_back({param.name(), "param", ParamType(param), ParamRange(param)});
+  }
+  if (rows.empty()) rows.push_back({"-", "", "", ""});
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<std::string> row = {"", "", ""};
+    if (i == 0) row = {k.name(), absl::StrCat(k.version()), absl::StrJoin(k.platforms(), ",")};
+    row.insert(row.end(), rows[i].begin(), rows[i].end());
+    table->AddRow(std::move(row));
+  }
 }
 
 }  // namespace
@@ -74,11 +140,8 @@ absl::Status CmdKernels(const CommandContext& ctx) {
     *ctx.out << MessageJson(kernels).dump(2) << "\n";
     return absl::OkStatus();
   }
-  Table table({"kernel", "version", "platforms", "inputs", "outputs", "params"});
-  for (const v1::KernelInfo& k : kernels.kernels()) {
-    table.AddRow({k.name(), absl::StrCat(k.version()), absl::StrJoin(k.platforms(), ","),
-                  ArgList(k.inputs()), ArgList(k.outputs()), ArgList(k.params())});
-  }
+  Table table({"kernel", "version", "platforms", "arg", "kind", "dtype / type", "shape / range"});
+  for (const v1::KernelInfo& k : kernels.kernels()) AddKernelRows(k, &table);
   *ctx.out << table.ToString();
   return absl::OkStatus();
 }

@@ -147,7 +147,18 @@ class CliTest(CliTestBase):
         self.assertIn("fingerprint", self.cli("info").stdout)
         names = {k["name"] for k in self.cli_json("kernels")["kernels"]}
         self.assertTrue({"mean_pooling", "flash_attention"} <= names, names)
-        self.assertIn("cu_seqlens?", self.cli("kernels").stdout)
+        table = self.cli("kernels").stdout
+        self.assertIn("cu_seqlens?", table)
+        # The schema's rules, as kernels --json has them: dtypes and shapes of the inputs,
+        # params with their type, default and range.
+        schema = {k["name"]: k for k in self.cli_json("kernels")["kernels"]}["mean_pooling"]
+        x = {i["name"]: i for i in schema["input_schema"]}["x"]
+        row = next(line for line in table.splitlines() if line.split()[:1] == ["mean_pooling"])
+        self.assertIn(x["shape"], row)
+        self.assertIn("f32", row)
+        chunk = {p["name"]: p for p in schema["param_schema"]}["chunk_size"]
+        param = next(line for line in table.splitlines() if " chunk_size " in line)
+        self.assertIn(f"{chunk['type']} = ", param)
 
     def test_run_mean_pooling_from_npy(self):
         x = uniform(self.rng, (3, 29, 16))
