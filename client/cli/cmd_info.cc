@@ -93,7 +93,15 @@ absl::Status CmdHealth(const CommandContext& ctx) {
     return absl::InvalidArgumentError("health takes at most one service name");
   }
   const std::string service = ctx.args->positional.size() == 2 ? ctx.args->positional[1] : "";
-  KS_ASSIGN_OR_RETURN(HealthStatus status, ctx.client->Health(service));
+  absl::StatusOr<HealthStatus> health = ctx.client->Health(service);
+  if (absl::IsNotFound(health.status())) {  // grpc.health.v1: a service the server does not know
+    return absl::NotFoundError(absl::StrCat("health: the server knows no service '", service, "' (",
+                                            health.status().message(),
+                                            "); leave SERVICE out for the whole server, or name ",
+                                            v1::KernelService::service_full_name()));
+  }
+  KS_RETURN_IF_ERROR(health.status());
+  const HealthStatus status = *health;
   const std::string name(HealthStatusName(status));
   if (ctx.json) {
     *ctx.out << nlohmann::json{{"service", service}, {"status", name}}.dump() << "\n";

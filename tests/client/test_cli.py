@@ -93,6 +93,11 @@ class CliTest(CliTestBase):
     def test_health(self):
         self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
         self.assertEqual(self.cli_json("health"), {"service": "", "status": "SERVING"})
+        self.assertEqual(self.cli("health", "kernelserve.v1.KernelService").stdout.strip(),
+                         "SERVING")
+        # A service the server does not know is NOT_FOUND (a name to fix), not UNAVAILABLE.
+        proc = self.cli("health", "foo", code=NOT_FOUND)
+        self.assertIn("no service 'foo'", proc.stderr)
 
     def test_help_version_and_usage_errors(self):
         for args in (["--help"], ["-h"], ["help"]):
