@@ -303,6 +303,52 @@ class CliTest(CliTestBase):
         self.cli("cache", "put", "mean_pooling", shape, code=INVALID_ARGUMENT)  # no --config
         self.cli("cache", "frob", code=USAGE)
 
+    def test_cache_rm_of_a_key_the_device_does_not_hold_is_not_found(self):
+        put = self.cli_json("cache", "put", "mean_pooling", "--shape=x=f32:2,24,8",
+                            "--config=block_size=8,num_warps=1")
+        key = put["cache_key"]
+        proc = self.cli("cache", "rm", key, "--fingerprint=WRONG", code=NOT_FOUND)
+        self.assertIn(key, proc.stderr)
+        self.assertIn("'WRONG'", proc.stderr)
+        self.assertNotIn("deleted", proc.stdout)
+        [entry] = self.cli_json("cache", "get", key)  # still there
+        self.assertEqual(entry["device_fingerprint"], put["device_fingerprint"])
+        self.assertIn(put["device_fingerprint"], self.cli("cache", "ls").stdout)
+        self.assertEqual(self.cli("cache", "rm", key, "--fingerprint",
+                                  put["device_fingerprint"]).stdout, f"deleted {key}\n")
+        self.cli("cache", "rm", key, code=NOT_FOUND)
+        self.cli("cache", "get", key, code=NOT_FOUND)
+
+
+class CliFileStoreTest(CliTestBase):
+    """cache rm against a file store: the entry (key, device) is deleted or NOT_FOUND."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.store_dir = tempfile.mkdtemp(prefix="kernelserve-cli-store-")
+        cls.server_args = (f"--cache=file:{cls.store_dir}/configs.json",)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        shutil.rmtree(cls.store_dir)
+
+    def test_cache_rm_with_a_wrong_fingerprint_keeps_the_stored_entry(self):
+        put = self.cli_json("cache", "put", "mean_pooling", "--shape=x=f32:2,16,8",
+                            "--config=block_size=8,num_warps=1")
+        key, fingerprint = put["cache_key"], put["device_fingerprint"]
+        proc = self.cli("cache", "rm", key, "--fingerprint=WRONG", code=NOT_FOUND)
+        self.assertIn(key, proc.stderr)
+        self.assertIn("'WRONG'", proc.stderr)
+        tiers = {e["tier"] for e in self.cli_json("cache", "get", key)}
+        self.assertEqual(tiers, {"memory", "file"})
+        run = self.cli_json("run", "mean_pooling", "--shape=x=f32:2,16,8")
+        self.assertEqual(run["config"]["block_size"], 8)
+        self.cli("cache", "rm", key, f"--fingerprint={fingerprint}")
+        self.cli("cache", "get", key, code=NOT_FOUND)
+        self.cli("cache", "rm", key, f"--fingerprint={fingerprint}", code=NOT_FOUND)
+
 
 class CliAuthTest(CliTestBase):
     TOKEN = "cli-test-token"
