@@ -23,9 +23,16 @@ using google::protobuf::UnknownFieldSet;
 
 // The field that stands in for an extracted Tensor.data in the remainder protobuf parses: the
 // largest field number, as a varint holding the index of the extracted bytes. Protobuf keeps
-// it among the Tensor's unknown fields, where Restore finds it.
+// it among the Tensor's unknown fields, where Restore finds it. A message that carries this
+// field number itself is not taken (so every marker Restore sees was placed by Rewrite).
 constexpr uint32_t kMarkerField = (uint32_t{1} << 29) - 1;
 constexpr int kMaxDepth = 64;
+// The longest varints protobuf reads: tags and length prefixes in 5 bytes, values in 10.
+constexpr int kMaxTagBytes = 5;
+constexpr int kMaxSizeBytes = 5;
+constexpr int kMaxVarintBytes = 10;
+// The largest length prefix protobuf accepts (INT_MAX less its parser's 16 slop bytes).
+constexpr uint64_t kMaxDelimitedBytes = INT_MAX - 16;
 
 // Sequential reads over the chunks of a ZeroCopyInputStream (the message's gRPC slices).
 class Cursor {
@@ -34,13 +41,16 @@ class Cursor {
 
   uint64_t position() const { return position_; }
 
-  bool ReadVarint(uint64_t* value) {
+  // Reads a varint of at most `max_bytes` bytes into `value` and appends its bytes, as they
+  // were sent, to `raw`.
+  bool ReadVarint(int max_bytes, uint64_t* value, std::string* raw) {
     uint64_t result = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int i = 0; i < max_bytes; ++i) {
       if (p_ == end_ && !Refill()) return false;
       const uint8_t byte = static_cast<uint8_t>(*p_++);
       ++position_;
-      result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      raw->push_back(static_cast<char>(byte));
+      result |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
       if ((byte & 0x80) == 0) {
         *value = result;
         return true;
@@ -101,57 +111,83 @@ void ReserveLarge(std::string* s, size_t n) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-// Copies the `size` bytes of one message of `type` from `in` to `out`. Each Tensor.data of at
-// least kLargeFieldBytes goes to `extracted` instead, and a marker field holding its index
-// takes its place. Submessages that may hold one are rewritten the same way (their length
-// prefixes change); everything else is copied as it is, in wire order.
+// One field's tag as protobuf reads it (at most 5 bytes, 32 bits), its bytes appended to
+// `raw`. False for field number 0 and for the marker's number.
+bool ReadTag(Cursor& in, uint32_t* number, int* wire_type, std::string* raw) {
+  uint64_t tag = 0;
+  if (!in.ReadVarint(kMaxTagBytes, &tag, raw) || tag > UINT32_MAX) return false;
+  *number = static_cast<uint32_t>(tag >> 3);
+  *wire_type = static_cast<int>(tag & 7);
+  return *number != 0 && *number != kMarkerField;
+}
+
 bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
-             std::vector<std::string>* extracted, int depth) {
+             std::vector<std::string>* extracted, int depth);
+
+// The length-delimited field `number` of a message of `type` (its tag, as sent, in `tag`),
+// from its length prefix on, for Rewrite. `end` is where the enclosing message ends.
+bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t number,
+                      const std::string& tag, std::string* out, std::vector<std::string>* extracted,
+                      int depth) {
   static const FieldDescriptor* const kTensorData =
       v1::Tensor::descriptor()->FindFieldByNumber(v1::Tensor::kDataFieldNumber);
+  std::string prefix;
+  uint64_t n = 0;
+  if (!in.ReadVarint(kMaxSizeBytes, &n, &prefix) || n > kMaxDelimitedBytes || in.position() > end ||
+      n > end - in.position()) {
+    return false;
+  }
+  const FieldDescriptor* field = type != nullptr ? type->FindFieldByNumber(number) : nullptr;
+  if (field == kTensorData) {
+    std::string& bytes = extracted->emplace_back();
+    ReserveLarge(&bytes, static_cast<size_t>(n));
+    if (!in.Append(n, &bytes)) return false;
+    PutVarint(uint64_t{kMarkerField} << 3, out);
+    PutVarint(extracted->size() - 1, out);
+    return true;
+  }
+  if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE) {
+    std::string sub;
+    if (!Rewrite(in, n, field->message_type(), &sub, extracted, depth + 1)) return false;
+    out->append(tag);
+    PutVarint(sub.size(), out);
+    out->append(sub);
+    return true;
+  }
+  out->append(tag);
+  out->append(prefix);
+  return in.Append(n, out);
+}
+
+// Copies the `size` bytes of one message of `type` from `in` to `out`. Every Tensor.data goes
+// to `extracted` instead, whatever its size, and a marker field holding its index takes its
+// place, so that the markers of a Tensor keep the wire order of its data fields (Restore
+// keeps the last, as protobuf does). Submessages of known message fields are rewritten the
+// same way (their length prefixes change); everything else is copied byte for byte. False
+// for anything protobuf's parser might read differently (then the caller parses as gRPC does).
+bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
+             std::vector<std::string>* extracted, int depth) {
   if (depth > kMaxDepth) return false;
   const uint64_t end = in.position() + size;
   while (in.position() < end) {
-    uint64_t tag = 0;
-    if (!in.ReadVarint(&tag) || (tag >> 3) == 0 || (tag >> 3) > kMarkerField) return false;
-    const uint32_t number = static_cast<uint32_t>(tag >> 3);
-    switch (tag & 7) {
-      case 0: {  // varint
-        uint64_t value = 0;
-        if (!in.ReadVarint(&value)) return false;
-        PutVarint(tag, out);
-        PutVarint(value, out);
+    std::string tag;  // as sent
+    uint32_t number = 0;
+    int wire_type = 0;
+    if (!ReadTag(in, &number, &wire_type, &tag)) return false;
+    uint64_t value = 0;
+    switch (wire_type) {
+      case 0:  // varint
+        out->append(tag);
+        if (!in.ReadVarint(kMaxVarintBytes, &value, out)) return false;
         break;
-      }
       case 1:  // fixed64
       case 5:  // fixed32
-        PutVarint(tag, out);
-        if (!in.Append((tag & 7) == 1 ? 8 : 4, out)) return false;
+        out->append(tag);
+        if (!in.Append(wire_type == 1 ? 8 : 4, out)) return false;
         break;
-      case 2: {  // length-delimited
-        uint64_t n = 0;
-        if (!in.ReadVarint(&n) || n > end - in.position()) return false;
-        const FieldDescriptor* field =
-            n >= kLargeFieldBytes && type != nullptr ? type->FindFieldByNumber(number) : nullptr;
-        if (field == kTensorData) {
-          std::string& bytes = extracted->emplace_back();
-          ReserveLarge(&bytes, static_cast<size_t>(n));
-          if (!in.Append(n, &bytes)) return false;
-          PutVarint(uint64_t{kMarkerField} << 3, out);
-          PutVarint(extracted->size() - 1, out);
-        } else if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE) {
-          std::string sub;
-          if (!Rewrite(in, n, field->message_type(), &sub, extracted, depth + 1)) return false;
-          PutVarint(tag, out);
-          PutVarint(sub.size(), out);
-          out->append(sub);
-        } else {
-          PutVarint(tag, out);
-          PutVarint(n, out);
-          if (!in.Append(n, out)) return false;
-        }
+      case 2:  // length-delimited
+        if (!RewriteDelimited(in, end, type, number, tag, out, extracted, depth)) return false;
         break;
-      }
       default:  // groups: not used by kernelserve.v1
         return false;
     }
@@ -159,11 +195,13 @@ bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out
   return in.position() == end;
 }
 
-// Puts back the extracted bytes a marker in `tensor` points to. False for a marker that is
-// malformed, out of range or used twice.
+// Puts back into `tensor` the bytes of its last marker (its last data field on the wire, which
+// protobuf keeps) and drops the markers. False for a marker that is malformed, out of range or
+// used twice.
 bool Restore(v1::Tensor& tensor, std::vector<std::string>& extracted, std::vector<bool>& used) {
   const UnknownFieldSet& unknown = tensor.GetReflection()->GetUnknownFields(tensor);
   if (unknown.empty()) return true;
+  size_t last = extracted.size();  // none yet
   for (int i = 0; i < unknown.field_count(); ++i) {
     const UnknownField& field = unknown.field(i);
     if (field.number() != static_cast<int>(kMarkerField)) continue;
@@ -172,8 +210,9 @@ bool Restore(v1::Tensor& tensor, std::vector<std::string>& extracted, std::vecto
       return false;
     }
     used[field.varint()] = true;
-    tensor.mutable_data()->swap(extracted[field.varint()]);
+    last = static_cast<size_t>(field.varint());
   }
+  if (last < extracted.size()) tensor.mutable_data()->swap(extracted[last]);
   tensor.GetReflection()->MutableUnknownFields(&tensor)->DeleteByNumber(kMarkerField);
   return true;
 }
@@ -226,7 +265,9 @@ bool ParseLarge(grpc::ByteBuffer* buffer, Message* message) {
   std::vector<bool> used(extracted.size(), false);
   if (!RestoreAll(*message, extracted, used)) return false;
   for (bool u : used) {
-    if (!u) return false;  // a tensor in a place RestoreAll does not visit
+    // Bytes of a map entry protobuf replaced by a later one of the same key, or of a Tensor
+    // RestoreAll does not visit: rare enough to leave to protobuf's own parse.
+    if (!u) return false;
   }
   return true;
 }
@@ -355,6 +396,15 @@ bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message) {
   return ParseLarge(buffer, message);
 }
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message) {
   return ParseLarge(buffer, message);
 }
 

@@ -5,9 +5,11 @@
 // slice to a string reserved for at most 50 MB, so a 256 MiB tensor is copied 2.4 times over
 // (50 -> 100 -> 200 -> 400 MB growth) into ~600 MB of freshly faulted pages. For a message of
 // kLargeMessageBytes or more, Deserialize here instead walks the wire format once, copies
-// each large Tensor.data straight from the slices into a string of the exact size (huge-page
-// backed when the kernel allows), and lets protobuf parse only the small remainder.
-// Smaller messages take gRPC's usual path.
+// each Tensor.data straight from the slices into a string of the exact size (huge-page backed
+// when the kernel allows), and lets protobuf parse only the small remainder, in which a marker
+// field stands for each data field in wire order; the result is exactly what protobuf's own
+// parse gives (a repeated data field keeps the last, a map value given twice merges, a
+// repeated map key keeps the last entry). Smaller messages take gRPC's usual path.
 //
 // Sending: gRPC copies a message into 1 MiB slices before it writes any of it. SerializeShared
 // instead points slices at the large Tensor.data bytes of a shared, immutable message (kept
@@ -36,8 +38,6 @@ namespace kernelserve::wire {
 
 // Messages of at least this many bytes take the extracting parser.
 inline constexpr size_t kLargeMessageBytes = size_t{1} << 20;
-// Tensor.data fields of at least this many bytes (in a large message) are copied out directly.
-inline constexpr size_t kLargeFieldBytes = size_t{64} << 10;
 
 // Parses `buffer` into `message` and clears the buffer, as grpc::GenericDeserialize does.
 // INTERNAL for malformed data.
@@ -48,11 +48,16 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* mes
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message);
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message);
 
-// The extracting parse alone, whatever the size: false where it cannot be used (malformed
-// data, or a marker field it did not place), and the traits then parse as gRPC does. For tests.
+// The extracting parse alone, whatever the size: false where it leaves the message to
+// protobuf (malformed data, a field with the marker's number, a map key given twice), and the
+// traits then parse as gRPC does. When true, `message` equals what protobuf's ParseFromString
+// gives for the same bytes. For tests and the wire_fuzz harness.
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message);
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message);
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message);
 
 // Serializes `message` into `buffer`. In a message of kLargeMessageBytes or more, the large
 // bytes and string fields (those protobuf hands to WriteAliasedRaw: any that does not fit the

@@ -168,6 +168,94 @@ TEST(TensorWireTest, ForgedMarkerFieldParsesAsProtobufWould) {
   EXPECT_TRUE(MessageDifferencer::Equals(Parse<v1::ExecuteRequest>(&buffer), expected));
 }
 
+std::string Varint(uint64_t value) {
+  std::string out;
+  for (; value >= 0x80; value >>= 7) out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+// A length-delimited field: tag, length, payload.
+std::string Delimited(int number, const std::string& payload) {
+  return Varint((static_cast<uint64_t>(number) << 3) | 2) + Varint(payload.size()) + payload;
+}
+
+// An ExecuteRequest.inputs map entry whose value field holds `values` one after the other.
+std::string InputEntry(const std::string& name, const std::vector<std::string>& values) {
+  std::string entry = Delimited(1, name);
+  for (const std::string& value : values) entry += Delimited(2, value);
+  return Delimited(v1::ExecuteRequest::kInputsFieldNumber, entry);
+}
+
+// Parses `wire` (>= 1 MiB) through the traits and expects exactly what protobuf's own parser
+// gives, whether or not the extracting parser takes it.
+void ExpectParsesAsProtobuf(const std::string& wire) {
+  ASSERT_GE(wire.size(), wire::kLargeMessageBytes);
+  v1::ExecuteRequest expected;
+  ASSERT_TRUE(expected.ParseFromString(wire));
+  grpc::Slice slice(wire.data(), wire.size());
+  grpc::ByteBuffer buffer(&slice, 1);
+  v1::ExecuteRequest extracted;
+  if (wire::ParseExtracting(&buffer, &extracted)) {
+    EXPECT_TRUE(MessageDifferencer::Equals(extracted, expected));
+  }
+  EXPECT_TRUE(MessageDifferencer::Equals(Parse<v1::ExecuteRequest>(&buffer), expected));
+}
+
+TEST(TensorWireTest, RepeatedDataFieldKeepsTheLastAsProtobufDoes) {
+  // One Tensor whose data field comes twice, large then small: protobuf keeps the small one.
+  const std::string tensor =
+      MakeTensor(2 << 20, 5).SerializeAsString() + MakeTensor(16, 6).SerializeAsString();
+  const std::string wire = InputEntry("x", {tensor});
+  v1::ExecuteRequest expected;
+  ASSERT_TRUE(expected.ParseFromString(wire));
+  ASSERT_EQ(expected.inputs().at("x").data().size(), 16u);
+  ExpectParsesAsProtobuf(wire);
+}
+
+TEST(TensorWireTest, RepeatedDataFieldSmallThenLargeKeepsTheLarge) {
+  const std::string tensor =
+      MakeTensor(16, 6).SerializeAsString() + MakeTensor(2 << 20, 5).SerializeAsString();
+  ExpectParsesAsProtobuf(InputEntry("x", {tensor}));
+}
+
+TEST(TensorWireTest, RepeatedMapValueFieldsMergeAsProtobufDoes) {
+  // The value field of one map entry twice: the two Tensors merge, the later data wins.
+  v1::Tensor second;
+  second.set_data(Bytes(24, 7));
+  const std::string wire =
+      InputEntry("x", {MakeTensor(2 << 20, 5).SerializeAsString(), second.SerializeAsString()});
+  v1::ExecuteRequest expected;
+  ASSERT_TRUE(expected.ParseFromString(wire));
+  ASSERT_EQ(expected.inputs().at("x").data().size(), 24u);
+  ASSERT_EQ(expected.inputs().at("x").dtype(), v1::DTYPE_F32);  // from the first
+  ExpectParsesAsProtobuf(wire);
+}
+
+TEST(TensorWireTest, DuplicateMapKeysKeepTheLastEntryAsProtobufDoes) {
+  v1::Tensor small;
+  small.set_data(Bytes(8, 3));
+  ExpectParsesAsProtobuf(InputEntry("x", {MakeTensor(2 << 20, 5).SerializeAsString()}) +
+                         InputEntry("x", {small.SerializeAsString()}));
+  ExpectParsesAsProtobuf(InputEntry("x", {small.SerializeAsString()}) +
+                         InputEntry("x", {MakeTensor(2 << 20, 5).SerializeAsString()}));
+}
+
+TEST(TensorWireTest, OverlongLengthPrefixFailsAsProtobufDoes) {
+  // A Tensor.data length in 6 bytes (protobuf reads at most 5): protobuf refuses the message,
+  // so the traits must too.
+  std::string tensor = "\x1a";  // field 3, length-delimited
+  tensor += std::string("\x80\x80\x80\x80\x80\x00", 6);
+  const std::string wire =
+      InputEntry("x", {tensor}) + InputEntry("y", {MakeTensor(2 << 20, 5).SerializeAsString()});
+  v1::ExecuteRequest expected;
+  ASSERT_FALSE(expected.ParseFromString(wire));
+  grpc::Slice slice(wire.data(), wire.size());
+  grpc::ByteBuffer buffer(&slice, 1);
+  v1::ExecuteRequest got;
+  EXPECT_FALSE((grpc::SerializationTraits<v1::ExecuteRequest>::Deserialize(&buffer, &got).ok()));
+}
+
 TEST(TensorWireTest, ManySlicesParse) {
   // The message spread over 4 KiB slices, as gRPC's reads deliver it.
   const v1::ExecuteRequest sent = MakeRequest(3 << 20);
