@@ -149,6 +149,52 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url) {
   return options;
 }
 
+absl::StatusOr<StoredConfig> DecodeRedisGet(const redisReply& reply, std::string_view location,
+                                            std::string_view key) {
+  if (reply.type == REDIS_REPLY_NIL) {
+    return absl::NotFoundError(absl::StrCat("redis ", Av(location), ": no key '", Av(key), "'"));
+  }
+  if (reply.type != REDIS_REPLY_STRING) {
+    return absl::DataLossError(
+        absl::StrCat("redis ", Av(location), ": key '", Av(key), "' does not hold a string"));
+  }
+  absl::StatusOr<StoredConfig> value = StoredConfig::FromJson(ReplyText(&reply));
+  if (!value.ok()) {
+    return absl::DataLossError(absl::StrCat("redis ", Av(location), ": key '", Av(key),
+                                            "' does not decode: ", value.status().message()));
+  }
+  return value;
+}
+
+absl::Status DecodeRedisScan(const redisReply& reply, std::string_view location,
+                             std::string* cursor, std::set<std::string>* keys) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
+      reply.element[0]->type != REDIS_REPLY_STRING || reply.element[1]->type != REDIS_REPLY_ARRAY) {
+    return absl::InternalError(absl::StrCat("redis ", Av(location), ": malformed SCAN reply"));
+  }
+  *cursor = ReplyText(reply.element[0]);
+  const redisReply* batch = reply.element[1];
+  for (size_t i = 0; i < batch->elements; ++i) {
+    if (batch->element[i]->type == REDIS_REPLY_STRING) keys->insert(ReplyText(batch->element[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeRedisMget(const redisReply& reply, std::string_view location, size_t count,
+                             std::string_view kernel_prefix, std::vector<StoredConfig>* out) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != count) {
+    return absl::InternalError(absl::StrCat("redis ", Av(location), ": malformed MGET reply"));
+  }
+  for (size_t i = 0; i < reply.elements; ++i) {
+    if (reply.element[i]->type != REDIS_REPLY_STRING) continue;  // deleted meanwhile
+    absl::StatusOr<StoredConfig> value = StoredConfig::FromJson(ReplyText(reply.element[i]));
+    if (value.ok() && value->kernel_id.starts_with(kernel_prefix)) {
+      out->push_back(*std::move(value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void RedisStore::ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
 RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {}
@@ -274,19 +320,7 @@ absl::StatusOr<StoredConfig> RedisStore::Get(const std::string& fingerprint_hash
                                              const std::string& cache_key) {
   const std::string key = ConfigKey(fingerprint_hash, cache_key);
   KS_ASSIGN_OR_RETURN(Reply reply, Command({"GET", key}));
-  if (reply->type == REDIS_REPLY_NIL) {
-    return absl::NotFoundError(absl::StrCat("redis ", location(), ": no key '", key, "'"));
-  }
-  if (reply->type != REDIS_REPLY_STRING) {
-    return absl::DataLossError(
-        absl::StrCat("redis ", location(), ": key '", key, "' does not hold a string"));
-  }
-  absl::StatusOr<StoredConfig> value = StoredConfig::FromJson(ReplyText(reply.get()));
-  if (!value.ok()) {
-    return absl::DataLossError(absl::StrCat("redis ", location(), ": key '", key,
-                                            "' does not decode: ", value.status().message()));
-  }
-  return value;
+  return DecodeRedisGet(*reply, location(), key);
 }
 
 absl::Status RedisStore::Put(const StoredConfig& value) {
@@ -315,16 +349,7 @@ absl::StatusOr<std::vector<StoredConfig>> RedisStore::List(std::string_view kern
   do {
     KS_ASSIGN_OR_RETURN(Reply reply, Command({"SCAN", cursor, "MATCH", pattern, "COUNT",
                                               std::to_string(kScanCount)}));
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_STRING ||
-        reply->element[1]->type != REDIS_REPLY_ARRAY) {
-      return absl::InternalError(absl::StrCat("redis ", location(), ": malformed SCAN reply"));
-    }
-    cursor = ReplyText(reply->element[0]);
-    const redisReply* batch = reply->element[1];
-    for (size_t i = 0; i < batch->elements; ++i) {
-      if (batch->element[i]->type == REDIS_REPLY_STRING) keys.insert(ReplyText(batch->element[i]));
-    }
+    KS_RETURN_IF_ERROR(DecodeRedisScan(*reply, location(), &cursor, &keys));
   } while (cursor != "0");
 
   std::vector<StoredConfig> out;
@@ -343,17 +368,7 @@ absl::Status RedisStore::FetchMatching(const std::vector<std::string>& keys,
   std::vector<std::string> args = {"MGET"};
   args.insert(args.end(), keys.begin(), keys.end());
   KS_ASSIGN_OR_RETURN(Reply reply, Command(args));
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != keys.size()) {
-    return absl::InternalError(absl::StrCat("redis ", location(), ": malformed MGET reply"));
-  }
-  for (size_t i = 0; i < reply->elements; ++i) {
-    if (reply->element[i]->type != REDIS_REPLY_STRING) continue;  // deleted meanwhile
-    absl::StatusOr<StoredConfig> value = StoredConfig::FromJson(ReplyText(reply->element[i]));
-    if (value.ok() && value->kernel_id.starts_with(kernel_prefix)) {
-      out->push_back(*std::move(value));
-    }
-  }
-  return absl::OkStatus();
+  return DecodeRedisMget(*reply, location(), keys.size(), kernel_prefix, out);
 }
 
 absl::StatusOr<bool> RedisStore::TryAcquireLease(const std::string& fingerprint_hash,

@@ -3,6 +3,7 @@
 #define KERNELSERVE_CORE_STORE_REDIS_STORE_H_
 
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,22 @@ struct RedisStoreOptions {
 // Parses "redis://[:password@]host[:port][/db]" (port defaults to 6379, db to 0; an IPv6 host
 // goes in brackets). InvalidArgument naming the expected form otherwise.
 absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
+
+// Decoders of the replies RedisStore reads: pure functions of a hiredis reply, so that tests
+// and the store_fuzz harness can feed them any reply. `location` names the server in errors.
+//
+// A GET of `key`: NotFound for nil; DataLoss for anything but a string that decodes.
+absl::StatusOr<StoredConfig> DecodeRedisGet(const redisReply& reply, std::string_view location,
+                                            std::string_view key);
+// A SCAN: sets `cursor` to the next cursor and adds the string keys to `keys`. Internal when
+// the reply is not [cursor, [keys...]].
+absl::Status DecodeRedisScan(const redisReply& reply, std::string_view location,
+                             std::string* cursor, std::set<std::string>* keys);
+// An MGET of `count` keys: appends to `out` the values that decode and whose kernel id starts
+// with `kernel_prefix` (others, and keys deleted meanwhile, are left out). Internal when the
+// reply is not an array of `count` elements.
+absl::Status DecodeRedisMget(const redisReply& reply, std::string_view location, size_t count,
+                             std::string_view kernel_prefix, std::vector<StoredConfig>* out);
 
 // One Redis connection, opened lazily and reopened after errors (see reconnect_backoff). Values
 // are StoredConfig JSON strings; List walks the keys with SCAN (never KEYS). Leases are plain
