@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
+#include "core/store/json_depth.h"
 
 namespace kernelserve {
 namespace {
@@ -174,6 +175,7 @@ absl::Status FileStore::LoadLocked() {
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
+  KS_RETURN_IF_ERROR(CheckJsonDepth(text, absl::StrCat("file store '", path_, "'")));
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("file store '", path_, "': not a JSON object"));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/store/json_depth.h"
 
 namespace kernelserve {
 namespace {
@@ -50,6 +51,7 @@ std::string StoredConfig::ToJson() const {
 }
 
 absl::StatusOr<StoredConfig> StoredConfig::FromJson(std::string_view json) {
+  KS_RETURN_IF_ERROR(CheckJsonDepth(json, "stored config"));
   Json j = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("stored config: expected a JSON object");

@@ -176,6 +176,19 @@ TEST_F(FileStoreTest, OtherSchemaIsTreatedAsCorrupt) {
   EXPECT_FALSE(fs::exists(path_));
 }
 
+TEST_F(FileStoreTest, DeeplyNestedFileIsTreatedAsCorrupt) {
+  // Loading dumps each entry: one nested this deep would overflow the stack.
+  fs::create_directories(fs::path(path_).parent_path());
+  std::ofstream(path_) << R"({"schema":1,"entries":{"a/b":)" << std::string(500000, '[')
+                       << std::string(500000, ']') << "}}";
+  auto store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(store->warnings().size(), 1u);
+  EXPECT_NE(store->warnings()[0].find("nested more than"), std::string::npos)
+      << store->warnings()[0];
+  EXPECT_FALSE(fs::exists(path_));
+}
+
 TEST_F(FileStoreTest, EntryThatDoesNotDecodeIsDataLoss) {
   auto store = OpenOrDie();
   ASSERT_NE(store, nullptr);

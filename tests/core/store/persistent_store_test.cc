@@ -88,5 +88,15 @@ TEST(StoredConfigTest, RejectsMalformed) {
   EXPECT_TRUE(StoredConfig::FromJson(good.dump()).ok());
 }
 
+TEST(StoredConfigTest, DeeplyNestedValueIsInvalidNotAStackOverflow) {
+  // The decoder dumps the "config" object (and a bad "schema" into its error): a value nested
+  // this deep would recurse once per level.
+  const std::string deep = std::string(500000, '[') + std::string(500000, ']');
+  for (const std::string& text :
+       {R"({"schema":1,"config":{"x":)" + deep + "}}", R"({"schema":)" + deep + "}"}) {
+    EXPECT_EQ(StoredConfig::FromJson(text).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace kernelserve
