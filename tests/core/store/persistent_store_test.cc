@@ -4,6 +4,7 @@
 #include <random>
 #include <string>
 
+#include "core/store/json_depth.h"
 #include "gtest/gtest.h"
 #include "tests/support/stored_config.h"
 
@@ -86,6 +87,24 @@ TEST(StoredConfigTest, RejectsMalformed) {
         << text;
   }
   EXPECT_TRUE(StoredConfig::FromJson(good.dump()).ok());
+}
+
+TEST(StoredConfigTest, ValueNested64LevelsDecodesAnd65IsInvalid) {
+  std::mt19937 rng(10);
+  const StoredConfig value = SampleStoredConfig(rng, kKernel, kFingerprint);
+  const std::string json = value.ToJson();
+  ASSERT_EQ(json.front(), '{');
+  // The value's object is level 1; a field the decoder ignores holds the other levels.
+  const auto nested = [&json](int levels) {
+    return R"({"extra":)" + std::string(levels - 1, '[') + std::string(levels - 1, ']') + "," +
+           json.substr(1);
+  };
+  absl::StatusOr<StoredConfig> at_limit = StoredConfig::FromJson(nested(kMaxJsonDepth));
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+  ExpectSame(*at_limit, value);
+  const absl::Status deeper = StoredConfig::FromJson(nested(kMaxJsonDepth + 1)).status();
+  EXPECT_EQ(deeper.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(deeper.message(), "stored config: JSON nested more than 64 levels deep");
 }
 
 TEST(StoredConfigTest, DeeplyNestedValueIsInvalidNotAStackOverflow) {

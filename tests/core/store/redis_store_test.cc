@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/store/json_depth.h"
 #include "gtest/gtest.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/stored_config.h"
@@ -111,6 +112,29 @@ TEST_F(RedisStoreTest, ValueThatDoesNotDecodeIsDataLoss) {
   const StoredConfig value = SampleStoredConfig(rng_, "k@v1", fp);
   ASSERT_TRUE(store->Put(value).ok());
   EXPECT_TRUE(store->Get(fp, value.cache_key).ok());
+}
+
+TEST_F(RedisStoreTest, ValueNested64LevelsIsReadAnd65IsDataLoss) {
+  auto store = ConnectOrDie(Options());
+  ASSERT_NE(store, nullptr);
+  const StoredConfig value = SampleStoredConfig(rng_, "k@v1", "cccccccccccccccc");
+  const std::string json = value.ToJson();
+  // The value's object is level 1; a field the decoder ignores holds the other levels.
+  const auto nested = [&json](int levels) {
+    return R"({"extra":)" + std::string(levels - 1, '[') + std::string(levels - 1, ']') + "," +
+           json.substr(1);
+  };
+  const std::string key = store->ConfigKey(value.fingerprint_hash, value.cache_key);
+  ASSERT_TRUE(redis_.Command({"SET", key, nested(kMaxJsonDepth)}).ok());
+  absl::StatusOr<StoredConfig> got = store->Get(value.fingerprint_hash, value.cache_key);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ToJson(), json);
+  ASSERT_TRUE(redis_.Command({"SET", key, nested(kMaxJsonDepth + 1)}).ok());
+  got = store->Get(value.fingerprint_hash, value.cache_key);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(got.status().message().find("JSON nested more than 64 levels deep"),
+            std::string_view::npos)
+      << got.status();
 }
 
 TEST_F(RedisStoreTest, SelectsTheConfiguredDatabase) {
