@@ -92,7 +92,9 @@ absl::StatusOr<KernelConfig> KernelConfig::FromJson(std::string_view text) {
       schema->get<int64_t>() != kKernelConfigSchemaVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("kernel config: expected \"schema\":", kKernelConfigSchemaVersion, ", got ",
-                     schema == json.end() ? std::string("none") : schema->dump()));
+                     schema == json.end()      ? "none"
+                     : schema->is_structured() ? schema->type_name()
+                                               : schema->dump()));
   }
   KernelConfig config;
   for (const IntField& field : kIntFields) {
