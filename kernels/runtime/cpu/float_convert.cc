@@ -5,6 +5,7 @@
 namespace kernelserve::cpu {
 
 void LoadAsFloat(DType dtype, const void* src, int64_t offset, int64_t n, float* dst) {
+  if (n <= 0) return;  // an empty std::vector's data() is null, which memcpy must not see
   switch (dtype) {
     case DType::kF32:
       std::memcpy(dst, static_cast<const float*>(src) + offset, static_cast<size_t>(n) * 4);
@@ -25,6 +26,7 @@ void LoadAsFloat(DType dtype, const void* src, int64_t offset, int64_t n, float*
 }
 
 void StoreFromFloat(DType dtype, const float* src, int64_t n, void* dst, int64_t offset) {
+  if (n <= 0) return;  // an empty std::vector's data() is null, which memcpy must not see
   switch (dtype) {
     case DType::kF32:
       std::memcpy(static_cast<float*>(dst) + offset, src, static_cast<size_t>(n) * 4);
