@@ -249,6 +249,9 @@ void ClearUncoveredRows(const FlashAttentionArgs& a) {
 absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckFlashAttentionCpuConfig(config));
   KS_RETURN_IF_ERROR(CheckArgs(args));
+  // No query row: nothing to write. An empty q still declares its B (q [10^9,0,1,1] carries no
+  // bytes), so nothing is walked or sized from it.
+  if (args.total_q == 0) return absl::OkStatus();
   Plan plan;
   plan.args = &args;
   // Tiles larger than the problem cover it in one; clamping keeps scratch within its size.

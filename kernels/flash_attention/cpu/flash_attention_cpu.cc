@@ -62,7 +62,10 @@ class FlashAttentionCpuRun : public PreparedRun {
     args_.softcap = static_cast<float>(p.logits_soft_cap);
     if (p.has_bias) {
       args_.bias = inputs.at("bias").data_as<float>();
-      const int64_t plane = p.seq_len_q * p.seq_len_k;
+      // A bias without a batch or a head is empty and never read: its Sq * Sk need not fit
+      // int64 (bias [0,1,2^40,2^40]). Otherwise the bias holds Sq * Sk elements per plane.
+      const int64_t plane =
+          p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
       args_.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
       args_.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
     }

@@ -114,6 +114,9 @@ std::vector<int64_t> CountRows(const MeanPoolingArgs& args) {
 absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckMeanPoolingCpuConfig(config));
   KS_RETURN_IF_ERROR(CheckArgs(args));
+  // No output element: nothing to write. The other dims of an empty x or out are sized from
+  // nothing a caller sent (x [0,1,2^40] carries no bytes), so nothing is sized from them.
+  if (args.num_sequences == 0 || args.hidden == 0) return absl::OkStatus();
   const int64_t block_rows = config.block_size > 0 ? config.block_size : kDefaultBlockRows;
   const int64_t leaves_per_item = CeilDiv(block_rows, kMeanPoolingLeafRows);
   const int64_t h_count = args.hidden;

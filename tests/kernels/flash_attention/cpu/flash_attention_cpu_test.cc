@@ -1,10 +1,16 @@
 // The CPU platform of flash attention: its configs (heuristic, candidates, limits) and runs.
 #include "kernels/flash_attention/cpu/flash_attention_cpu.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kernels/flash_attention/flash_attention.h"
 #include "kernels/flash_attention/flash_attention_kernel.h"
@@ -25,6 +31,25 @@ TensorSpecMap Varlen() {
           {"v", Spec(DType::kF16, {1, 30, 1, 32})},
           {"cu_seqlens_q", Spec(DType::kI32, {3})},
           {"cu_seqlens_k", Spec(DType::kI64, {3})}};
+}
+
+// What `run` returns; ends the test binary when it has not returned within `limit` (a run
+// cannot be stopped from outside, and a hang would hold ctest until its own timeout).
+absl::StatusOr<TensorMap> Within(absl::Duration limit,
+                                 const std::function<absl::StatusOr<TensorMap>()>& run) {
+  absl::StatusOr<TensorMap> result;
+  absl::Notification done;
+  std::thread worker([&] {
+    result = run();
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(limit)) {
+    std::fprintf(stderr, "the run has not returned after %s\n",
+                 absl::FormatDuration(limit).c_str());
+    std::abort();
+  }
+  worker.join();
+  return result;
 }
 
 TEST(FlashAttentionCpuTest, RunRejectsForeignConfigsAndEarlyFetch) {
@@ -87,6 +112,34 @@ TEST(FlashAttentionCpuTest, CpuHeuristicIsAPureCandidate) {
   EXPECT_EQ(heuristic(shapes[0]).num_warps, 1);
   EXPECT_EQ(heuristic(shapes[1]).num_warps, 32);
   EXPECT_EQ(heuristic(shapes[2]).block_q, 16);
+}
+
+// Empty inputs declare dims that no bytes back; the run neither walks nor sizes anything from
+// them. q [2^40,0,1,8] once had every one of its 2^40 sequences looped over (minutes for 10^9),
+// and a bias [0,1,2^40,2^40] had its Sq * Sk computed past int64 (UBSan stops there).
+TEST(FlashAttentionCpuTest, EmptyInputsWithHugeDimsRunWithoutWalkingThem) {
+  const std::unique_ptr<Kernel> kernel = MakeFlashAttention();
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  const Shape no_rows = {kHuge, 0, 1, 8};
+  const Shape no_batch = {0, kHuge, 1, 8};
+  const std::vector<TensorMap> cases = {
+      {{"q", Tensor::Zeros(DType::kF32, no_rows)},
+       {"k", Tensor::Zeros(DType::kF32, no_rows)},
+       {"v", Tensor::Zeros(DType::kF32, no_rows)}},
+      {{"q", Tensor::Zeros(DType::kF32, no_batch)},
+       {"k", Tensor::Zeros(DType::kF32, no_batch)},
+       {"v", Tensor::Zeros(DType::kF32, no_batch)},
+       {"bias", Tensor::Zeros(DType::kF32, {0, 1, kHuge, kHuge})}}};
+  for (const TensorMap& inputs : cases) {
+    SCOPED_TRACE(ShapeString(inputs.at("q").shape()));
+    absl::StatusOr<TensorMap> out = Within(absl::Seconds(60), [&] {
+      return ::kernelserve::testing::RunOnCpu(*kernel, inputs, {{"return_lse", true}},
+                                              KernelConfig{});
+    });
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->at("out").shape(), inputs.at("q").shape());
+    EXPECT_EQ(out->at("lse").numel(), 0);
+  }
 }
 
 }  // namespace

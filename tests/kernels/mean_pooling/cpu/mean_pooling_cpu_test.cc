@@ -106,5 +106,20 @@ TEST(MeanPoolingCpuTest, CpuHeuristicIsAPureCandidate) {
   EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(kernel, shapes[1], {}), CpuDevice(16)).num_warps, 16);
 }
 
+// An empty x declares dims that no bytes back (x [0,1,2^40] is 0 bytes): the run sizes
+// nothing from them. It once allocated 2^40 floats of scratch and threw std::bad_alloc.
+TEST(MeanPoolingCpuTest, EmptyXWithHugeDimsSizesNothingFromThem) {
+  const std::unique_ptr<Kernel> kernel = MakeMeanPooling();
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  absl::StatusOr<Tensor> out =
+      RunCpu(*kernel, {{"x", Tensor::Zeros(DType::kF32, {0, 1, kHuge})}}, {}, KernelConfig{});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), (Shape{0, kHuge}));
+  // H = 0: every output row is empty, whatever rows x has.
+  out = RunCpu(*kernel, {{"x", Tensor::Zeros(DType::kBF16, {3, 1 << 20, 0})}}, {}, KernelConfig{});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape(), (Shape{3, 0}));
+}
+
 }  // namespace
 }  // namespace kernelserve
