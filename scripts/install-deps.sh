@@ -13,6 +13,10 @@ packages=(
   redis-server prometheus
   python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
   python3-venv  # the client tests' virtualenv (pip installs client/python into it)
+  # Sanitizer and fuzzing builds (make test-asan, test-tsan, fuzz): clang, its sanitizer and
+  # libFuzzer runtimes, llvm-symbolizer; dpkg-dev unpacks the Abseil source package that
+  # scripts/build-tsan-abseil.sh builds with TSan.
+  clang-14 libclang-rt-14-dev llvm-14 dpkg-dev xz-utils
 )
 
 missing=()
