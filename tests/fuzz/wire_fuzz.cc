@@ -1,0 +1,135 @@
+// wire_fuzz: how the server reads request bytes, against protobuf's own parser: the
+// extracting parser of proto/tensor_wire.cc, the serialization traits (wire::Deserialize),
+// wire::ParseRequest (what every raw handler calls) and wire::DescribeMalformed (the reason it
+// gives for bytes that do not parse).
+//
+// Input: byte 0 picks the message type (mod 6), byte 1 how the rest is cut into gRPC slices,
+// the rest is the message. Where wire::ParseExtracting succeeds, protobuf's ParseFromArray
+// must succeed and give an equal message; wire::Deserialize and wire::ParseRequest must always
+// agree with protobuf; DescribeMalformed must name a fault exactly when protobuf refuses the
+// bytes. Any disagreement aborts.
+#include <google/protobuf/util/field_comparator.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "kernelserve/v1/kernel_service.pb.h"
+#include "proto/parse.h"
+#include "proto/tensor_wire.h"
+#include "proto/wire_check.h"
+
+namespace kernelserve {
+namespace {
+
+// `data` as a ByteBuffer of up to four slices (some possibly empty), cut at points that
+// `seed` picks.
+grpc::ByteBuffer SlicedBuffer(const uint8_t* data, size_t size, uint8_t seed) {
+  std::vector<size_t> cuts = {0, size};
+  uint32_t state = seed;
+  for (int i = 0; i < (seed & 3); ++i) {
+    state = state * 1103515245u + 12345u;
+    cuts.push_back((state >> 8) % (size + 1));
+  }
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<grpc::Slice> slices;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    slices.emplace_back(data + cuts[i], cuts[i + 1] - cuts[i]);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// Equal as MessageDifferencer::Equals sees it (unknown fields included), with NaN equal to
+// NaN: both parsers copy a float's bits, and NaN != NaN would flag equal messages.
+bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Message& b) {
+  google::protobuf::util::DefaultFieldComparator comparator;
+  comparator.set_treat_nan_as_equal(true);
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.set_field_comparator(&comparator);
+  return differencer.Compare(a, b);
+}
+
+void Fail(const char* what, const google::protobuf::Message& message,
+          const std::string& detail = "") {
+  std::fprintf(stderr, "wire_fuzz: %s: %s %s\n", what, message.GetDescriptor()->full_name().c_str(),
+               detail.c_str());
+  std::abort();
+}
+
+template <typename Message>
+void Check(const uint8_t* data, size_t size, uint8_t seed) {
+  Message expected;
+  const bool parsed = expected.ParseFromArray(data, static_cast<int>(size));
+
+  Message extracted;
+  grpc::ByteBuffer buffer = SlicedBuffer(data, size, seed);
+  if (wire::ParseExtracting(&buffer, &extracted)) {
+    if (!parsed) Fail("the extracting parser accepts what protobuf refuses", expected);
+    if (!SameMessage(extracted, expected)) Fail("the extracting parser differs", expected);
+  }
+
+  Message deserialized;
+  grpc::ByteBuffer again = SlicedBuffer(data, size, seed);
+  const grpc::Status status = wire::Deserialize(&again, &deserialized);
+  if (status.ok() != parsed) Fail("Deserialize and protobuf disagree on success", expected);
+  if (parsed && !SameMessage(deserialized, expected)) Fail("Deserialize differs", expected);
+
+  Message request;
+  grpc::ByteBuffer raw = SlicedBuffer(data, size, seed);
+  const absl::Status parse = wire::ParseRequest(&raw, &request);
+  if (parse.ok() != parsed) Fail("ParseRequest and protobuf disagree on success", expected);
+  if (parsed) {
+    if (!SameMessage(request, expected)) Fail("ParseRequest differs", expected);
+    const std::string fault =
+        wire::DescribeMalformed(SlicedBuffer(data, size, seed), Message::descriptor());
+    if (!fault.empty()) Fail("a fault is named in bytes protobuf takes", expected, fault);
+  } else {
+    // ParseRequest's error holds DescribeMalformed's fault, or this when it found none.
+    if (parse.code() != absl::StatusCode::kInvalidArgument ||
+        absl::EndsWith(parse.message(), "the protobuf parser refused them")) {
+      Fail("no fault named for bytes protobuf refuses", expected, parse.ToString());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kernelserve
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  kernelserve::wire::FilterParseLogs();  // as the server does: no log line per refused message
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace v1 = kernelserve::v1;
+  if (size < 2) return 0;
+  const uint8_t seed = data[1];
+  const uint8_t* message = data + 2;
+  const size_t bytes = size - 2;
+  switch (data[0] % 6) {
+    case 0:
+      kernelserve::Check<v1::ExecuteRequest>(message, bytes, seed);
+      break;
+    case 1:
+      kernelserve::Check<v1::ExecuteResponse>(message, bytes, seed);
+      break;
+    case 2:
+      kernelserve::Check<v1::ExecuteBatchRequest>(message, bytes, seed);
+      break;
+    case 3:
+      kernelserve::Check<v1::ExecuteBatchResponse>(message, bytes, seed);
+      break;
+    case 4:
+      kernelserve::Check<v1::AutotuneRequest>(message, bytes, seed);
+      break;
+    case 5:
+      kernelserve::Check<v1::PutConfigRequest>(message, bytes, seed);
+      break;
+  }
+  return 0;
+}
