@@ -13,7 +13,7 @@
 
 namespace kernelserve {
 
-// One server for the whole suite; client_ has a 2 s default deadline.
+// One server for the whole suite; client_ has a 30 s default deadline.
 class ClientServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite();
