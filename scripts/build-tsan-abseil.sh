@@ -6,13 +6,15 @@
 # call_once then tell TSan about the synchronization they do, which Debian's uninstrumented
 # copy hides (TSan would report every access guarded by an absl::Mutex as a race).
 #   scripts/build-tsan-abseil.sh [PREFIX]
-# Does nothing when PREFIX already holds a build of the installed version. The source comes
-# through apt with a private sources list and state directory: the machine's apt
-# configuration is left as it is.
+# scripts/abseil-tsan-mutex.patch fixes the one TSan annotation of this Abseil that is wrong
+# (see the patch). Does nothing when PREFIX already holds a build of the installed version
+# with this patch. The source comes through apt with a private sources list and state
+# directory: the machine's apt configuration is left as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=$(realpath -m "${1:-build-tsan/abseil}")
-version=$(dpkg-query -W -f='${Version}' libabsl-dev)
+patch_file=$PWD/scripts/abseil-tsan-mutex.patch
+version="$(dpkg-query -W -f='${Version}' libabsl-dev) $(sha256sum <"$patch_file" | cut -c1-16)"
 if [[ -f $prefix/.version && $(cat "$prefix/.version") == "$version" ]]; then
   exit 0
 fi
@@ -30,11 +32,13 @@ apt_options=(
   -o Dir::State::Lists="$work/apt/lists" -o Dir::Cache="$work/apt/cache"
   -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)"
 )
-echo "build-tsan-abseil: fetching Debian's abseil $version"
+debian_version=${version%% *}
+echo "build-tsan-abseil: fetching Debian's abseil $debian_version"
 (cd "$work" && apt-get "${apt_options[@]}" -qq update &&
-  apt-get "${apt_options[@]}" -qq source "abseil=$version" >/dev/null)
+  apt-get "${apt_options[@]}" -qq source "abseil=$debian_version" >/dev/null)
 src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'abseil-*' | head -1)
 [[ -n $src ]] || { echo "build-tsan-abseil: no source in $work" >&2; exit 1; }
+patch -d "$src" -p1 --quiet <"$patch_file"
 
 # As debian/rules builds the shared libraries (C++17), plus TSan.
 echo "build-tsan-abseil: building into $prefix (TSan, -j$jobs)"
