@@ -1,6 +1,7 @@
 #include "proto/wire_check.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -14,6 +15,11 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 
 constexpr int kMaxDepth = 100;  // protobuf's default recursion limit
+// Protobuf reads a tag in at most 5 bytes, and a length in at most 5 bytes up to INT_MAX less
+// its parser's 16 slop bytes.
+constexpr int kMaxTagBytes = 5;
+constexpr int kMaxLengthBytes = 5;
+constexpr uint64_t kMaxLength = INT_MAX - 16;
 
 // Sequential reads over a ByteBuffer's slices, counting the position from the start.
 class Reader {
@@ -116,10 +122,12 @@ class Walker {
     if (depth > kMaxDepth) return Fault("messages nested deeper than 100 levels");
     while (in_.position() < end) {
       const uint64_t at = in_.position();
-      std::optional<uint64_t> tag = in_.Varint(5);
-      if (!tag || *tag > UINT32_MAX) return Fault(absl::StrCat("malformed field tag at byte ", at));
-      const auto number = static_cast<uint32_t>(*tag >> 3);
-      const int wire_type = static_cast<int>(*tag & 7);
+      std::optional<uint64_t> varint = in_.Varint(kMaxTagBytes);
+      if (!varint) return Fault(absl::StrCat("malformed field tag at byte ", at));
+      // Protobuf keeps the low 32 bits of a tag's 5 bytes.
+      const auto tag = static_cast<uint32_t>(*varint);
+      const uint32_t number = tag >> 3;
+      const int wire_type = static_cast<int>(tag & 7);
       if (number == 0) return Fault(absl::StrCat("field number 0 at byte ", at));
       const FieldDescriptor* field = type != nullptr ? type->FindFieldByNumber(number) : nullptr;
       const std::string where = absl::StrCat(
@@ -162,8 +170,8 @@ class Walker {
 
   bool LengthDelimited(const FieldDescriptor* field, uint64_t end, int depth,
                        const std::string& where) {
-    std::optional<uint64_t> length = in_.Varint();
-    if (!length) return Fault(absl::StrCat(where, ": malformed length"));
+    std::optional<uint64_t> length = in_.Varint(kMaxLengthBytes);
+    if (!length || *length > kMaxLength) return Fault(absl::StrCat(where, ": malformed length"));
     const uint64_t left = end - std::min(end, in_.position());
     if (*length > left) {
       return Fault(absl::StrCat(where, ": length ", *length, " runs past the end of its message (",

@@ -55,6 +55,25 @@ TEST(WireCheckTest, NamesTheFirstFault) {
   EXPECT_EQ(Describe(""), "");
 }
 
+// Tags and lengths as protobuf reads them, not as plain varints: a tag keeps the low 32 bits of
+// its 5 bytes, a length takes at most 5 bytes. wire_fuzz found the first (a fault was named in
+// bytes protobuf takes).
+TEST(WireCheckTest, TagsAndLengthsAreReadAsProtobufReadsThem) {
+  // Field 2^28 (unknown), its tag written in 5 bytes whose last one has bits past the 32nd.
+  const std::string long_tag = std::string("\x80\x80\x80\x80\x18\x01", 6);
+  v1::ExecuteRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(long_tag));
+  EXPECT_EQ(Describe(long_tag, 3), "");
+  // The kernel name, its length 1 written in 6 bytes.
+  const std::string long_length = std::string("\x0a\x81\x80\x80\x80\x80\x00x", 8);
+  ASSERT_FALSE(parsed.ParseFromString(long_length));
+  EXPECT_THAT(Describe(long_length), HasSubstr("field 1 (kernel) at byte 0: malformed length"));
+  // In 5 bytes it is a length.
+  const std::string five_bytes = std::string("\x0a\x81\x80\x80\x80\x00x", 7);
+  ASSERT_TRUE(parsed.ParseFromString(five_bytes));
+  EXPECT_EQ(Describe(five_bytes), "");
+}
+
 // Random byte edits of a valid request: whenever protobuf refuses the bytes a fault is named,
 // and whenever it takes them none is.
 TEST(WireCheckTest, AgreesWithProtobufOnMutatedRequests) {
