@@ -50,6 +50,36 @@ std::string TensorSpec::DebugString() const {
   return absl::StrCat(Sv(DTypeName(dtype)), ShapeString(shape));
 }
 
+Tensor::Tensor(const Tensor& other) : spec_(other.spec_), bytes_(other.bytes()) {}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
+std::string Tensor::ReleaseBytes() && {
+  std::string out = buffer_ != nullptr ? std::string(bytes()) : std::move(bytes_);
+  buffer_.reset();
+  bytes_.clear();
+  return out;
+}
+
+absl::StatusOr<Tensor> Tensor::FromBuffer(DType dtype, Shape shape,
+                                          std::shared_ptr<HostBuffer> buffer) {
+  absl::StatusOr<size_t> expected = ByteCount(dtype, shape);
+  if (!expected.ok()) return expected.status();
+  if (buffer->size() != *expected) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", Sv(DTypeName(dtype)),
+                                                   ShapeString(shape), ": expected ", *expected,
+                                                   " bytes, got ", buffer->size()));
+  }
+  Tensor tensor;
+  tensor.spec_.dtype = dtype;
+  tensor.spec_.shape = std::move(shape);
+  tensor.buffer_ = std::move(buffer);
+  return tensor;
+}
+
 Tensor Tensor::Empty(DType dtype, Shape shape) {
   Tensor tensor;
   const size_t bytes = ByteCount(dtype, shape).value_or(0);

@@ -4,11 +4,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/host_buffer.h"
 
 namespace kernelserve {
 
@@ -37,12 +40,19 @@ struct TensorSpec {
 
 // A host tensor that owns its bytes.
 //
-// The bytes live in a std::string so that a protobuf `bytes` field can be moved in and out
-// without a copy. The buffer's start is aligned as malloc aligns (16 bytes on x86-64).
+// The bytes live in a std::string, so that a protobuf `bytes` field can be moved in and out
+// without a copy, or in a HostBuffer (page-locked memory from a pool, which a GPU reads by
+// DMA) that the tensor holds. Either way a Tensor is a value: a copy copies the bytes (into a
+// string), a move moves them. The buffer's start is aligned as malloc aligns (16 bytes on
+// x86-64) or better.
 // Thread safety: a const Tensor may be read from many threads; mutation needs outside sync.
 class Tensor {
  public:
   Tensor() = default;
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&& other) noexcept = default;
+  Tensor& operator=(Tensor&& other) noexcept = default;
 
   // An uninitialised tensor of `shape`. REQUIRES: dims >= 0 and no overflow of the byte count.
   static Tensor Empty(DType dtype, Shape shape);
@@ -51,6 +61,10 @@ class Tensor {
   // Takes ownership of `bytes`; InvalidArgument if a dim is negative, the element count
   // overflows, or bytes.size() != prod(shape) * ItemSize(dtype) (the message names both sizes).
   static absl::StatusOr<Tensor> FromBytes(DType dtype, Shape shape, std::string bytes);
+  // Holds `buffer` (non-null) as the tensor's bytes; InvalidArgument as FromBytes when its size
+  // does not match.
+  static absl::StatusOr<Tensor> FromBuffer(DType dtype, Shape shape,
+                                           std::shared_ptr<HostBuffer> buffer);
   // Copies `values` (as f32, i32 or i64 elements) into a new tensor of `shape`.
   // REQUIRES: values.size() == prod(shape).
   static Tensor FromFloats(DType dtype, Shape shape, const std::vector<float>& values);
@@ -62,21 +76,25 @@ class Tensor {
   int64_t dim(int i) const { return spec_.shape[static_cast<size_t>(i)]; }
   int rank() const { return static_cast<int>(spec_.shape.size()); }
   int64_t numel() const;
-  size_t nbytes() const { return bytes_.size(); }
+  size_t nbytes() const { return buffer_ != nullptr ? buffer_->size() : bytes_.size(); }
 
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
+  void* data() { return buffer_ != nullptr ? buffer_->data() : bytes_.data(); }
+  const void* data() const { return buffer_ != nullptr ? buffer_->data() : bytes_.data(); }
   template <typename T>
   T* data_as() {
-    return reinterpret_cast<T*>(bytes_.data());
+    return reinterpret_cast<T*>(data());
   }
   template <typename T>
   const T* data_as() const {
-    return reinterpret_cast<const T*>(bytes_.data());
+    return reinterpret_cast<const T*>(data());
   }
-  const std::string& bytes() const { return bytes_; }
-  // Moves the bytes out; the tensor is left empty.
-  std::string ReleaseBytes() && { return std::move(bytes_); }
+  std::string_view bytes() const {
+    return std::string_view(static_cast<const char*>(data()), nbytes());
+  }
+  // The HostBuffer that holds the bytes, or nullptr when a string holds them.
+  const std::shared_ptr<HostBuffer>& buffer() const { return buffer_; }
+  // Moves the bytes out (copied when a HostBuffer holds them); the tensor is left empty.
+  std::string ReleaseBytes() &&;
 
   // Element i as float (floating dtypes), or as the integer value converted (integer, bool).
   float GetFloat(int64_t i) const;
@@ -90,7 +108,8 @@ class Tensor {
 
  private:
   TensorSpec spec_;
-  std::string bytes_;
+  std::string bytes_;                   // the bytes, unless buffer_ is set
+  std::shared_ptr<HostBuffer> buffer_;  // the bytes when set (bytes_ is then empty)
 };
 
 // Inputs and outputs of a kernel, by name.

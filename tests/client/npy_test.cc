@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "gtest/gtest.h"
 #include "tests/support/testing.h"
@@ -21,7 +22,7 @@ std::string HeaderOf(const std::string& bytes) {
 }
 
 // A version 1.0 file with the given header text (padded as NumPy pads) and data.
-std::string MakeFile(std::string header, const std::string& data) {
+std::string MakeFile(std::string header, std::string_view data) {
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::string out = "\x93NUMPY";
@@ -29,7 +30,7 @@ std::string MakeFile(std::string header, const std::string& data) {
   out += '\x00';
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>(header.size() >> 8);
-  return out + header + data;
+  return out + header + std::string(data);
 }
 
 class NpyRoundTripTest : public testing::TestWithParam<DType> {};

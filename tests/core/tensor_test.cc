@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -111,6 +113,70 @@ TEST(TensorTest, ToDoublesKeepsLargeInts) {
   const int64_t big = (int64_t{1} << 40) + 1;  // not representable in float
   Tensor t = Tensor::FromInts(DType::kI64, {1}, {big});
   EXPECT_EQ(t.ToDoubles()[0], static_cast<double>(big));
+}
+
+// A heap buffer whose release is counted.
+std::shared_ptr<HostBuffer> CountedBuffer(size_t bytes, int* released) {
+  char* data = new char[bytes];
+  return std::make_shared<HostBuffer>(data, bytes, /*pinned=*/true, [released](void* p) {
+    delete[] static_cast<char*>(p);
+    ++*released;
+  });
+}
+
+TEST(TensorTest, FromBufferHoldsTheBufferAndReleasesItOnce) {
+  int released = 0;
+  {
+    std::shared_ptr<HostBuffer> buffer = CountedBuffer(6 * sizeof(float), &released);
+    void* data = buffer->data();
+    absl::StatusOr<Tensor> t = Tensor::FromBuffer(DType::kF32, {2, 3}, std::move(buffer));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->data(), data) << "no copy";
+    EXPECT_EQ(t->nbytes(), 24u);
+    EXPECT_NE(t->buffer(), nullptr);
+    t->SetFloat(5, 2.5f);
+    Tensor moved = *std::move(t);
+    EXPECT_EQ(moved.data(), data);
+    EXPECT_EQ(moved.GetFloat(5), 2.5f);
+    EXPECT_EQ(released, 0);
+  }
+  EXPECT_EQ(released, 1);
+}
+
+TEST(TensorTest, FromBufferOfTheWrongSizeIsInvalidArgument) {
+  int released = 0;
+  absl::StatusOr<Tensor> t = Tensor::FromBuffer(DType::kF32, {2, 3}, CountedBuffer(20, &released));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("expected 24 bytes, got 20"), std::string::npos)
+      << t.status();
+  EXPECT_EQ(released, 1);
+}
+
+TEST(TensorTest, ACopyOfABufferTensorOwnsItsBytes) {
+  int released = 0;
+  Tensor original =
+      *Tensor::FromBuffer(DType::kF32, {4}, CountedBuffer(4 * sizeof(float), &released));
+  for (int i = 0; i < 4; ++i) original.SetFloat(i, static_cast<float>(i) + 0.5f);
+  Tensor copy = original;
+  EXPECT_NE(copy.data(), original.data());
+  EXPECT_EQ(copy.buffer(), nullptr);
+  EXPECT_EQ(copy.bytes(), original.bytes());
+  copy.SetFloat(0, 9.0f);
+  EXPECT_EQ(original.GetFloat(0), 0.5f);
+  Tensor assigned;
+  assigned = original;
+  EXPECT_EQ(assigned.bytes(), original.bytes());
+  EXPECT_NE(assigned.data(), original.data());
+}
+
+TEST(TensorTest, ReleaseBytesOfABufferTensorCopiesAndLetsTheBufferGo) {
+  int released = 0;
+  Tensor t = *Tensor::FromBuffer(DType::kI32, {3}, CountedBuffer(3 * sizeof(int32_t), &released));
+  for (int i = 0; i < 3; ++i) t.data_as<int32_t>()[i] = 7 * i;
+  const std::string expected(t.bytes());
+  std::string bytes = std::move(t).ReleaseBytes();
+  EXPECT_EQ(bytes, expected);
+  EXPECT_EQ(released, 1);
 }
 
 TEST(TensorTest, SpecsOf) {

@@ -78,7 +78,7 @@ TEST(ConvertTest, WrongByteCountIsInvalidAndNamesBothSizes) {
 
 TEST(ConvertTest, TensorRoundTripKeepsBytes) {
   Tensor original = RandomTensor(DType::kF16, {3, 4, 5}, 7);
-  const std::string bytes = original.bytes();
+  const std::string bytes(original.bytes());
   v1::Tensor proto;
   PutTensor(original, &proto);
   EXPECT_EQ(proto.dtype(), v1::DTYPE_F16);

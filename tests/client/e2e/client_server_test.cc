@@ -164,7 +164,7 @@ TEST_F(ClientServerTest, ExecuteBatchKeepsPerItemErrors) {
     v1::Tensor& proto = (*request.add_items()->mutable_inputs())["x"];
     proto.set_dtype(v1::DTYPE_F32);
     proto.mutable_shape()->Assign(x.shape().begin(), x.shape().end());
-    proto.set_data(x.bytes());
+    proto.set_data(std::string(x.bytes()));
   }
   absl::StatusOr<BatchResult> batch = client_->ExecuteBatch(request);
   ASSERT_TRUE(batch.ok()) << batch.status();

@@ -187,7 +187,7 @@ TEST(MeanPoolingKernelTest, CpuRunMatchesReferenceInEveryForm) {
     for (DType cu_dtype : {DType::kI32, DType::kI64}) {
       for (bool leading_one : {false, true}) {
         Tensor xs = packed;
-        if (leading_one) xs = *Tensor::FromBytes(dtype, {1, 130, 9}, packed.bytes());
+        if (leading_one) xs = *Tensor::FromBytes(dtype, {1, 130, 9}, std::string(packed.bytes()));
         out = RunCpu(*kernel, {{"x", xs}, {"cu_seqlens", Tensor::FromInts(cu_dtype, {5}, cu)}}, {},
                      KernelConfig{});
         ASSERT_TRUE(out.ok()) << out.status();
