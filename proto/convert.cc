@@ -10,9 +10,10 @@
 namespace kernelserve {
 namespace {
 
-// Checks dims and, unless `allow_empty` and the data is empty, the byte count of `proto`.
+// Checks dims and, unless `allow_empty` and the data is empty, the byte count of `proto`, whose
+// data is `data_bytes` long (its own, or that of the buffer holding it).
 absl::StatusOr<TensorSpec> CheckTensor(const v1::Tensor& proto, const std::string& what,
-                                       bool allow_empty) {
+                                       bool allow_empty, size_t data_bytes) {
   TensorSpec spec;
   KS_ASSIGN_OR_RETURN(spec.dtype, FromProto(proto.dtype(), what));
   if (static_cast<size_t>(proto.shape_size()) > kMaxRank) {
@@ -35,11 +36,11 @@ absl::StatusOr<TensorSpec> CheckTensor(const v1::Tensor& proto, const std::strin
                                                    " overflows int64 (product of dims times ",
                                                    ItemSize(spec.dtype), " bytes)"));
   }
-  if (allow_empty && proto.data().empty()) return spec;
-  if (static_cast<uint64_t>(proto.data().size()) != static_cast<uint64_t>(bytes)) {
+  if (allow_empty && data_bytes == 0) return spec;
+  if (static_cast<uint64_t>(data_bytes) != static_cast<uint64_t>(bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", spec.DebugString(),
                                                    " needs prod(shape) * itemsize = ", bytes,
-                                                   " bytes of data, got ", proto.data().size()));
+                                                   " bytes of data, got ", data_bytes));
   }
   return spec;
 }
@@ -88,8 +89,25 @@ v1::DType ToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+namespace {
+
+absl::StatusOr<Tensor> TakeBufferedTensor(v1::Tensor* proto, const std::string& what,
+                                          std::shared_ptr<HostBuffer> buffer) {
+  KS_ASSIGN_OR_RETURN(TensorSpec spec,
+                      CheckTensor(*proto, what, /*allow_empty=*/false, buffer->size()));
+  absl::StatusOr<Tensor> tensor =
+      Tensor::FromBuffer(spec.dtype, std::move(spec.shape), std::move(buffer));
+  if (!tensor.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", tensor.status().message()));
+  }
+  return tensor;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> TakeTensor(v1::Tensor* proto, const std::string& what) {
-  KS_ASSIGN_OR_RETURN(TensorSpec spec, CheckTensor(*proto, what, /*allow_empty=*/false));
+  KS_ASSIGN_OR_RETURN(TensorSpec spec,
+                      CheckTensor(*proto, what, /*allow_empty=*/false, proto->data().size()));
   absl::StatusOr<Tensor> tensor =
       Tensor::FromBytes(spec.dtype, std::move(spec.shape), std::move(*proto->mutable_data()));
   proto->clear_data();
@@ -100,7 +118,7 @@ absl::StatusOr<Tensor> TakeTensor(v1::Tensor* proto, const std::string& what) {
 }
 
 absl::StatusOr<TensorSpec> SpecFromProto(const v1::Tensor& proto, const std::string& what) {
-  return CheckTensor(proto, what, /*allow_empty=*/true);
+  return CheckTensor(proto, what, /*allow_empty=*/true, proto.data().size());
 }
 
 void PutTensor(Tensor tensor, v1::Tensor* proto) {
@@ -109,11 +127,25 @@ void PutTensor(Tensor tensor, v1::Tensor* proto) {
   *proto->mutable_data() = std::move(tensor).ReleaseBytes();
 }
 
-absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos) {
+void PutTensor(Tensor tensor, v1::Tensor* proto, wire::TensorBuffers* buffers) {
+  if (tensor.buffer() == nullptr) return PutTensor(std::move(tensor), proto);
+  proto->set_dtype(ToProto(tensor.dtype()));
+  proto->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+  proto->clear_data();
+  (*buffers)[proto] = tensor.buffer();
+}
+
+absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos,
+                                      const wire::TensorBuffers* buffers) {
   TensorMap tensors;
   for (auto& [name, proto] : *protos) {
-    KS_ASSIGN_OR_RETURN(tensors[name],
-                        TakeTensor(&proto, absl::StrCat("input '", Elide(name), "'")));
+    const std::string what = absl::StrCat("input '", Elide(name), "'");
+    auto found = buffers != nullptr ? buffers->find(&proto) : wire::TensorBuffers::const_iterator();
+    if (buffers != nullptr && found != buffers->end()) {
+      KS_ASSIGN_OR_RETURN(tensors[name], TakeBufferedTensor(&proto, what, found->second));
+    } else {
+      KS_ASSIGN_OR_RETURN(tensors[name], TakeTensor(&proto, what));
+    }
   }
   return tensors;
 }

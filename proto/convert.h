@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "core/timings.h"
 #include "kernelserve/v1/kernel_service.pb.h"
+#include "proto/tensor_wire.h"
 
 namespace kernelserve {
 
@@ -28,8 +29,14 @@ absl::StatusOr<Tensor> TakeTensor(v1::Tensor* proto, const std::string& what);
 absl::StatusOr<TensorSpec> SpecFromProto(const v1::Tensor& proto, const std::string& what);
 // Moves the tensor's bytes into `proto`.
 void PutTensor(Tensor tensor, v1::Tensor* proto);
+// Like PutTensor, except that bytes a HostBuffer holds stay in it: `proto` gets dtype and shape,
+// and `buffers` (non-null) the buffer under `proto` (for wire::SerializeResponse to send).
+void PutTensor(Tensor tensor, v1::Tensor* proto, wire::TensorBuffers* buffers);
 // TakeTensor over a map of inputs, each named "input 'NAME'" in errors. The data is moved out.
-absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos);
+// A tensor listed in `buffers` (nullable; see wire::TensorBuffers, whose keys must point into
+// `protos`) takes its bytes from its buffer, which the Tensor then holds.
+absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos,
+                                      const wire::TensorBuffers* buffers = nullptr);
 // SpecFromProto over a map of inputs (shapes only allowed).
 absl::StatusOr<TensorSpecMap> SpecsFromProto(
     const google::protobuf::Map<std::string, v1::Tensor>& protos);

@@ -27,18 +27,39 @@ absl::Status MalformedRequest(const grpc::ByteBuffer& buffer,
 // parser for messages that carry tensors) and then clears `buffer`, so the received bytes are
 // freed before the call runs. An empty buffer is the empty message. InvalidArgument (see
 // MalformedRequest) when the bytes do not parse.
-template <typename Message>
-absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message) {
+template <typename Message, typename Deserializer>
+absl::Status ParseRequestWith(grpc::ByteBuffer* buffer, Message* message,
+                              Deserializer deserialize) {
   if (!buffer->Valid() || buffer->Length() == 0) {
     message->Clear();
     buffer->Clear();
     return absl::OkStatus();
   }
   grpc::ByteBuffer view(*buffer);  // shares the slices; Deserialize consumes the view
-  const grpc::Status parsed = grpc::SerializationTraits<Message>::Deserialize(&view, message);
+  const grpc::Status parsed = deserialize(&view, message);
   absl::Status status =
       parsed.ok() ? absl::OkStatus() : MalformedRequest(*buffer, Message::descriptor());
   buffer->Clear();
+  return status;
+}
+
+template <typename Message>
+absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message) {
+  return ParseRequestWith(buffer, message, [](grpc::ByteBuffer* view, Message* m) {
+    return grpc::SerializationTraits<Message>::Deserialize(view, m);
+  });
+}
+
+// ParseRequest, with large tensor bytes in buffers from `allocator` (nullable), listed in
+// `buffers` (see wire::Deserialize). On an error `buffers` is empty.
+inline absl::Status ParseRequest(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
+                                 HostAllocator* allocator, TensorBuffers* buffers) {
+  buffers->clear();
+  absl::Status status = ParseRequestWith(
+      buffer, message, [allocator, buffers](grpc::ByteBuffer* view, v1::ExecuteRequest* m) {
+        return Deserialize(view, m, allocator, buffers);
+      });
+  if (!status.ok()) buffers->clear();
   return status;
 }
 

@@ -59,6 +59,20 @@ class Cursor {
     return false;
   }
 
+  // Copies the next `n` bytes to `out`.
+  bool Copy(uint64_t n, char* out) {
+    while (n > 0) {
+      if (p_ == end_ && !Refill()) return false;
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, end_ - p_));
+      std::memcpy(out, p_, take);
+      out += take;
+      p_ += take;
+      position_ += take;
+      n -= take;
+    }
+    return true;
+  }
+
   // Appends the next `n` bytes to `out`.
   bool Append(uint64_t n, std::string* out) {
     while (n > 0) {
@@ -121,14 +135,25 @@ bool ReadTag(Cursor& in, uint32_t* number, int* wire_type, std::string* raw) {
   return *number != 0 && *number != kMarkerField;
 }
 
+// The Tensor.data fields taken out of a message, in wire order: each in a string, or in a
+// buffer from `allocator` when it gives one.
+struct Extraction {
+  struct Bytes {
+    std::string bytes;
+    std::shared_ptr<HostBuffer> buffer;  // when set, holds the bytes (`bytes` is empty)
+  };
+  HostAllocator* allocator = nullptr;
+  std::vector<Bytes> items;
+  TensorBuffers buffers;  // filled by Restore for items with a buffer
+};
+
 bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
-             std::vector<std::string>* extracted, int depth);
+             Extraction* extracted, int depth);
 
 // The length-delimited field `number` of a message of `type` (its tag, as sent, in `tag`),
 // from its length prefix on, for Rewrite. `end` is where the enclosing message ends.
 bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t number,
-                      const std::string& tag, std::string* out, std::vector<std::string>* extracted,
-                      int depth) {
+                      const std::string& tag, std::string* out, Extraction* extracted, int depth) {
   static const FieldDescriptor* const kTensorData =
       v1::Tensor::descriptor()->FindFieldByNumber(v1::Tensor::kDataFieldNumber);
   std::string prefix;
@@ -139,11 +164,18 @@ bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t
   }
   const FieldDescriptor* field = type != nullptr ? type->FindFieldByNumber(number) : nullptr;
   if (field == kTensorData) {
-    std::string& bytes = extracted->emplace_back();
-    ReserveLarge(&bytes, static_cast<size_t>(n));
-    if (!in.Append(n, &bytes)) return false;
+    Extraction::Bytes& item = extracted->items.emplace_back();
+    if (extracted->allocator != nullptr) {
+      item.buffer = extracted->allocator->TryAllocate(static_cast<size_t>(n));
+    }
+    if (item.buffer != nullptr) {
+      if (!in.Copy(n, static_cast<char*>(item.buffer->data()))) return false;
+    } else {
+      ReserveLarge(&item.bytes, static_cast<size_t>(n));
+      if (!in.Append(n, &item.bytes)) return false;
+    }
     PutVarint(uint64_t{kMarkerField} << 3, out);
-    PutVarint(extracted->size() - 1, out);
+    PutVarint(extracted->items.size() - 1, out);
     return true;
   }
   if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE) {
@@ -166,7 +198,7 @@ bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t
 // same way (their length prefixes change); everything else is copied byte for byte. False
 // for anything protobuf's parser might read differently (then the caller parses as gRPC does).
 bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
-             std::vector<std::string>* extracted, int depth) {
+             Extraction* extracted, int depth) {
   if (depth > kMaxDepth) return false;
   const uint64_t end = in.position() + size;
   while (in.position() < end) {
@@ -196,55 +228,64 @@ bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out
 }
 
 // Puts back into `tensor` the bytes of its last marker (its last data field on the wire, which
-// protobuf keeps) and drops the markers. False for a marker that is malformed, out of range or
-// used twice.
-bool Restore(v1::Tensor& tensor, std::vector<std::string>& extracted, std::vector<bool>& used) {
+// protobuf keeps), or lists the tensor in `e.buffers` when a buffer holds them, and drops the
+// markers. False for a marker that is malformed, out of range or used twice.
+bool Restore(v1::Tensor& tensor, Extraction& e, std::vector<bool>& used) {
   const UnknownFieldSet& unknown = tensor.GetReflection()->GetUnknownFields(tensor);
   if (unknown.empty()) return true;
-  size_t last = extracted.size();  // none yet
+  const size_t count = e.items.size();
+  size_t last = count;  // none yet
   for (int i = 0; i < unknown.field_count(); ++i) {
     const UnknownField& field = unknown.field(i);
     if (field.number() != static_cast<int>(kMarkerField)) continue;
-    if (field.type() != UnknownField::TYPE_VARINT || field.varint() >= extracted.size() ||
+    if (field.type() != UnknownField::TYPE_VARINT || field.varint() >= count ||
         used[field.varint()]) {
       return false;
     }
     used[field.varint()] = true;
     last = static_cast<size_t>(field.varint());
   }
-  if (last < extracted.size()) tensor.mutable_data()->swap(extracted[last]);
+  if (last < count) {
+    Extraction::Bytes& item = e.items[last];
+    if (item.buffer != nullptr) {
+      tensor.clear_data();
+      e.buffers[&tensor] = std::move(item.buffer);
+    } else {
+      tensor.mutable_data()->swap(item.bytes);
+    }
+  }
   tensor.GetReflection()->MutableUnknownFields(&tensor)->DeleteByNumber(kMarkerField);
   return true;
 }
 
 template <typename Map>
-bool RestoreMap(Map& tensors, std::vector<std::string>& extracted, std::vector<bool>& used) {
+bool RestoreMap(Map& tensors, Extraction& e, std::vector<bool>& used) {
   for (auto& [name, tensor] : tensors) {
-    if (!Restore(tensor, extracted, used)) return false;
+    if (!Restore(tensor, e, used)) return false;
   }
   return true;
 }
 
 // Every Tensor of each message type, for Restore.
-bool RestoreAll(v1::ExecuteRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+bool RestoreAll(v1::ExecuteRequest& m, Extraction& e, std::vector<bool>& u) {
   return RestoreMap(*m.mutable_inputs(), e, u);
 }
-bool RestoreAll(v1::ExecuteResponse& m, std::vector<std::string>& e, std::vector<bool>& u) {
+bool RestoreAll(v1::ExecuteResponse& m, Extraction& e, std::vector<bool>& u) {
   return RestoreMap(*m.mutable_outputs(), e, u);
 }
-bool RestoreAll(v1::AutotuneRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+bool RestoreAll(v1::AutotuneRequest& m, Extraction& e, std::vector<bool>& u) {
   return RestoreMap(*m.mutable_inputs(), e, u);
 }
-bool RestoreAll(v1::PutConfigRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+bool RestoreAll(v1::PutConfigRequest& m, Extraction& e, std::vector<bool>& u) {
   return RestoreMap(*m.mutable_inputs(), e, u);
 }
-bool RestoreAll(v1::ExecuteBatchRequest& m, std::vector<std::string>& e, std::vector<bool>& u) {
+bool RestoreAll(v1::ExecuteBatchRequest& m, Extraction& e, std::vector<bool>& u) {
   for (v1::ExecuteRequest& item : *m.mutable_items()) {
     if (!RestoreAll(item, e, u)) return false;
   }
   return true;
 }
-bool RestoreAll(v1::ExecuteBatchResponse& m, std::vector<std::string>& e, std::vector<bool>& u) {
+bool RestoreAll(v1::ExecuteBatchResponse& m, Extraction& e, std::vector<bool>& u) {
   for (v1::ExecuteResponse& item : *m.mutable_items()) {
     if (!RestoreAll(item, e, u)) return false;
   }
@@ -252,30 +293,38 @@ bool RestoreAll(v1::ExecuteBatchResponse& m, std::vector<std::string>& e, std::v
 }
 
 // The extracting parse; false when it cannot be used (then the caller parses as gRPC does).
+// Tensor bytes that `allocator` (nullable) gives buffers for go into them, listed in `buffers`
+// (left empty when false).
 template <typename Message>
-bool ParseLarge(grpc::ByteBuffer* buffer, Message* message) {
+bool ParseLarge(grpc::ByteBuffer* buffer, Message* message, HostAllocator* allocator = nullptr,
+                TensorBuffers* buffers = nullptr) {
   grpc::ProtoBufferReader reader(buffer);
   if (!reader.status().ok()) return false;
   Cursor in(&reader);
   std::string rest;
-  std::vector<std::string> extracted;
+  Extraction extracted;
+  extracted.allocator = allocator;
   if (!Rewrite(in, buffer->Length(), Message::descriptor(), &rest, &extracted, 0)) return false;
   message->Clear();
   if (!message->ParseFromString(rest)) return false;
-  std::vector<bool> used(extracted.size(), false);
+  std::vector<bool> used(extracted.items.size(), false);
   if (!RestoreAll(*message, extracted, used)) return false;
   for (bool u : used) {
     // Bytes of a map entry protobuf replaced by a later one of the same key, or of a Tensor
     // RestoreAll does not visit: rare enough to leave to protobuf's own parse.
     if (!u) return false;
   }
+  if (buffers != nullptr) *buffers = std::move(extracted.buffers);
   return true;
 }
 
 template <typename Message>
-grpc::Status DeserializeMessage(grpc::ByteBuffer* buffer, Message* message) {
+grpc::Status DeserializeMessage(grpc::ByteBuffer* buffer, Message* message,
+                                HostAllocator* allocator = nullptr,
+                                TensorBuffers* buffers = nullptr) {
+  if (buffers != nullptr) buffers->clear();
   if (buffer == nullptr) return grpc::Status(grpc::StatusCode::INTERNAL, "No payload");
-  if (buffer->Length() >= kLargeMessageBytes && ParseLarge(buffer, message)) {
+  if (buffer->Length() >= kLargeMessageBytes && ParseLarge(buffer, message, allocator, buffers)) {
     buffer->Clear();
     return grpc::Status::OK;
   }
@@ -410,6 +459,10 @@ bool ParseExtracting(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message) {
 
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
   return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
+                         HostAllocator* allocator, TensorBuffers* buffers) {
+  return DeserializeMessage(buffer, message, allocator, buffers);
 }
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message) {
   return DeserializeMessage(buffer, message);

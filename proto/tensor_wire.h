@@ -32,6 +32,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
+#include "core/host_buffer.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 
 namespace kernelserve::wire {
@@ -47,6 +49,18 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* mess
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message);
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message);
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message);
+
+// Tensor bytes kept outside a message, by the Tensor they belong to: that Tensor's data field
+// is empty and the buffer holds its bytes. The keys point into the message, so they hold only
+// while the message's tensor maps are not changed.
+using TensorBuffers = absl::flat_hash_map<const v1::Tensor*, std::shared_ptr<HostBuffer>>;
+
+// Deserialize, where each Tensor.data of a large message that `allocator` gives a buffer for
+// (see HostAllocator::TryAllocate) is copied from the slices into that buffer, not into the
+// message, and listed in `buffers` (cleared first). With the pinned pool of the CUDA platform
+// as the allocator, the bytes land where a GPU reads them by DMA.
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
+                         HostAllocator* allocator, TensorBuffers* buffers);
 
 // The extracting parse alone, whatever the size: false where it leaves the message to
 // protobuf (malformed data, a field with the marker's number, a map key given twice), and the
@@ -73,6 +87,14 @@ grpc::Status SerializeResponse(v1::ExecuteResponse& message, grpc::ByteBuffer* b
                                bool* own_buffer);
 grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuffer* buffer,
                                bool* own_buffer);
+
+// Serializes `message` with the bytes of each output listed in `buffers` (whose data field is
+// empty) sent from its buffer without a copy: a slice points at it and holds the buffer until
+// gRPC lets go. Those outputs follow the rest of the message on the wire (protobuf merges map
+// entries wherever they come), so any protobuf parser reads the same message as if the bytes
+// were in it. Leaves `buffers` empty, and `message` as the overload above does.
+grpc::Status SerializeResponse(v1::ExecuteResponse& message, TensorBuffers& buffers,
+                               grpc::ByteBuffer* buffer);
 
 }  // namespace kernelserve::wire
 
