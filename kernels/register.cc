@@ -5,6 +5,7 @@
 #include "kernels/mean_pooling/mean_pooling.h"
 #ifdef KERNELSERVE_WITH_CUDA
 #include "kernels/runtime/cuda/cuda_platform.h"
+#include "kernels/runtime/cuda/cuda_resources.h"
 #endif
 
 namespace kernelserve {
@@ -30,6 +31,16 @@ absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int ordinal) {
 #else
   (void)ordinal;
   return absl::UnavailableError("this build has no CUDA kernels");
+#endif
+}
+
+HostBufferPool* ConfigureGpuHostMemory(size_t limit_bytes) {
+#ifdef KERNELSERVE_WITH_CUDA
+  cuda::SetPinnedHostLimit(limit_bytes);
+  return limit_bytes > 0 ? cuda::PinnedHostPool() : nullptr;
+#else
+  (void)limit_bytes;
+  return nullptr;
 #endif
 }
 

@@ -2,6 +2,7 @@
 #ifndef KERNELSERVE_KERNELS_REGISTER_H_
 #define KERNELSERVE_KERNELS_REGISTER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "core/host_pool.h"
 #include "core/registry.h"
 
 namespace kernelserve {
@@ -24,6 +26,12 @@ std::vector<DeviceInfo> DetectGpus();
 // {used, total} bytes of GPU `ordinal`'s memory. InvalidArgument for a GPU that does not exist;
 // Unavailable without CUDA or a driver.
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int ordinal);
+
+// The pool of page-locked host memory that the CUDA platform downloads outputs into, holding at
+// most `limit_bytes`, for the server to parse request bytes into as well. Call once, before
+// any GPU call. nullptr without CUDA, or when `limit_bytes` is 0 (the platform then stages
+// every copy through its own small buffers).
+HostBufferPool* ConfigureGpuHostMemory(size_t limit_bytes);
 
 // True when this build includes the CUDA kernels.
 bool BuiltWithCuda();

@@ -1,6 +1,7 @@
 #include "kernels/runtime/cuda/cuda_resources.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -52,7 +53,45 @@ PoolSetup& Pools() {
   return *pools;
 }
 
+// Page-locked host memory (pinned, or registered with cudaHostRegister): a device copies to or
+// from it by DMA. Any query error reads as pageable.
+bool IsPageLocked(const void* host) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+    (void)cudaGetLastError();  // clears the (non-sticky) error
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+
+std::atomic<size_t>& PinnedLimit() {
+  static std::atomic<size_t> limit{kDefaultPinnedHostBytes};
+  return limit;
+}
+
 }  // namespace
+
+void SetPinnedHostLimit(size_t bytes) { PinnedLimit().store(bytes); }
+
+HostBufferPool* PinnedHostPool() {
+  // Never destroyed: buffers are released by gRPC threads until the process exits.
+  static HostBufferPool* const pool = [] {
+    HostPoolOptions options;
+    options.limit_bytes = PinnedLimit().load();
+    options.allocate = [](size_t bytes) -> void* {
+      void* data = nullptr;
+      // Portable: every device of the process reads it by DMA, whichever runs the call.
+      if (cudaHostAlloc(&data, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+      }
+      return data;
+    };
+    options.free = [](void* data) { (void)cudaFreeHost(data); };
+    return new HostBufferPool(std::move(options));
+  }();
+  return pool;
+}
 
 DeviceThreadResources::~DeviceThreadResources() {
   // Errors cannot be reported from here; at process exit the runtime may already be gone.
@@ -91,6 +130,11 @@ absl::Status DeviceThreadResources::ReserveStaging(size_t bytes) {
 absl::Status DeviceThreadResources::Upload(const void* host, size_t bytes, void* device,
                                            cudaStream_t stream) {
   if (bytes == 0) return absl::OkStatus();
+  if (IsPageLocked(host)) {  // one DMA, no staging
+    KS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
+    KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  }
   if (absl::Status s = ReserveStaging(bytes); !s.ok()) return s;
   const size_t half = staging_bytes_ / 2;
   const char* src = static_cast<const char*>(host);
@@ -111,6 +155,11 @@ absl::Status DeviceThreadResources::Upload(const void* host, size_t bytes, void*
 absl::Status DeviceThreadResources::Download(const void* device, size_t bytes, void* host,
                                              cudaStream_t stream) {
   if (bytes == 0) return absl::OkStatus();
+  if (IsPageLocked(host)) {
+    KS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+    KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  }
   if (absl::Status s = ReserveStaging(bytes); !s.ok()) return s;
   for (cudaEvent_t event : half_free_) KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event));
   const size_t half = staging_bytes_ / 2;
@@ -126,9 +175,8 @@ absl::Status DeviceThreadResources::Download(const void* device, size_t bytes, v
     KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(half_free_[which], stream));
     if (pending_bytes > 0) {
       KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(half_free_[which ^ 1]));
-      cpu::SharedHostCopier().Copy(dst + pending_at,
-                                   static_cast<char*>(staging_) + (which ^ 1) * half,
-                                   pending_bytes);
+      cpu::SharedHostCopier().Copy(
+          dst + pending_at, static_cast<char*>(staging_) + (which ^ 1) * half, pending_bytes);
     }
     pending_at = done;
     pending_bytes = n;

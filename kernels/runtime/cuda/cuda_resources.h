@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/host_pool.h"
 
 namespace kernelserve::cuda {
 
@@ -26,13 +27,15 @@ class DeviceThreadResources {
   int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return stream_; }
 
-  // Copies `bytes` from pageable `host` to `device` through the staging buffer, in pieces on
-  // `stream` (filling one half of the buffer, with the shared host copier's threads, while the
-  // other half is in DMA), and waits until the copy is done.
+  // Copies `bytes` from `host` to `device` on `stream` and waits until the copy is done: one
+  // DMA from page-locked memory; from pageable memory through the staging buffer, in pieces
+  // (filling one half of the buffer, with the shared host copier's threads, while the other
+  // half is in DMA).
   // REQUIRES: `device` holds `bytes` bytes on this device.
   absl::Status Upload(const void* host, size_t bytes, void* device, cudaStream_t stream);
-  // Copies `bytes` from `device` to pageable `host` after the work queued on `stream`, the
-  // same way in reverse (one half in DMA while the other is copied out); waits.
+  // Copies `bytes` from `device` to `host` after the work queued on `stream`, the same way in
+  // reverse (one DMA into page-locked memory; else one half in DMA while the other is copied
+  // out); waits.
   absl::Status Download(const void* device, size_t bytes, void* host, cudaStream_t stream);
 
  private:
@@ -48,6 +51,18 @@ class DeviceThreadResources {
   size_t staging_bytes_ = 0;
   cudaEvent_t half_free_[2] = {nullptr, nullptr};  // each half's last copy out of it
 };
+
+// Default of SetPinnedHostLimit.
+inline constexpr size_t kDefaultPinnedHostBytes = size_t{4} << 30;
+
+// Sets the most bytes of page-locked host memory PinnedHostPool may hold. Takes effect only
+// before the pool's first use (the server calls it once at startup); 0 = none.
+void SetPinnedHostLimit(size_t bytes);
+
+// The process's pool of page-locked host memory (cudaHostAlloc, portable to every device) for
+// request bytes and outputs: a tensor there goes to or from a GPU in one DMA. Made on first
+// use; never destroyed. Thread-safe.
+HostBufferPool* PinnedHostPool();
 
 // The calling thread's resources for device `ordinal`, made on first use (which also sets the
 // device's memory pool to keep freed memory for reuse). Makes `ordinal` the thread's current

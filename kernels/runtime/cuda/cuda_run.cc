@@ -60,7 +60,15 @@ absl::StatusOr<TensorMap> CudaRun::Fetch() {
   if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
   TensorMap outputs;
   for (const Output& output : outputs_) {
-    Tensor host = Tensor::Empty(output.dtype, output.shape);
+    // Into page-locked memory from the pool (one DMA, no zero-fill; gRPC sends it from there)
+    // when it has room, else into the heap through the staging buffer.
+    Tensor host;
+    if (std::shared_ptr<HostBuffer> pinned = PinnedHostPool()->TryAllocate(output.buffer.size());
+        pinned != nullptr) {
+      KS_ASSIGN_OR_RETURN(host, Tensor::FromBuffer(output.dtype, output.shape, std::move(pinned)));
+    } else {
+      host = Tensor::Empty(output.dtype, output.shape);
+    }
     KS_RETURN_IF_ERROR(
         resources_->Download(output.buffer.get(), host.nbytes(), host.data(), stream()));
     outputs.emplace(output.name, std::move(host));
