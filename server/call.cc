@@ -42,9 +42,15 @@ int64_t OutputBytes(const CallPlan& plan) {
   return total;
 }
 
-void FillResponse(ExecuteResult result, v1::ExecuteResponse* response) {
+void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
+                  wire::TensorBuffers* buffers) {
   for (auto& [name, tensor] : result.outputs) {
-    PutTensor(std::move(tensor), &(*response->mutable_outputs())[name]);
+    v1::Tensor* proto = &(*response->mutable_outputs())[name];
+    if (buffers != nullptr) {
+      PutTensor(std::move(tensor), proto, buffers);
+    } else {
+      PutTensor(std::move(tensor), proto);
+    }
   }
   *response->mutable_config() = ToProto(result.config);
   response->set_config_source(ToProto(result.source));
@@ -63,14 +69,14 @@ void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource s
 }
 
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
-                     v1::ExecuteResponse* response) {
+                     v1::ExecuteResponse* response, wire::TensorBuffers* buffers) {
   KS_ASSIGN_OR_RETURN(ExecuteResult result, deps.executor->Run(plan, inputs));
   const std::string& kernel = plan.kernel->name();
   deps.metrics->KernelRun(kernel, plan.invocation.platform, DeviceLabel(result.device),
                           static_cast<double>(result.timings.kernel_us) * 1e-6);
   RecordSelection(*deps.metrics, kernel, result.source,
                   static_cast<double>(result.timings.select_us) * 1e-6);
-  FillResponse(std::move(result), response);
+  FillResponse(std::move(result), response, buffers);
   return absl::OkStatus();
 }
 

@@ -29,6 +29,9 @@ struct ServiceDeps {
   std::string auth_token;                  // "" = no authentication
   std::string store_location;              // for GetServerInfo ("memory (none)" without a store)
   bool built_with_cuda = false;            // for GetServerInfo
+  // Where the large tensor bytes of Execute and ExecuteStream requests are parsed into (the
+  // CUDA platform's pool of page-locked memory when serving GPUs); nullptr = the heap.
+  HostAllocator* host_allocator = nullptr;
 };
 
 // The call-describing fields of a request, converted. A value type.
@@ -79,13 +82,17 @@ int64_t TensorBytes(const TensorMap& tensors);
 // Bytes of the outputs of the planned call, saturating at INT64_MAX.
 int64_t OutputBytes(const CallPlan& plan);
 
-// Moves `result` into `response` (outputs, config, source, device, timings but queue_us).
-void FillResponse(ExecuteResult result, v1::ExecuteResponse* response);
+// Moves `result` into `response` (outputs, config, source, device, timings but queue_us and
+// recv_us). Outputs that a HostBuffer holds stay there, listed in `buffers`, when it is
+// non-null (for wire::SerializeResponse); else they are copied into the response.
+void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
+                  wire::TensorBuffers* buffers = nullptr);
 
 // Runs `plan` on `inputs` through the executor (on the calling worker thread), fills
-// `response` and records the kernel, selection and tuning metrics.
+// `response` (and `buffers`, as FillResponse) and records the kernel, selection and tuning
+// metrics.
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
-                     v1::ExecuteResponse* response);
+                     v1::ExecuteResponse* response, wire::TensorBuffers* buffers = nullptr);
 
 // Records a tuning outcome from a selection that tuned (or not).
 void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource source,

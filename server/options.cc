@@ -22,6 +22,9 @@ ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{4} << 30,
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_synthetic_bytes, int64_t{1} << 30,
           "largest input bytes Autotune makes up for a call that sends shapes only");
+ABSL_FLAG(int64_t, max_pinned_bytes, int64_t{4} << 30,
+          "page-locked host memory kept for the tensors of GPU calls (request bytes are parsed "
+          "into it and outputs downloaded into it, so each copy is one DMA); 0 = none");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file holding the bearer token every RPC but health must carry");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
@@ -45,6 +48,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   o.max_synthetic_bytes = absl::GetFlag(FLAGS_max_synthetic_bytes);
+  o.max_pinned_bytes = absl::GetFlag(FLAGS_max_pinned_bytes);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -68,6 +72,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   if (o.max_synthetic_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-synthetic-bytes=", o.max_synthetic_bytes, ": expected >= 0"));
+  }
+  if (o.max_pinned_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-pinned-bytes=", o.max_pinned_bytes, ": expected >= 0"));
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");

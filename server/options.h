@@ -21,6 +21,7 @@ struct ServerOptions {
   int max_queue = 1024;                             // queued requests per device
   int64_t max_inflight_bytes = int64_t{4} << 30;    // request bytes accepted and not answered
   int64_t max_synthetic_bytes = int64_t{1} << 30;   // inputs Autotune makes up from shapes
+  int64_t max_pinned_bytes = int64_t{4} << 30;      // page-locked host memory; 0 = none
   std::string auth_token_file;                      // "" = no authentication
   std::string tls_cert;                             // PEM; "" = plaintext
   std::string tls_key;                              // PEM; required with tls_cert

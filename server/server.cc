@@ -131,6 +131,9 @@ absl::Status Server::Init(
 
   devices_ = {-1};
   devices_.insert(devices_.end(), gpus.begin(), gpus.end());
+  if (!gpus.empty()) {
+    host_pool_ = ConfigureGpuHostMemory(static_cast<size_t>(options_.max_pinned_bytes));
+  }
   WorkerPoolOptions pool_options;
   pool_options.max_queue = options_.max_queue;
   pool_options.on_depth = [this](int device, int depth) {
@@ -152,6 +155,7 @@ absl::Status Server::Init(
     while (!stop_sampler_.WaitForNotificationWithTimeout(absl::Seconds(2))) {
       SampleDevices();
       MaybeReleaseMemory();
+      if (host_pool_ != nullptr) host_pool_->Trim();  // blocks idle for 30 s go back
     }
   });
   return StartGrpc();
@@ -166,6 +170,7 @@ absl::Status Server::StartGrpc() {
   deps.options = &options_;
   deps.store_location = tiers_.StoreLocation();
   deps.built_with_cuda = BuiltWithCuda();
+  deps.host_allocator = host_pool_;
   if (!options_.auth_token_file.empty()) {
     KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
     deps.auth_token = std::string(absl::StripAsciiWhitespace(token));
@@ -250,9 +255,9 @@ KnownSeries Server::KnownLabels() const {
   }
   for (int device : devices_) known.devices.push_back(DeviceLabel(device));
   if (const PersistentStore* store = tiers_.chain->store()) known.store = store->name();
-  for (ConfigSource source : {ConfigSource::kOverride, ConfigSource::kOverlay,
-                              ConfigSource::kMemory, ConfigSource::kFile, ConfigSource::kRedis,
-                              ConfigSource::kAutotune, ConfigSource::kHeuristic}) {
+  for (ConfigSource source :
+       {ConfigSource::kOverride, ConfigSource::kOverlay, ConfigSource::kMemory, ConfigSource::kFile,
+        ConfigSource::kRedis, ConfigSource::kAutotune, ConfigSource::kHeuristic}) {
     const bool a_store = source == ConfigSource::kFile || source == ConfigSource::kRedis;
     if (!a_store || ConfigSourceName(source) == known.store) {
       known.config_sources.emplace_back(ConfigSourceName(source));
@@ -270,18 +275,19 @@ std::string Server::StartupLine() const {
   for (int device : devices_) devices.push_back(DeviceLabel(device));
   std::vector<std::string> protocols = {"kernelserve.v1", "grpc.health.v1"};
   if (options_.reflection) protocols.push_back("grpc.reflection");
-  const char* security = options_.tls_cert.empty()             ? "plaintext"
-                         : options_.tls_client_ca.empty()      ? "tls"
-                                                               : "mtls";
+  const char* security = options_.tls_cert.empty()        ? "plaintext"
+                         : options_.tls_client_ca.empty() ? "tls"
+                                                          : "mtls";
   return absl::StrCat(
-      "kernelserve-server ", BuildInfoString(), ": listening on ",
-      WithPort(options_.listen, port_), " (", security,
-      options_.auth_token_file.empty() ? "" : ", bearer token", "), metrics ",
+      "kernelserve-server ", BuildInfoString(), ": listening on ", WithPort(options_.listen, port_),
+      " (", security, options_.auth_token_file.empty() ? "" : ", bearer token", "), metrics ",
       metrics_port_ > 0 ? absl::StrCat("on ", WithPort(options_.metrics_listen, metrics_port_))
                         : std::string("off"),
       "; protocols ", absl::StrJoin(protocols, " "), "; devices ", absl::StrJoin(devices, ","),
-      "; store ", tiers_.StoreLocation(), "; autotune on a miss ",
-      options_.autotune ? "on" : "off");
+      "; store ", tiers_.StoreLocation(), "; autotune on a miss ", options_.autotune ? "on" : "off",
+      host_pool_ != nullptr
+          ? absl::StrCat("; pinned host memory up to ", options_.max_pinned_bytes >> 20, " MiB")
+          : std::string());
 }
 
 absl::Status Server::Shutdown() {

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/config_tiers.h"
 #include "core/executor.h"
+#include "core/host_pool.h"
 #include "core/registry.h"
 #include "server/budget.h"
 #include "server/metrics.h"
@@ -67,6 +68,8 @@ class Server {
   ConfigTiers tiers_;  // store (null = no persistent tier), memory cache, chain
   std::unique_ptr<Executor> executor_;
   std::vector<int> devices_;  // served: -1 (the CPU) then GPU ordinals
+  // Page-locked memory for GPU calls (the CUDA platform's, process-wide); null without GPUs.
+  HostBufferPool* host_pool_ = nullptr;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<InflightBudget> budget_;
   std::unique_ptr<KernelServiceImpl> service_;

@@ -131,7 +131,7 @@ absl::StatusOr<CallPlan> KernelServiceImpl::Begin(Call& call) {
   deps_.metrics->Received(call.received_bytes());
   KS_RETURN_IF_ERROR(Authorize(*call.context()));
   KS_RETURN_IF_ERROR(call.tracker().Hold(call.received_bytes(), "request"));
-  KS_RETURN_IF_ERROR(call.Parse());
+  KS_RETURN_IF_ERROR(call.Parse(deps_.host_allocator));
   return PlanRequest(call.request(), call.tracker());
 }
 
@@ -143,7 +143,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
   absl::Status status = RunGuarded([&]() -> absl::Status {
     KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
     call->response().set_request_id(call->request().request_id());
-    KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(call->request().mutable_inputs()));
+    KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                        TakeTensors(call->request().mutable_inputs(), &call->request_buffers()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();
@@ -152,9 +153,12 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
         [this, call, plan = std::move(plan), inputs = std::move(inputs)](absl::Status status,
                                                                          int64_t queue_us) {
           if (status.ok()) {
-            status = RunGuarded([&] { return RunCall(deps_, plan, inputs, &call->response()); });
+            status = RunGuarded([&] {
+              return RunCall(deps_, plan, inputs, &call->response(), &call->response_buffers());
+            });
           }
           call->response().mutable_timing()->set_queue_us(queue_us);
+          call->response().mutable_timing()->set_recv_us(call->recv_us());
           call->Finish(status);
         },
         /*may_run_inline=*/small);

@@ -1,6 +1,7 @@
 // ExecuteStream: a bidirectional stream of Execute calls. Each request goes to a worker as it
 // arrives; each answer (result or in-band error) is written when ready, echoing request_id. An
 // item that does not parse is answered in-band with INVALID_ARGUMENT and the stream goes on.
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <utility>
@@ -80,47 +81,67 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       service.deps_.metrics->Received(bytes);
       KS_RETURN_IF_ERROR(tracker->Hold(bytes, "request"));
       v1::ExecuteRequest request;
-      KS_RETURN_IF_ERROR(wire::ParseRequest(&read_, &request));
+      wire::TensorBuffers request_buffers;
+      const auto parse_started = std::chrono::steady_clock::now();
+      KS_RETURN_IF_ERROR(
+          wire::ParseRequest(&read_, &request, service.deps_.host_allocator, &request_buffers));
+      const int64_t recv_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - parse_started)
+                                  .count();
       id = request.request_id();
       KS_ASSIGN_OR_RETURN(CallPlan plan, service.PlanRequest(request, *tracker));
-      KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(request.mutable_inputs()));
+      KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                          TakeTensors(request.mutable_inputs(), &request_buffers));
       KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
       const int worker = plan.ordinal();
-      return service.Dispatch(context_, worker,
-                              [this, id, tracker, plan = std::move(plan),
-                               inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
-                                RunItem(plan, inputs, id, *tracker, std::move(status), queue_us);
-                              });
+      return service.Dispatch(
+          context_, worker,
+          [this, id, tracker, recv_us, plan = std::move(plan), inputs = std::move(inputs)](
+              absl::Status status, int64_t queue_us) {
+            RunItem(plan, inputs, id, *tracker, std::move(status), {queue_us, recv_us});
+          });
     });
-    if (!status.ok()) Answer(v1::ExecuteResponse(), status, id, 0, *tracker);
+    if (!status.ok()) Answer(v1::ExecuteResponse(), {}, status, id, {}, *tracker);
   }
+
+  // The times of an item spent outside its run.
+  struct Waits {
+    int64_t queue_us = 0;
+    int64_t recv_us = 0;
+  };
 
   // The worker's part of one item: run it (unless `status` says it was dropped) and answer.
   void RunItem(const CallPlan& plan, const TensorMap& inputs, const std::string& id,
-               CallTracker& tracker, absl::Status status, int64_t queue_us) {
+               CallTracker& tracker, absl::Status status, Waits waits) {
     v1::ExecuteResponse response;
+    wire::TensorBuffers buffers;
     if (status.ok()) {
-      status = RunGuarded([&] { return RunCall(service_->deps_, plan, inputs, &response); });
+      status =
+          RunGuarded([&] { return RunCall(service_->deps_, plan, inputs, &response, &buffers); });
     }
-    Answer(std::move(response), status, id, queue_us, tracker);
+    Answer(std::move(response), std::move(buffers), status, id, waits, tracker);
   }
 
-  // Completes one pending request: records it and queues its answer.
-  void Answer(v1::ExecuteResponse response, const absl::Status& status, const std::string& id,
-              int64_t queue_us, CallTracker& tracker) {
+  // Completes one pending request: records it and queues its answer (with the output bytes
+  // that `buffers` holds, sent from there).
+  void Answer(v1::ExecuteResponse response, wire::TensorBuffers buffers, const absl::Status& status,
+              const std::string& id, Waits waits, CallTracker& tracker) {
     absl::Status outcome = tracker.Outcome(status);
     tracker.ReleaseHold();
     if (!outcome.ok()) {
       response.Clear();
+      buffers.clear();
       ToRpcStatus(outcome, response.mutable_status());
     }
     response.set_request_id(id);
-    response.mutable_timing()->set_queue_us(queue_us);
-    const auto bytes = static_cast<int64_t>(response.ByteSizeLong());
+    response.mutable_timing()->set_queue_us(waits.queue_us);
+    response.mutable_timing()->set_recv_us(waits.recv_us);
     grpc::ByteBuffer buffer;
     bool own_buffer = false;
-    const grpc::Status serialized =
-        grpc::SerializationTraits<v1::ExecuteResponse>::Serialize(response, &buffer, &own_buffer);
+    const grpc::Status serialized = buffers.empty()
+                                        ? grpc::SerializationTraits<v1::ExecuteResponse>::Serialize(
+                                              response, &buffer, &own_buffer)
+                                        : wire::SerializeResponse(response, buffers, &buffer);
     if (!serialized.ok()) {
       outcome = absl::InternalError(
           absl::StrCat("serializing the response: ", serialized.error_message()));
@@ -129,7 +150,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       ToRpcStatus(outcome, failed.mutable_status());
       (void)grpc::SerializationTraits<v1::ExecuteResponse>::Serialize(failed, &buffer, &own_buffer);
     }
-    tracker.Record(outcome, bytes);
+    tracker.Record(outcome, static_cast<int64_t>(buffer.Length()));
     const grpc::ByteBuffer* write = nullptr;
     {
       absl::MutexLock lock(&mu_);

@@ -4,7 +4,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -40,8 +42,22 @@ class UnaryCall {
 
   // Bytes received (before parsing).
   int64_t received_bytes() const { return static_cast<int64_t>(raw_request_->Length()); }
-  // Parses the received bytes into request(); InvalidArgument naming the fault.
-  absl::Status Parse() { return wire::ParseRequest(raw_request_, &request_); }
+  // Parses the received bytes into request(); InvalidArgument naming the fault. An
+  // ExecuteRequest's large tensor bytes go into buffers from `allocator` (nullable; listed in
+  // request_buffers()). The time it takes is recv_us().
+  absl::Status Parse(HostAllocator* allocator = nullptr) {
+    const auto started = std::chrono::steady_clock::now();
+    absl::Status status;
+    if constexpr (std::is_same_v<Request, v1::ExecuteRequest>) {
+      status = wire::ParseRequest(raw_request_, &request_, allocator, &request_buffers_);
+    } else {
+      status = wire::ParseRequest(raw_request_, &request_);
+    }
+    recv_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                   std::chrono::steady_clock::now() - started)
+                   .count();
+    return status;
+  }
 
   // The status the client sees, recorded, then the RPC finished with it (with the serialized
   // response when OK); deletes this. Returns nothing: the call is gone.
@@ -50,14 +66,12 @@ class UnaryCall {
     tracker_.ReleaseHold();
     int64_t sent = 0;
     if (outcome.ok()) {
-      sent = static_cast<int64_t>(response_.ByteSizeLong());
-      bool own_buffer = false;
-      const grpc::Status serialized =
-          grpc::SerializationTraits<Response>::Serialize(response_, raw_response_, &own_buffer);
+      const grpc::Status serialized = Serialize();
       if (!serialized.ok()) {
         outcome = absl::InternalError(
             absl::StrCat("serializing the response: ", serialized.error_message()));
       }
+      sent = static_cast<int64_t>(raw_response_->Length());
     }
     if (record_) tracker_.Record(outcome, sent);
     grpc::ServerUnaryReactor* reactor = reactor_;
@@ -67,12 +81,27 @@ class UnaryCall {
 
   Request& request() { return request_; }
   Response& response() { return response_; }
+  // Buffers holding tensor bytes of request() (see Parse) and of response() (outputs put
+  // there with PutTensor's buffer form; Finish sends them from the buffers).
+  wire::TensorBuffers& request_buffers() { return request_buffers_; }
+  wire::TensorBuffers& response_buffers() { return response_buffers_; }
+  int64_t recv_us() const { return recv_us_; }
   CallTracker& tracker() { return tracker_; }
   grpc::CallbackServerContext* context() const { return tracker_.context(); }
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
 
  private:
   ~UnaryCall() = default;
+
+  grpc::Status Serialize() {
+    if constexpr (std::is_same_v<Response, v1::ExecuteResponse>) {
+      if (!response_buffers_.empty()) {
+        return wire::SerializeResponse(response_, response_buffers_, raw_response_);
+      }
+    }
+    bool own_buffer = false;
+    return grpc::SerializationTraits<Response>::Serialize(response_, raw_response_, &own_buffer);
+  }
 
   CallTracker tracker_;
   grpc::ServerUnaryReactor* const reactor_;
@@ -81,6 +110,9 @@ class UnaryCall {
   const bool record_;
   Request request_;
   Response response_;
+  wire::TensorBuffers request_buffers_;
+  wire::TensorBuffers response_buffers_;
+  int64_t recv_us_ = 0;
 };
 
 }  // namespace kernelserve::server

@@ -16,16 +16,16 @@ namespace {
 // What every worker adds up, merged under a mutex when it ends.
 struct Totals {
   std::vector<double> latencies_us;
-  std::array<double, 6> server_us{};
+  std::array<double, kPhaseNames.size()> server_us{};
   std::map<std::string, int64_t> failures;
   int64_t errors = 0;
   absl::Status first_error;
   absl::Status fatal;
 };
 
-void AddServerTimings(const ServerTimings& t, std::array<double, 6>* sums) {
-  const std::array<int64_t, 6> phases = {t.queue_us,  t.select_us, t.h2d_us,
-                                         t.kernel_us, t.d2h_us,    t.total_us};
+void AddServerTimings(const ServerTimings& t, std::array<double, kPhaseNames.size()>* sums) {
+  const std::array<int64_t, kPhaseNames.size()> phases = {
+      t.recv_us, t.queue_us, t.select_us, t.h2d_us, t.kernel_us, t.d2h_us, t.total_us};
   for (size_t i = 0; i < phases.size(); ++i) (*sums)[i] += static_cast<double>(phases[i]);
 }
 

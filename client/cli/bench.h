@@ -26,8 +26,8 @@ struct BenchOptions {
 };
 
 // Names of the server phases, in the order of BenchReport::server_mean_us.
-inline constexpr std::array<const char*, 6> kPhaseNames = {"queue",  "select", "h2d",
-                                                           "kernel", "d2h",    "total"};
+inline constexpr std::array<const char*, 7> kPhaseNames = {"recv",   "queue", "select", "h2d",
+                                                           "kernel", "d2h",   "total"};
 
 // The outcome of a run. A value type.
 struct BenchReport {
@@ -40,7 +40,8 @@ struct BenchReport {
   double seconds = 0;     // wall time of the run
   double throughput = 0;  // successful calls per second
   double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;  // client latency
-  std::array<double, 6> server_mean_us{};  // mean of each server phase (kPhaseNames)
+  std::array<double, kPhaseNames.size()>
+      server_mean_us{};  // mean of each server phase (kPhaseNames)
 };
 
 // Whether a call that failed with `code` may succeed when sent again (UNAVAILABLE,

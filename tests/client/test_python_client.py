@@ -77,8 +77,8 @@ class PythonClientTest(unittest.TestCase):
         np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
         self.assertIn(r.source, SOURCES)
         self.assertEqual(r.platform, "cpu")
-        self.assertEqual(set(r.timings), {"queue_us", "select_us", "h2d_us", "kernel_us",
-                                          "d2h_us", "total_us"})
+        self.assertEqual(set(r.timings), {"recv_us", "queue_us", "select_us", "h2d_us",
+                                          "kernel_us", "d2h_us", "total_us"})
         self.assertTrue(all(v >= 0 for v in r.timings.values()), r.timings)
         self.assertGreaterEqual(r.timings["total_us"], r.timings["kernel_us"])
         self.assertTrue(r.cache_key.startswith("mean_pooling"), r.cache_key)

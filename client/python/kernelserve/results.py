@@ -11,7 +11,7 @@ from kernelserve import tensors
 from kernelserve.errors import KernelserveError, error_of
 from kernelserve.v1 import kernel_service_pb2 as pb
 
-_TIMINGS = ("queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us", "total_us")
+_TIMINGS = ("recv_us", "queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us", "total_us")
 
 
 @dataclasses.dataclass
@@ -19,7 +19,7 @@ class Result:
     """The answer to one kernel call."""
 
     outputs: dict[str, np.ndarray]  # name -> array (read-only; bf16 as ml_dtypes.bfloat16)
-    timings: dict[str, int]  # queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
+    timings: dict[str, int]  # recv_us, queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
     config: dict[str, Union[int, str]]  # the KernelConfig that ran, by field name
     source: str  # "memory", "heuristic", "autotune", "override", ...
     platform: str
