@@ -441,6 +441,11 @@ grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuff
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
   return ParseLarge(buffer, message);
 }
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
+                     HostAllocator* allocator, TensorBuffers* buffers) {
+  buffers->clear();
+  return ParseLarge(buffer, message, allocator, buffers);
+}
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteResponse* message) {
   return ParseLarge(buffer, message);
 }

@@ -61,6 +61,9 @@ using TensorBuffers = absl::flat_hash_map<const v1::Tensor*, std::shared_ptr<Hos
 // as the allocator, the bytes land where a GPU reads them by DMA.
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
                          HostAllocator* allocator, TensorBuffers* buffers);
+// The extracting parse with an allocator, whatever the size (for tests and wire_fuzz).
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
+                     HostAllocator* allocator, TensorBuffers* buffers);
 
 // The extracting parse alone, whatever the size: false where it leaves the message to
 // protobuf (malformed data, a field with the marker's number, a map key given twice), and the

@@ -7,7 +7,9 @@
 // the rest is the message. Where wire::ParseExtracting succeeds, protobuf's ParseFromArray
 // must succeed and give an equal message; wire::Deserialize and wire::ParseRequest must always
 // agree with protobuf; DescribeMalformed must name a fault exactly when protobuf refuses the
-// bytes. Any disagreement aborts.
+// bytes. ExecuteRequests are also parsed into buffers of a pool (as the server parses for its
+// GPUs), and ExecuteResponses sent with their output bytes from buffers; both must read back as
+// protobuf's message. Any disagreement aborts.
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
 
@@ -15,10 +17,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/host_pool.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/parse.h"
 #include "proto/tensor_wire.h"
@@ -97,6 +102,68 @@ void Check(const uint8_t* data, size_t size, uint8_t seed) {
   }
 }
 
+// A pool that gives a buffer for any tensor of a byte or more (64 MiB at most, then strings).
+HostBufferPool& FuzzPool() {
+  static HostBufferPool* pool = [] {
+    HostPoolOptions options;
+    options.limit_bytes = size_t{64} << 20;
+    options.min_bytes = 1;
+    options.allocate = [](size_t n) { return std::malloc(n); };
+    options.free = [](void* p) { std::free(p); };
+    return new HostBufferPool(std::move(options));
+  }();
+  return *pool;
+}
+
+// The extracting parse into buffers: with each buffer's bytes put back, the message is
+// protobuf's; TakeTensors then reads the same bytes.
+void CheckBufferMode(const uint8_t* data, size_t size, uint8_t seed) {
+  v1::ExecuteRequest expected;
+  const bool parsed = expected.ParseFromArray(data, static_cast<int>(size));
+  v1::ExecuteRequest got;
+  wire::TensorBuffers buffers;
+  grpc::ByteBuffer buffer = SlicedBuffer(data, size, seed);
+  if (!wire::ParseExtracting(&buffer, &got, &FuzzPool(), &buffers)) {
+    if (!buffers.empty()) Fail("a failed parse left buffers", expected);
+    return;
+  }
+  if (!parsed) Fail("the buffer-mode parser accepts what protobuf refuses", expected);
+  for (auto& [name, tensor] : *got.mutable_inputs()) {
+    auto found = buffers.find(&tensor);
+    if (found == buffers.end()) continue;
+    if (!tensor.data().empty()) Fail("a tensor has bytes in a buffer and in the message", got);
+    tensor.set_data(static_cast<const char*>(found->second->data()), found->second->size());
+  }
+  if (!SameMessage(got, expected)) Fail("the buffer-mode parser differs", expected);
+}
+
+// An ExecuteResponse sent with its output bytes in buffers parses to the same message.
+void CheckSendFromBuffers(const uint8_t* data, size_t size) {
+  v1::ExecuteResponse expected;
+  if (!expected.ParseFromArray(data, static_cast<int>(size))) return;
+  v1::ExecuteResponse response = expected;
+  wire::TensorBuffers buffers;
+  for (auto& [name, tensor] : *response.mutable_outputs()) {
+    std::shared_ptr<HostBuffer> held = FuzzPool().TryAllocate(tensor.data().size());
+    if (held == nullptr) continue;  // empty, or the pool is full: sent from the message
+    std::memcpy(held->data(), tensor.data().data(), tensor.data().size());
+    tensor.clear_data();
+    buffers[&tensor] = std::move(held);
+  }
+  grpc::ByteBuffer sent;
+  if (!wire::SerializeResponse(response, buffers, &sent).ok()) {
+    Fail("SerializeResponse failed", expected);
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (sent.Valid() && !sent.Dump(&slices).ok()) Fail("Dump failed", expected);
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  v1::ExecuteResponse got;
+  if (!got.ParseFromString(bytes)) Fail("a response sent from buffers does not parse", expected);
+  if (!SameMessage(got, expected)) Fail("a response sent from buffers differs", expected);
+}
+
 }  // namespace
 }  // namespace kernelserve
 
@@ -114,9 +181,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (data[0] % 6) {
     case 0:
       kernelserve::Check<v1::ExecuteRequest>(message, bytes, seed);
+      kernelserve::CheckBufferMode(message, bytes, seed);
       break;
     case 1:
       kernelserve::Check<v1::ExecuteResponse>(message, bytes, seed);
+      kernelserve::CheckSendFromBuffers(message, bytes);
       break;
     case 2:
       kernelserve::Check<v1::ExecuteBatchRequest>(message, bytes, seed);

@@ -7,7 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #include "tests/kernels/runtime/cuda/cuda_test_util.h"
@@ -24,13 +23,14 @@ absl::StatusOr<Tensor> Pinned(const Tensor& tensor) {
 }
 
 TEST_F(GpuTest, PinnedInputsAndOutputsMatchTheReferenceAndTheStagedPath) {
-  // Sizes around the pool's 1 MiB minimum and the staging halves (16 MiB), odd dims.
-  const std::vector<Shape> shapes = {{3, 129, 1000}, {2, 4099, 1031}, {5, 777, 4097}};
+  // Inputs from 1.5 MiB (above the pool's 1 MiB minimum) past the staging halves (16 MiB),
+  // odd dims.
+  const std::vector<Shape> shapes = {{3, 257, 1000}, {2, 4099, 1031}, {5, 777, 4097}};
   uint64_t seed = 900;
   for (const Shape& shape : shapes) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       const Tensor x = RandomX(dtype, shape, ++seed);
-      const std::string where = absl::StrCat(DTypeName(dtype), ShapeString(shape));
+      const std::string where = TensorSpec{dtype, shape}.DebugString();
       absl::StatusOr<Tensor> pinned_x = Pinned(x);
       ASSERT_TRUE(pinned_x.ok()) << pinned_x.status();
       ASSERT_TRUE(pinned_x->buffer()->pinned());
