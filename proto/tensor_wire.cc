@@ -12,6 +12,7 @@
 
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "proto/parse_copy.h"
 
 namespace kernelserve::wire {
 namespace {
@@ -33,6 +34,11 @@ constexpr int kMaxSizeBytes = 5;
 constexpr int kMaxVarintBytes = 10;
 // The largest length prefix protobuf accepts (INT_MAX less its parser's 16 slop bytes).
 constexpr uint64_t kMaxDelimitedBytes = INT_MAX - 16;
+
+ScatterCopy& ScatterCopier() {
+  static ScatterCopy* const copy = new ScatterCopy();
+  return *copy;
+}
 
 // Sequential reads over the chunks of a ZeroCopyInputStream (the message's gRPC slices).
 class Cursor {
@@ -59,17 +65,26 @@ class Cursor {
     return false;
   }
 
-  // Copies the next `n` bytes to `out`.
+  // Copies the next `n` bytes to `out`: large runs through ScatterCopier() in one call (the
+  // slices are gathered first), else slice by slice.
   bool Copy(uint64_t n, char* out) {
+    const ScatterCopy& copy = ScatterCopier();
+    const bool gather = copy != nullptr && n >= kScatterCopyMinBytes;
+    std::vector<CopyPiece> pieces;
     while (n > 0) {
       if (p_ == end_ && !Refill()) return false;
       const size_t take = static_cast<size_t>(std::min<uint64_t>(n, end_ - p_));
-      std::memcpy(out, p_, take);
+      if (gather) {
+        pieces.push_back({out, p_, take});
+      } else {
+        std::memcpy(out, p_, take);
+      }
       out += take;
       p_ += take;
       position_ += take;
       n -= take;
     }
+    if (gather) copy(pieces);
     return true;
   }
 
@@ -441,6 +456,8 @@ grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuff
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
   return ParseLarge(buffer, message);
 }
+void SetScatterCopy(ScatterCopy copy) { ScatterCopier() = std::move(copy); }
+
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
                      HostAllocator* allocator, TensorBuffers* buffers) {
   buffers->clear();

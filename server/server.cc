@@ -19,6 +19,8 @@
 #include "core/config_tiers.h"
 #include "core/status_macros.h"
 #include "kernels/register.h"
+#include "kernels/runtime/cpu/host_copy.h"
+#include "proto/parse_copy.h"
 #include "proto/process_tuning.h"
 #include "server/build_info.h"
 #include "server/device_memory.h"
@@ -133,6 +135,9 @@ absl::Status Server::Init(
   devices_.insert(devices_.end(), gpus.begin(), gpus.end());
   if (!gpus.empty()) {
     host_pool_ = ConfigureGpuHostMemory(static_cast<size_t>(options_.max_pinned_bytes));
+    // Large tensors are parsed into the pool on the host copier's threads.
+    wire::SetScatterCopy(
+        [](const std::vector<CopyPiece>& pieces) { cpu::SharedHostCopier().CopyPieces(pieces); });
   }
   WorkerPoolOptions pool_options;
   pool_options.max_queue = options_.max_queue;

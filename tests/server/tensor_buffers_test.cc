@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "proto/parse.h"
+#include "proto/parse_copy.h"
 #include "proto/tensor_wire.h"
 
 namespace kernelserve {
@@ -100,6 +101,32 @@ TEST(TensorBuffersTest, LargeTensorsAreParsedIntoBuffersAndTakenWithoutACopy) {
   tensors->clear();
   buffers.clear();
   EXPECT_EQ(pool.stats().in_use_bytes, 0u);
+}
+
+TEST(TensorBuffersTest, LargeTensorsGoThroughTheScatterCopy) {
+  HostBufferPool pool(HeapPool(64 * kMiB));
+  v1::ExecuteRequest sent = MakeRequest();
+  (*sent.mutable_inputs())["big"] = MakeTensor(9 * kMiB + 4, 4);
+  std::vector<size_t> calls;  // bytes per call
+  wire::SetScatterCopy([&calls](const std::vector<CopyPiece>& pieces) {
+    size_t bytes = 0;
+    for (const CopyPiece& p : pieces) {
+      std::memcpy(p.dst, p.src, p.bytes);
+      bytes += p.bytes;
+    }
+    calls.push_back(bytes);
+  });
+  grpc::ByteBuffer buffer = Serialize(sent);
+  v1::ExecuteRequest got;
+  wire::TensorBuffers buffers;
+  const absl::Status status = wire::ParseRequest(&buffer, &got, &pool, &buffers);
+  wire::SetScatterCopy(nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(calls, std::vector<size_t>{9 * kMiB + 4}) << "only tensors of 4 MiB or more";
+  absl::StatusOr<TensorMap> tensors = TakeTensors(got.mutable_inputs(), &buffers);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_EQ(tensors->at("big").bytes(), sent.inputs().at("big").data());
+  EXPECT_EQ(tensors->at("q").bytes(), sent.inputs().at("q").data());
 }
 
 TEST(TensorBuffersTest, WithoutRoomInThePoolTheBytesStayInTheMessage) {

@@ -40,33 +40,19 @@ void HostCopier::HelperLoop() {
   }
 }
 
-void HostCopier::Copy(void* dst, const void* src, size_t bytes) {
-  const size_t count =
-      bytes < kMinParallelBytes
-          ? 1
-          : std::min<size_t>(static_cast<size_t>(threads()), bytes / kMinPieceBytes);
-  if (count <= 1) {
-    if (bytes > 0) std::memcpy(dst, src, bytes);
-    return;
-  }
-  // `count` pieces of ceil(bytes / count) rounded up to 4 KiB: together they cover every byte;
-  // the last may be shorter, or empty.
-  const size_t piece = ((bytes + count - 1) / count + 4095) & ~size_t{4095};
-  auto* out = static_cast<char*>(dst);
-  const auto* in = static_cast<const char*>(src);
-  absl::BlockingCounter done(static_cast<int>(count - 1));
+void HostCopier::RunAll(std::vector<std::function<void()>> tasks) {
+  if (tasks.empty()) return;
+  absl::BlockingCounter done(static_cast<int>(tasks.size() - 1));
   {
     absl::MutexLock lock(&mu_);
-    for (size_t i = 1; i < count; ++i) {
-      const size_t begin = std::min(bytes, i * piece);
-      const size_t n = std::min(bytes, begin + piece) - begin;
-      pieces_.emplace_back([out, in, begin, n, &done] {
-        if (n > 0) std::memcpy(out + begin, in + begin, n);
+    for (size_t i = 1; i < tasks.size(); ++i) {
+      pieces_.emplace_back([task = std::move(tasks[i]), &done] {
+        task();
         done.DecrementCount();
       });
     }
   }
-  std::memcpy(out, in, std::min(bytes, piece));
+  tasks[0]();
   // Help with pieces still queued (ours or other callers') instead of sleeping on them.
   for (;;) {
     std::function<void()> other;
@@ -79,6 +65,70 @@ void HostCopier::Copy(void* dst, const void* src, size_t bytes) {
     other();
   }
   done.Wait();
+}
+
+void HostCopier::Copy(void* dst, const void* src, size_t bytes) {
+  const size_t count = bytes < kMinParallelBytes ? 1
+                                                 : std::min<size_t>(static_cast<size_t>(threads()),
+                                                                    bytes / kMinPieceBytes);
+  if (count <= 1) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  // `count` pieces of ceil(bytes / count) rounded up to 4 KiB: together they cover every byte;
+  // the last may be shorter, or empty.
+  const size_t piece = ((bytes + count - 1) / count + 4095) & ~size_t{4095};
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  std::vector<std::function<void()>> tasks;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t begin = std::min(bytes, i * piece);
+    const size_t n = std::min(bytes, begin + piece) - begin;
+    tasks.emplace_back([out, in, begin, n] {
+      if (n > 0) std::memcpy(out + begin, in + begin, n);
+    });
+  }
+  RunAll(std::move(tasks));
+}
+
+void HostCopier::CopyPieces(const std::vector<CopyPiece>& pieces) {
+  size_t total = 0;
+  for (const CopyPiece& p : pieces) total += p.bytes;
+  const size_t count = total < kMinParallelBytes ? 1
+                                                 : std::min<size_t>(static_cast<size_t>(threads()),
+                                                                    total / kMinPieceBytes);
+  if (count <= 1) {
+    for (const CopyPiece& p : pieces) {
+      if (p.bytes > 0) std::memcpy(p.dst, p.src, p.bytes);
+    }
+    return;
+  }
+  // `count` groups of `share` bytes in order (the last may be shorter), cutting pieces where a
+  // group ends.
+  const size_t share = (total + count - 1) / count;
+  std::vector<std::vector<CopyPiece>> groups(count);
+  size_t group = 0, filled = 0;
+  for (const CopyPiece& p : pieces) {
+    size_t offset = 0;
+    while (offset < p.bytes) {
+      const size_t take = std::min(p.bytes - offset, share - filled);
+      groups[group].push_back(
+          {static_cast<char*>(p.dst) + offset, static_cast<const char*>(p.src) + offset, take});
+      offset += take;
+      filled += take;
+      if (filled == share && group + 1 < count) {
+        ++group;
+        filled = 0;
+      }
+    }
+  }
+  std::vector<std::function<void()>> tasks;
+  for (std::vector<CopyPiece>& g : groups) {
+    tasks.emplace_back([g = std::move(g)] {
+      for (const CopyPiece& p : g) std::memcpy(p.dst, p.src, p.bytes);
+    });
+  }
+  RunAll(std::move(tasks));
 }
 
 int DefaultHostCopyThreads(unsigned hardware_threads) {

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/scatter_copy.h"
 
 namespace kernelserve::cpu {
 
@@ -36,9 +37,15 @@ class HostCopier {
 
   // memcpy(dst, src, bytes), split over the threads. REQUIRES: the ranges do not overlap.
   void Copy(void* dst, const void* src, size_t bytes);
+  // Every piece, the bytes of all of them split evenly over the threads (pieces are cut where
+  // needed). REQUIRES: no two ranges overlap.
+  void CopyPieces(const std::vector<CopyPiece>& pieces);
 
  private:
   void HelperLoop();
+  // Runs tasks[1..] on the helpers and tasks[0] on the caller, which then helps with queued
+  // tasks; returns when all are done.
+  void RunAll(std::vector<std::function<void()>> tasks);
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> pieces_ ABSL_GUARDED_BY(mu_);

@@ -53,6 +53,38 @@ TEST(HostCopyTest, ManyCallersAtOnceEachGetTheirOwnBytes) {
   for (int i = 0; i < kCallers; ++i) EXPECT_TRUE(targets[i] == sources[i]) << "caller " << i;
 }
 
+// Pieces of the sizes given, from scattered sources into one destination in order.
+void CheckPieces(HostCopier& copier, const std::vector<size_t>& sizes, uint32_t seed) {
+  std::vector<std::string> sources;
+  size_t total = 0;
+  for (size_t n : sizes) {
+    sources.push_back(RandomBytes(n, seed++));
+    total += n;
+  }
+  std::string dst(total + 64, '\x5a');
+  std::vector<CopyPiece> pieces;
+  size_t at = 0;
+  for (const std::string& s : sources) {
+    pieces.push_back({dst.data() + at, s.data(), s.size()});
+    at += s.size();
+  }
+  copier.CopyPieces(pieces);
+  std::string want;
+  for (const std::string& s : sources) want += s;
+  EXPECT_EQ(dst.compare(0, total, want), 0) << sizes.size() << " pieces, " << total << " bytes";
+  EXPECT_EQ(dst.compare(total, 64, std::string(64, '\x5a')), 0) << "wrote past the end";
+}
+
+TEST(HostCopyTest, PiecesOfEverySizeAreCopiedInPlace) {
+  HostCopier copier(4);
+  const size_t kib = size_t{1} << 10, mib = size_t{1} << 20;
+  CheckPieces(copier, {}, 1);
+  CheckPieces(copier, {0, 5, 0}, 2);                                   // below the parallel size
+  CheckPieces(copier, std::vector<size_t>(300, 64 * kib + 3), 3);      // gRPC-sized slices, 19 MiB
+  CheckPieces(copier, {9 * mib + 1, 7, 3 * mib, 0, 12 * mib + 5}, 4);  // cut across groups
+  CheckPieces(copier, {33 * mib + 7}, 5);                              // one large piece
+}
+
 TEST(HostCopyTest, OneThreadCopiesAlone) {
   HostCopier copier(1);
   EXPECT_EQ(copier.threads(), 1);
