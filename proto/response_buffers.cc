@@ -8,17 +8,10 @@
 #include <vector>
 
 #include "proto/tensor_wire.h"
+#include "proto/wire_varint.h"
 
 namespace kernelserve::wire {
 namespace {
-
-void PutVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
 
 // The tag of length-delimited field `number`.
 void PutDelimitedTag(uint32_t number, std::string* out) {

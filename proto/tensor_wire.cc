@@ -13,6 +13,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "proto/parse_copy.h"
+#include "proto/wire_varint.h"
 
 namespace kernelserve::wire {
 namespace {
@@ -120,14 +121,6 @@ class Cursor {
   const char* end_ = nullptr;
   uint64_t position_ = 0;
 };
-
-void PutVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
 
 // Reserves `n` bytes in empty `s`. Large buffers ask for transparent huge pages: the pages are
 // fresh (glibc maps allocations this size anew), and 2 MiB faults cost far less than 512 4 KiB
