@@ -21,14 +21,14 @@ absl::StatusOr<Platform> ParsePlatform(std::string_view name);
 // What identifies a device for config caching: two devices with equal fingerprints may share
 // tuned configs. A value type.
 struct DeviceFingerprint {
-  std::string kind;            // "cpu" or "gpu"
-  std::string name;            // "NVIDIA H100 80GB HBM3" or the CPU model string
-  int cc_major = 0;            // compute capability (GPU)
+  std::string kind;  // "cpu" or "gpu"
+  std::string name;  // "NVIDIA H100 80GB HBM3" or the CPU model string
+  int cc_major = 0;  // compute capability (GPU)
   int cc_minor = 0;
-  int sm_count = 0;            // multiprocessors (GPU) or hardware threads (CPU)
-  int64_t memory_bytes = 0;    // global memory (GPU)
-  int driver_version = 0;      // CUDA driver API version (GPU)
-  int runtime_version = 0;     // CUDA runtime version (GPU)
+  int sm_count = 0;          // multiprocessors (GPU) or hardware threads (CPU)
+  int64_t memory_bytes = 0;  // global memory (GPU)
+  int driver_version = 0;    // CUDA driver API version (GPU)
+  int runtime_version = 0;   // CUDA runtime version (GPU)
 
   bool operator==(const DeviceFingerprint& other) const = default;
   // Stable JSON with sorted keys.
@@ -45,6 +45,13 @@ struct DeviceInfo {
   int64_t memory_total_bytes = 0;
   int64_t shared_memory_per_block_optin = 0;  // bytes; 0 on the CPU
   int num_threads = 1;                        // CPU: hardware threads
+};
+
+// Something that keeps other work off a device while it lives, for work whose timing must be
+// its own (see ExecutorOptions::hold_device). Thread safety: as a plain value.
+class DeviceHold {
+ public:
+  virtual ~DeviceHold() = default;
 };
 
 // The CPU this process runs on (model string from /proc/cpuinfo, hardware threads).

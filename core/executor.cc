@@ -153,6 +153,11 @@ absl::StatusOr<CallPlan> Executor::Retarget(const CallPlan& plan, int device) co
   return moved;
 }
 
+std::unique_ptr<DeviceHold> Executor::HoldDevice(const CallPlan& plan) const {
+  if (plan.ordinal() < 0 || !options_.hold_device) return nullptr;
+  return options_.hold_device(plan.ordinal());
+}
+
 absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMap& inputs) const {
   const Clock::time_point start = Clock::now();
   KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, inputs));
@@ -167,6 +172,7 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     KS_RETURN_IF_ERROR(prepare());
+    const std::unique_ptr<DeviceHold> hold = HoldDevice(plan);
     return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan));
   };
   const Clock::time_point select_start = Clock::now();
@@ -217,6 +223,7 @@ absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const Tensor
     KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run,
                         plan.impl->Prepare(*plan.problem, *inputs, *plan.device));
     run->set_interrupt(plan.interrupt);
+    const std::unique_ptr<DeviceHold> hold = HoldDevice(plan);
     return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan));
   };
   AutotuneResult result;

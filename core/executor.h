@@ -87,9 +87,14 @@ struct CallPlan {
 struct ExecutorOptions {
   AutotunePolicy policy;         // the default policy (ScopedPolicyOverride and calls change it)
   Recorder* recorder = nullptr;  // borrowed; when set, every valid call is recorded
+  // Called with a GPU's ordinal before tuning candidates are timed on it; the hold it returns
+  // is kept until the timing ends and should keep the process's other calls off that GPU, so
+  // that each candidate's time is its own where several calls share a GPU. Called on the
+  // thread that runs the call. Empty (or a null hold) = nothing held.
+  std::function<std::unique_ptr<DeviceHold>(int device)> hold_device;
 };
 
-// Thread safety: thread-safe; many calls may be planned and run at once (one run per device).
+// Thread safety: thread-safe; many calls may be planned and run at once, several per device.
 class Executor {
  public:
   // Borrows `registry` and `chain`, which must outlive it. `gpus` are the GPUs this process
@@ -144,6 +149,8 @@ class Executor {
                                           const ExecuteOptions& options) const;
   absl::StatusOr<const DeviceInfo*> ChooseDevice(Platform platform,
                                                  const ExecuteOptions& options) const;
+  // options_.hold_device for the plan's GPU; null on the CPU or without the option.
+  std::unique_ptr<DeviceHold> HoldDevice(const CallPlan& plan) const;
   // Completes `plan` for its chosen device: implementation, invocation and cache key.
   absl::Status Finish(CallPlan& plan) const;
 

@@ -17,6 +17,9 @@ ABSL_FLAG(std::string, devices, "all", "devices to serve: all, cpu, or GPU ordin
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(int32_t, max_queue, 1024, "queued requests per device before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, gpu_lanes, 3,
+          "calls each GPU runs at once, each on its own CUDA stream, so that one call's copies "
+          "overlap another's kernel; 1 = one call at a time");
 ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{4} << 30,
           "bytes of the requests in flight (received, synthesized, and their outputs) before "
           "RESOURCE_EXHAUSTED");
@@ -46,6 +49,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.devices = absl::GetFlag(FLAGS_devices);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
+  o.gpu_lanes = absl::GetFlag(FLAGS_gpu_lanes);
   o.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   o.max_synthetic_bytes = absl::GetFlag(FLAGS_max_synthetic_bytes);
   o.max_pinned_bytes = absl::GetFlag(FLAGS_max_pinned_bytes);
@@ -64,6 +68,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   }
   if (o.max_queue <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--max-queue=", o.max_queue, ": expected > 0"));
+  }
+  if (o.gpu_lanes < 1 || o.gpu_lanes > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-lanes=", o.gpu_lanes, ": expected 1 .. 16"));
   }
   if (o.max_inflight_bytes <= 0) {
     return absl::InvalidArgumentError(

@@ -128,6 +128,10 @@ absl::Status Server::Init(
 
   ExecutorOptions executor_options;
   executor_options.policy.allow_autotune = options_.autotune;
+  // Tuning times candidates with the GPU to itself (pool_ exists before any call runs).
+  executor_options.hold_device = [this](int device) -> std::unique_ptr<DeviceHold> {
+    return pool_->HoldExclusive(device);
+  };
   executor_ = std::make_unique<Executor>(&registry_, tiers_.chain.get(), std::move(detected),
                                          executor_options);
 
@@ -141,6 +145,7 @@ absl::Status Server::Init(
   }
   WorkerPoolOptions pool_options;
   pool_options.max_queue = options_.max_queue;
+  pool_options.gpu_lanes = options_.gpu_lanes;
   pool_options.on_depth = [this](int device, int depth) {
     metrics_.QueueDepth(DeviceLabel(device), depth);
   };
@@ -292,7 +297,9 @@ std::string Server::StartupLine() const {
       "; store ", tiers_.StoreLocation(), "; autotune on a miss ", options_.autotune ? "on" : "off",
       host_pool_ != nullptr
           ? absl::StrCat("; pinned host memory up to ", options_.max_pinned_bytes >> 20, " MiB")
-          : std::string());
+          : std::string(),
+      devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
+                          : std::string());
 }
 
 absl::Status Server::Shutdown() {

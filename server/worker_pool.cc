@@ -1,5 +1,6 @@
 #include "server/worker_pool.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -42,10 +43,13 @@ WorkerPool::WorkerPool(const std::vector<int>& devices, WorkerPoolOptions option
   for (int device : devices) {
     auto worker = std::make_unique<Worker>();
     worker->device = device;
+    worker->lanes = device < 0 ? 1 : std::max(1, options_.gpu_lanes);
     workers_.emplace(device, std::move(worker));
   }
   for (auto& [device, worker] : workers_) {
-    worker->thread = std::thread([this, w = worker.get()] { Loop(w); });
+    for (int lane = 0; lane < worker->lanes; ++lane) {
+      worker->threads.emplace_back([this, w = worker.get()] { Loop(w); });
+    }
   }
 }
 
@@ -65,6 +69,7 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
     if (item.may_run_inline && device == -1 && worker.queue.empty() && worker.running == 0) {
       run_here = true;
       ++worker.running;
+      ++worker.active;
     } else if (static_cast<int>(worker.queue.size()) >= options_.max_queue) {
       return absl::ResourceExhaustedError(absl::StrCat("the queue of device ", device, " is full (",
                                                        options_.max_queue, " requests waiting)"));
@@ -78,6 +83,7 @@ absl::Status WorkerPool::Submit(int device, WorkItem item) {
     RunItem(item, DropReason(item), 0);
     absl::MutexLock lock(&worker.mu);
     --worker.running;
+    --worker.active;
     ReportDepthLocked(worker);
   }
   return absl::OkStatus();
@@ -105,6 +111,29 @@ int WorkerPool::Place(const std::vector<int>& candidates) const {
   return best;
 }
 
+std::unique_ptr<ExclusiveHold> WorkerPool::HoldExclusive(int device) {
+  auto it = workers_.find(device);
+  if (it == workers_.end()) return nullptr;
+  Worker* worker = it->second.get();
+  absl::MutexLock lock(&worker->mu);
+  // The caller stops counting as active while it waits, so that two items asking at once both
+  // see the other lanes drain and take the hold in turn.
+  --worker->active;
+  ++worker->hold_waiters;
+  auto alone = [worker]()
+                   ABSL_NO_THREAD_SAFETY_ANALYSIS { return !worker->held && worker->active == 0; };
+  worker->mu.Await(absl::Condition(&alone));
+  --worker->hold_waiters;
+  worker->held = true;
+  ++worker->active;
+  return std::unique_ptr<ExclusiveHold>(new ExclusiveHold(worker));
+}
+
+ExclusiveHold::~ExclusiveHold() {
+  absl::MutexLock lock(&worker_->mu);
+  worker_->held = false;
+}
+
 int WorkerPool::Depth(int device) const {
   auto it = workers_.find(device);
   if (it == workers_.end()) return 0;
@@ -124,7 +153,9 @@ void WorkerPool::Shutdown() {
     worker->stopping = true;
   }
   for (auto& [device, worker] : workers_) {
-    if (worker->thread.joinable()) worker->thread.join();
+    for (std::thread& thread : worker->threads) {
+      if (thread.joinable()) thread.join();
+    }
   }
 }
 
@@ -136,10 +167,12 @@ void WorkerPool::ReportDepthLocked(const Worker& worker) const {
 }
 
 void WorkerPool::Loop(Worker* worker) {
-  // Nothing starts while an item runs inline on a submitting thread (running > 0 here).
+  // An item starts when a lane is free and no hold is granted or awaited (an item run inline
+  // on a submitting thread fills the CPU's one lane).
   auto ready = [worker]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return (!worker->queue.empty() && worker->running == 0) ||
-           (worker->stopping && worker->queue.empty());
+    const bool may_start =
+        worker->active < worker->lanes && !worker->held && worker->hold_waiters == 0;
+    return (!worker->queue.empty() && may_start) || (worker->stopping && worker->queue.empty());
   };
   while (true) {
     WorkItem item;
@@ -152,6 +185,7 @@ void WorkerPool::Loop(Worker* worker) {
       queued_at = worker->queue.front().second;
       worker->queue.pop_front();
       ++worker->running;
+      ++worker->active;
     }
     const int64_t queue_us =
         std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - queued_at)
@@ -160,6 +194,7 @@ void WorkerPool::Loop(Worker* worker) {
     RunItem(item, DropReason(item), queue_us);
     absl::MutexLock lock(&worker->mu);
     --worker->running;
+    --worker->active;
     ReportDepthLocked(*worker);
   }
 }

@@ -1,5 +1,7 @@
-// WorkerPool: one worker thread per owned device (GPU ordinals and the CPU, -1), each with a
-// bounded queue. Work that waited past its deadline or whose call was cancelled is dropped
+// WorkerPool: worker threads per owned device (GPU ordinals and the CPU, -1), each device with a
+// bounded queue. The CPU has one worker; a GPU has `gpu_lanes` of them, each with its own CUDA
+// stream (the platform's per-thread resources), so that the copies of one call overlap the
+// kernel of another. Work that waited past its deadline or whose call was cancelled is dropped
 // before it starts.
 #ifndef KERNELSERVE_SERVER_WORKER_POOL_H_
 #define KERNELSERVE_SERVER_WORKER_POOL_H_
@@ -17,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "core/device.h"
 
 namespace kernelserve::server {
 
@@ -41,6 +44,10 @@ struct WorkItem {
 // Options of the pool. Every field has a default.
 struct WorkerPoolOptions {
   int max_queue = 1024;  // queued (not yet started) items per device; more -> ResourceExhausted
+  // Items each GPU runs at once, each on its own worker thread (the CPU always runs one): while
+  // one computes, the next uploads and the previous downloads. Items start in queue order.
+  // Values < 1 count as 1.
+  int gpu_lanes = 1;
   // Called with (device, depth) whenever a device's depth changes (queued + running), under
   // the device's lock: it must be quick, thread-safe and must not call the pool. Empty = not
   // reported.
@@ -51,10 +58,14 @@ struct WorkerPoolOptions {
   std::function<void(int device, int64_t queue_us)> on_start;
 };
 
+// Keeps a device's other items from running while it lives (see WorkerPool::HoldExclusive).
+class ExclusiveHold;
+
 // Thread safety: thread-safe.
 class WorkerPool {
  public:
-  // Starts one thread per entry of `devices` (-1 = the CPU, others GPU ordinals).
+  // Starts the worker threads of `devices` (-1 = the CPU: one thread; GPU ordinals:
+  // options.gpu_lanes threads each).
   WorkerPool(const std::vector<int>& devices, WorkerPoolOptions options = {});
   // Shutdown(), then joins.
   ~WorkerPool();
@@ -70,6 +81,12 @@ class WorkerPool {
   // ties go round robin, so that equally idle GPUs share the work. `candidates.front()` when
   // the pool owns none of them. REQUIRES: candidates non-empty.
   int Place(const std::vector<int>& candidates) const;
+  // Gives the calling item `device` to itself, for work whose timing must be its own
+  // (autotuning): waits until no other item of the device runs, and starts none until the
+  // returned hold is destroyed. Null for a device the pool does not own. Holds of two items of
+  // one device are granted one after the other. REQUIRES: called from an item running on
+  // `device` (not one run inline); the hold ends before that item does.
+  std::unique_ptr<ExclusiveHold> HoldExclusive(int device);
   // Queued + running items of `device`; 0 for a device the pool does not own.
   int Depth(int device) const;
   bool Owns(int device) const { return workers_.contains(device); }
@@ -79,14 +96,19 @@ class WorkerPool {
   void Shutdown();
 
  private:
+  friend class ExclusiveHold;
   struct Worker {
     int device = -1;
+    int lanes = 1;  // items run at once (threads)
     mutable absl::Mutex mu;
     std::deque<std::pair<WorkItem, std::chrono::steady_clock::time_point>> queue
         ABSL_GUARDED_BY(mu);
-    int running ABSL_GUARDED_BY(mu) = 0;
+    int running ABSL_GUARDED_BY(mu) = 0;  // started, not finished (for the depth)
+    int active ABSL_GUARDED_BY(mu) = 0;   // running, less those waiting for a hold
+    int hold_waiters ABSL_GUARDED_BY(mu) = 0;
+    bool held ABSL_GUARDED_BY(mu) = false;  // an ExclusiveHold is granted
     bool stopping ABSL_GUARDED_BY(mu) = false;
-    std::thread thread;
+    std::vector<std::thread> threads;
   };
   void Loop(Worker* worker);
   void ReportDepthLocked(const Worker& worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(worker.mu);
@@ -94,6 +116,19 @@ class WorkerPool {
   const WorkerPoolOptions options_;
   std::map<int, std::unique_ptr<Worker>> workers_;  // fixed after construction
   mutable std::atomic<uint64_t> next_place_{0};     // where Place starts looking
+};
+
+// Ends its exclusive hold of a device when destroyed. Thread safety: as a plain value.
+class ExclusiveHold final : public DeviceHold {
+ public:
+  ~ExclusiveHold() override;
+  ExclusiveHold(const ExclusiveHold&) = delete;
+  ExclusiveHold& operator=(const ExclusiveHold&) = delete;
+
+ private:
+  friend class WorkerPool;
+  explicit ExclusiveHold(WorkerPool::Worker* worker) : worker_(worker) {}
+  WorkerPool::Worker* const worker_;
 };
 
 }  // namespace kernelserve::server

@@ -1,6 +1,8 @@
 #include "core/executor.h"
 
+#include <atomic>
 #include <memory>
+#include <vector>
 
 #include "core/batch.h"
 #include "core/recorder.h"
@@ -149,6 +151,63 @@ TEST_F(ExecutorTest, PolicyLayersAndAutotune) {
   }
   EXPECT_FALSE(executor.EffectivePolicy({}).allow_autotune);
   EXPECT_EQ(counters_->prepares, 1);  // tuning and the run share one prepared call
+}
+
+// A hold that counts itself in `held` while it lives.
+class CountingHold final : public DeviceHold {
+ public:
+  explicit CountingHold(std::atomic<int>* held) : held_(held) { ++*held_; }
+  ~CountingHold() override { --*held_; }
+
+ private:
+  std::atomic<int>* const held_;
+};
+
+// Tuning on a GPU times its candidates under the device hold, and only tuning does: plain runs
+// and CPU calls take no hold.
+TEST(ExecutorHoldTest, TuningOnAGpuHoldsTheDeviceWhileCandidatesAreTimed) {
+  auto counters = std::make_shared<FakeCounters>();
+  KernelRegistry registry;
+  ASSERT_TRUE(registry.Register(std::make_unique<FakeKernel>(counters, /*also_cuda=*/true)).ok());
+  ConfigCache memory;
+  ConfigSelectorChain chain(&memory, nullptr);
+  DeviceInfo gpu;
+  gpu.platform = Platform::kCuda;
+  gpu.ordinal = 0;
+  gpu.fingerprint.kind = "gpu";
+  std::atomic<int> held{0};
+  std::atomic<int> holds{0};
+  std::vector<int> held_devices;
+  ExecutorOptions options;
+  options.hold_device = [&](int device) -> std::unique_ptr<DeviceHold> {
+    ++holds;
+    held_devices.push_back(device);
+    return std::make_unique<CountingHold>(&held);
+  };
+  Executor executor(&registry, &chain, {gpu}, options);
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {3}, {1, 2, 3})}};
+  ExecuteOptions cuda;
+  cuda.platform = "cuda";
+  ASSERT_TRUE(executor.Execute("fake_scale", in, {}, cuda).ok());  // heuristic: no tuning
+  EXPECT_EQ(holds.load(), 0);
+
+  cuda.policy.allow_autotune = true;
+  TensorMap other = {{"x", Tensor::FromFloats(DType::kF32, {4}, {1, 2, 3, 4})}};  // a cache miss
+  absl::StatusOr<ExecuteResult> tuned = executor.Execute("fake_scale", other, {}, cuda);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->source, ConfigSource::kAutotune);
+  EXPECT_EQ(holds.load(), 1);
+  EXPECT_EQ(held.load(), 0);  // released when the timing ended
+  ASSERT_TRUE(
+      executor.Autotune("fake_scale", {{"x", TensorSpec{DType::kF32, {5}}}}, {}, cuda).ok());
+  EXPECT_EQ(holds.load(), 2);
+  EXPECT_EQ(held_devices, (std::vector<int>{0, 0}));
+
+  ExecuteOptions cpu;
+  cpu.platform = "cpu";
+  cpu.policy.allow_autotune = true;
+  ASSERT_TRUE(executor.Autotune("fake_scale", {{"x", TensorSpec{DType::kF32, {7}}}}, {}, cpu).ok());
+  EXPECT_EQ(holds.load(), 2);  // the CPU runs one call at a time anyway
 }
 
 TEST_F(ExecutorTest, AutotuneFromShapesAloneStoresTheWinner) {

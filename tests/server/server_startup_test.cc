@@ -58,6 +58,17 @@ TEST(ServerStartupTest, VersionNamesGitAndCuda) {
   EXPECT_TRUE(absl::StrContains(version.output, "cuda ")) << version.output;
 }
 
+TEST(ServerStartupTest, OutOfRangeFlagsAreRefusedNamingTheFlag) {
+  for (const char* flag :
+       {"--gpu-lanes=0", "--gpu-lanes=17", "--max-queue=0", "--max-pinned-bytes=-1"}) {
+    const Finished refused = RunToExit({"--cache=memory", "--metrics-listen=off", flag});
+    EXPECT_NE(refused.exit_code, 0) << flag << ": " << refused.output;
+    EXPECT_TRUE(absl::StrContains(refused.output, flag)) << flag << ": " << refused.output;
+    EXPECT_TRUE(absl::StrContains(refused.output, "expected")) << flag << ": " << refused.output;
+    EXPECT_FALSE(absl::StrContains(refused.output, "listening on")) << refused.output;
+  }
+}
+
 TEST(ServerStartupTest, SecondServerOnAPortInUseIsRefused) {
   ServerProcess first;
   ASSERT_TRUE(first.Start({"--cache=memory"}).ok());
@@ -133,8 +144,8 @@ TEST(ServerStartupTest, QueueWaitIsObservedPerCall) {
   for (int i = 0; i < 3; ++i) {
     v1::ExecuteResponse response;
     grpc::ClientContext context;
-    ASSERT_TRUE(MakeStub(server.address())->Execute(&context, MeanPoolingRequest(x), &response)
-                    .ok());
+    ASSERT_TRUE(
+        MakeStub(server.address())->Execute(&context, MeanPoolingRequest(x), &response).ok());
   }
   absl::StatusOr<std::string> text = HttpGet(server.metrics_port(), "/metrics");
   ASSERT_TRUE(text.ok()) << text.status();

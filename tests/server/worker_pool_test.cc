@@ -1,5 +1,6 @@
-// WorkerPool's inline path (WorkItem::may_run_inline): small CPU work runs on the submitting
-// thread when the CPU worker is idle, and the worker starts nothing else meanwhile.
+// WorkerPool: the inline path (WorkItem::may_run_inline: small CPU work runs on the submitting
+// thread when the CPU worker is idle, and the worker starts nothing else meanwhile), placement,
+// a GPU's lanes (several items at once, in queue order) and exclusive holds.
 #include "server/worker_pool.h"
 
 #include <algorithm>
@@ -8,8 +9,11 @@
 #include <new>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace kernelserve::server {
@@ -166,6 +170,144 @@ TEST(WorkerPoolTest, PlaceGoesRoundRobinAmongTheLeastLoaded) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(pool.Place({0, 1}), 1);
   release.Notify();
   EXPECT_EQ(pool.Place({7}), 7);  // none served: the first, for the caller to refuse
+}
+
+// Items that block until `release`, counting how many run at once on the device.
+struct Gate {
+  absl::Mutex mu;
+  int running ABSL_GUARDED_BY(mu) = 0;
+  int most ABSL_GUARDED_BY(mu) = 0;
+  std::vector<int> started ABSL_GUARDED_BY(mu);  // item ids in start order
+  absl::Notification release;
+
+  WorkItem Item(int id) {
+    WorkItem item;
+    item.run = [this, id](absl::Status status, int64_t) {
+      EXPECT_TRUE(status.ok()) << status;
+      {
+        absl::MutexLock lock(&mu);
+        ++running;
+        most = std::max(most, running);
+        started.push_back(id);
+      }
+      release.WaitForNotification();
+      absl::MutexLock lock(&mu);
+      --running;
+    };
+    return item;
+  }
+  void AwaitRunning(int n) {
+    absl::MutexLock lock(&mu);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return running == n; };
+    mu.Await(absl::Condition(&reached));
+  }
+};
+
+// A GPU with three lanes runs three items at once, in queue order; the fourth waits for a lane.
+// The CPU keeps one.
+TEST(WorkerPoolTest, GpuLanesRunThatManyItemsAtOnceInQueueOrder) {
+  WorkerPoolOptions options;
+  options.gpu_lanes = 3;
+  WorkerPool pool({-1, 0}, options);
+  Gate gpu;
+  for (int id = 0; id < 5; ++id) ASSERT_TRUE(pool.Submit(0, gpu.Item(id)).ok());
+  gpu.AwaitRunning(3);
+  EXPECT_EQ(pool.Depth(0), 5);  // 3 running + 2 queued
+  {
+    absl::MutexLock lock(&gpu.mu);
+    std::vector<int> first = gpu.started;
+    std::sort(first.begin(), first.end());
+    EXPECT_EQ(first, (std::vector<int>{0, 1, 2}));
+  }
+  Gate cpu;
+  for (int id = 0; id < 2; ++id) ASSERT_TRUE(pool.Submit(-1, cpu.Item(id)).ok());
+  cpu.AwaitRunning(1);
+  gpu.release.Notify();
+  cpu.release.Notify();
+  pool.Shutdown();
+  absl::MutexLock gpu_lock(&gpu.mu);
+  absl::MutexLock cpu_lock(&cpu.mu);
+  EXPECT_EQ(gpu.most, 3);
+  EXPECT_EQ(gpu.started.size(), 5u);
+  EXPECT_EQ(cpu.most, 1);
+}
+
+// An item holding its GPU exclusively waits until the other lanes' items end, and no item starts
+// until the hold ends; then the lanes fill again.
+TEST(WorkerPoolTest, ExclusiveHoldWaitsForTheOtherLanesAndKeepsNewItemsOut) {
+  WorkerPoolOptions options;
+  options.gpu_lanes = 3;
+  WorkerPool pool({-1, 0}, options);
+  Gate others;
+  ASSERT_TRUE(pool.Submit(0, others.Item(0)).ok());
+  ASSERT_TRUE(pool.Submit(0, others.Item(1)).ok());
+  others.AwaitRunning(2);
+
+  absl::Notification held, end_hold, hold_ended;
+  WorkItem tuner;
+  tuner.run = [&](absl::Status, int64_t) {
+    std::unique_ptr<ExclusiveHold> hold = pool.HoldExclusive(0);
+    ASSERT_NE(hold, nullptr);
+    {
+      absl::MutexLock lock(&others.mu);
+      EXPECT_EQ(others.running, 0);  // alone on the device
+    }
+    held.Notify();
+    end_hold.WaitForNotification();
+    hold.reset();
+    hold_ended.Notify();
+  };
+  ASSERT_TRUE(pool.Submit(0, std::move(tuner)).ok());
+  Gate later;
+  ASSERT_TRUE(pool.Submit(0, later.Item(7)).ok());  // queued behind the waiting hold
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(held.HasBeenNotified());  // two items still run
+  {
+    absl::MutexLock lock(&later.mu);
+    EXPECT_TRUE(later.started.empty());  // a waiting hold keeps new items out
+  }
+  others.release.Notify();
+  held.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));
+  {
+    absl::MutexLock lock(&later.mu);
+    EXPECT_TRUE(later.started.empty());  // and so does a granted one
+  }
+  end_hold.Notify();
+  later.AwaitRunning(1);
+  later.release.Notify();
+  pool.Shutdown();
+  EXPECT_TRUE(hold_ended.HasBeenNotified());
+  EXPECT_EQ(pool.HoldExclusive(5), nullptr);  // not served
+}
+
+// Two items asking for a hold at once both get it, one after the other.
+TEST(WorkerPoolTest, TwoHoldsOfOneDeviceAreGrantedInTurn) {
+  WorkerPoolOptions options;
+  options.gpu_lanes = 2;
+  WorkerPool pool({0}, options);
+  std::atomic<int> holding{0};
+  std::atomic<int> most{0};
+  std::atomic<int> done{0};
+  absl::Notification both_started;
+  std::atomic<int> started{0};
+  for (int i = 0; i < 2; ++i) {
+    WorkItem item;
+    item.run = [&](absl::Status, int64_t) {
+      if (++started == 2) both_started.Notify();
+      both_started.WaitForNotification();  // both running before either asks
+      std::unique_ptr<ExclusiveHold> hold = pool.HoldExclusive(0);
+      most = std::max(most.load(), ++holding);
+      absl::SleepFor(absl::Milliseconds(20));
+      --holding;
+      hold.reset();
+      ++done;
+    };
+    ASSERT_TRUE(pool.Submit(0, std::move(item)).ok());
+  }
+  pool.Shutdown();
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_EQ(most.load(), 1);
 }
 
 }  // namespace

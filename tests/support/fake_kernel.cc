@@ -38,14 +38,15 @@ struct FakeProblem : Problem {
 
 class FakeImpl : public PlatformImpl {
  public:
-  explicit FakeImpl(std::shared_ptr<FakeCounters> counters) : counters_(std::move(counters)) {}
-  Platform platform() const override { return Platform::kCpu; }
+  FakeImpl(std::shared_ptr<FakeCounters> counters, Platform platform)
+      : counters_(std::move(counters)), platform_(platform) {}
+  Platform platform() const override { return platform_; }
   absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::OkStatus();
   }
-  KernelConfig Heuristic(const Problem&, const DeviceInfo&) const override { return FakeConfig(1); }
+  KernelConfig Heuristic(const Problem&, const DeviceInfo&) const override { return Config(1); }
   std::vector<KernelConfig> Candidates(const Problem&, const DeviceInfo&) const override {
-    return {FakeConfig(1), FakeConfig(2), FakeConfig(3), FakeConfig(4), FakeConfig(5)};
+    return {Config(1), Config(2), Config(3), Config(4), Config(5)};
   }
   absl::Status CheckConfig(const KernelConfig& config, const Problem&,
                            const DeviceInfo&) const override {
@@ -59,20 +60,27 @@ class FakeImpl : public PlatformImpl {
   }
 
  private:
+  KernelConfig Config(int block_size) const {
+    return FakeConfig(block_size, PlatformName(platform_));
+  }
+
   std::shared_ptr<FakeCounters> counters_;
+  const Platform platform_;
 };
 
 }  // namespace
 
-KernelConfig FakeConfig(int block_size) {
+KernelConfig FakeConfig(int block_size, std::string_view platform) {
   KernelConfig c;
   c.block_size = block_size;
-  c.platform = "cpu";
+  c.platform = std::string(platform);
   return c;
 }
 
-FakeKernel::FakeKernel(std::shared_ptr<FakeCounters> counters) : counters_(counters) {
-  AddImpl(std::make_unique<FakeImpl>(std::move(counters)));
+FakeKernel::FakeKernel(std::shared_ptr<FakeCounters> counters, bool also_cuda)
+    : counters_(counters) {
+  AddImpl(std::make_unique<FakeImpl>(counters, Platform::kCpu));
+  if (also_cuda) AddImpl(std::make_unique<FakeImpl>(std::move(counters), Platform::kCuda));
 }
 
 const KernelSchema& FakeKernel::schema() const {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string_view>
 
 #include "core/kernel.h"
 
@@ -23,7 +24,9 @@ struct FakeCounters {
 
 class FakeKernel : public Kernel {
  public:
-  explicit FakeKernel(std::shared_ptr<FakeCounters> counters);
+  // With `also_cuda`, a "cuda" implementation too that runs the same way on the host (for the
+  // executor's GPU paths without a GPU).
+  explicit FakeKernel(std::shared_ptr<FakeCounters> counters, bool also_cuda = false);
 
   const KernelSchema& schema() const override;  // "fake_scale" v1: x f32 [N] -> out
   TensorSpecMap OutputSpecs(const Problem& problem) const override;
@@ -36,8 +39,8 @@ class FakeKernel : public Kernel {
   std::shared_ptr<FakeCounters> counters_;
 };
 
-// A config of the fake kernel with the given block size.
-KernelConfig FakeConfig(int block_size);
+// A config of the fake kernel with the given block size, for `platform`.
+KernelConfig FakeConfig(int block_size, std::string_view platform = "cpu");
 
 }  // namespace kernelserve::testing
 
