@@ -4,10 +4,12 @@
 //
 // A bare KernelService on the same gRPC callback API, process settings and message sizes as
 // kernelserve-server, doing none of its work: Execute answers a mean_pooling request with an
-// `out` tensor of the answer's shape and size ([B,H] or [N,H]) filled with x's first bytes, and
-// a heuristic config; every other method is unimplemented. `kernelserve bench` runs against it
-// unchanged, so its latency is what gRPC itself costs here, and kernelserve-server's latency minus
-// it is what the server adds (docs/PERFORMANCE.md, the service section).
+// `out` tensor of the answer's shape and size ([B,H] or [N,H]) filled with x's first bytes, a
+// flash_attention request (one with `q`) with `out` = q, and a heuristic config; every other
+// method is unimplemented. The same bytes cross gRPC both ways as with kernelserve-server.
+// `kernelserve bench` runs against it unchanged, so its latency is what gRPC itself costs here, and
+// kernelserve-server's latency minus it is what the server adds (docs/PERFORMANCE.md, the service
+// section).
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -34,16 +36,32 @@ class FloorService final : public v1::KernelService::CallbackService {
                                     const v1::ExecuteRequest* request,
                                     v1::ExecuteResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    const auto& inputs = request->inputs();
+    const grpc::Status status = request->inputs().contains("q")
+                                    ? AnswerAttention(*request, response)
+                                    : AnswerPooling(*request, response);
+    if (status.ok()) {
+      response->mutable_config()->set_platform("cpu");
+      response->set_config_source(v1::CONFIG_SOURCE_HEURISTIC);
+      response->set_platform("cpu");
+      response->set_device(-1);
+      response->set_request_id(request->request_id());
+    }
+    reactor->Finish(status);
+    return reactor;
+  }
+
+ private:
+  // mean_pooling's answer: [B,H], or [N,H] for N sequences, filled with x's first bytes.
+  static grpc::Status AnswerPooling(const v1::ExecuteRequest& request,
+                                    v1::ExecuteResponse* response) {
+    const auto& inputs = request.inputs();
     auto x = inputs.find("x");
     auto cu = inputs.find("cu_seqlens");
     const int rank = x == inputs.end() ? 0 : x->second.shape_size();
     if (!(rank == 3 || (rank == 2 && cu != inputs.end() && cu->second.shape_size() == 1))) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "expected x [B,S,H], or x [T,H] with cu_seqlens [N+1]"));
-      return reactor;
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "expected x [B,S,H], or x [T,H] with cu_seqlens [N+1], or q");
     }
-    // The answer: [B,H], or [N,H] for N sequences, filled with x's first bytes.
     const v1::Tensor& in = x->second;
     const int64_t rows = rank == 3 ? in.shape(0) : cu->second.shape(0) - 1;
     const int64_t hidden = in.shape(rank - 1);
@@ -51,22 +69,26 @@ class FloorService final : public v1::KernelService::CallbackService {
     const size_t bytes =
         dtype.ok() ? static_cast<size_t>(rows * hidden) * kernelserve::ItemSize(*dtype) : 0;
     if (!dtype.ok() || rows < 0 || bytes > in.data().size()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "x holds fewer bytes than the answer needs"));
-      return reactor;
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "x holds fewer bytes than the answer needs");
     }
     v1::Tensor& out = (*response->mutable_outputs())["out"];
     out.set_dtype(in.dtype());
     out.add_shape(rows);
     out.add_shape(hidden);
     out.set_data(in.data().substr(0, bytes));
-    response->mutable_config()->set_platform("cpu");
-    response->set_config_source(v1::CONFIG_SOURCE_HEURISTIC);
-    response->set_platform("cpu");
-    response->set_device(-1);
-    response->set_request_id(request->request_id());
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return grpc::Status::OK;
+  }
+
+  // flash_attention's answer: `out` of q's dtype, shape and bytes (an echo of q).
+  static grpc::Status AnswerAttention(const v1::ExecuteRequest& request,
+                                      v1::ExecuteResponse* response) {
+    const v1::Tensor& q = request.inputs().at("q");
+    v1::Tensor& out = (*response->mutable_outputs())["out"];
+    out.set_dtype(q.dtype());
+    *out.mutable_shape() = q.shape();
+    out.set_data(q.data());
+    return grpc::Status::OK;
   }
 };
 
