@@ -76,6 +76,17 @@ Metrics::Metrics()
                         .Name("kernelserve_device_memory_total_bytes")
                         .Help("Memory of each device (host memory for the cpu)")
                         .Register(*registry_)),
+      pinned_bytes_(BuildGauge()
+                        .Name("kernelserve_pinned_host_bytes")
+                        .Help("Page-locked host memory of GPU calls (--max-pinned-bytes), by "
+                              "state: in_use (held by tensors) or cached (kept for reuse)")
+                        .Register(*registry_)),
+      pinned_refusals_(BuildCounter()
+                           .Name("kernelserve_pinned_host_refusals_total")
+                           .Help("Tensors that found the pinned pool full and took the staged "
+                                 "path through pageable memory")
+                           .Register(*registry_)
+                           .Add({})),
       received_(BuildCounter()
                     .Name("kernelserve_received_bytes_total")
                     .Help("Bytes of request messages received")
@@ -183,6 +194,12 @@ void Metrics::StoreError(std::string_view store, std::string_view op) {
 void Metrics::DeviceMemory(std::string_view device, int64_t used_bytes, int64_t total_bytes) {
   memory_used_.Add({{"device", S(device)}}).Set(static_cast<double>(used_bytes));
   memory_total_.Add({{"device", S(device)}}).Set(static_cast<double>(total_bytes));
+}
+
+void Metrics::PinnedHost(int64_t in_use_bytes, int64_t cached_bytes, int64_t new_refusals) {
+  pinned_bytes_.Add({{"state", "in_use"}}).Set(static_cast<double>(in_use_bytes));
+  pinned_bytes_.Add({{"state", "cached"}}).Set(static_cast<double>(cached_bytes));
+  if (new_refusals > 0) pinned_refusals_.Increment(static_cast<double>(new_refusals));
 }
 
 void Metrics::Received(int64_t bytes) { received_.Increment(static_cast<double>(bytes)); }

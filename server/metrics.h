@@ -54,6 +54,9 @@ class Metrics {
   void InflightRequestsAdd(int64_t delta);
   void StoreError(std::string_view store, std::string_view op);
   void DeviceMemory(std::string_view device, int64_t used_bytes, int64_t total_bytes);
+  // The page-locked host pool: bytes held by buffers and cached for reuse, and how many
+  // allocations it refused (limit reached) since the last call.
+  void PinnedHost(int64_t in_use_bytes, int64_t cached_bytes, int64_t new_refusals);
   void Received(int64_t bytes);
   void Sent(int64_t bytes);
   // Time a request waited in `device`'s queue before its work started (or was dropped).
@@ -80,6 +83,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& store_errors_;
   prometheus::Family<prometheus::Gauge>& memory_used_;
   prometheus::Family<prometheus::Gauge>& memory_total_;
+  prometheus::Family<prometheus::Gauge>& pinned_bytes_;
+  prometheus::Counter& pinned_refusals_;
   prometheus::Counter& received_;
   prometheus::Counter& sent_;
   prometheus::Family<prometheus::Histogram>& queue_wait_;

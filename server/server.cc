@@ -251,6 +251,13 @@ void Server::SampleDevices() {
       metrics_.DeviceMemory(DeviceLabel(device), memory->used_bytes, memory->total_bytes);
     }
   }
+  if (host_pool_ != nullptr) {
+    const HostPoolStats pinned = host_pool_->stats();
+    metrics_.PinnedHost(static_cast<int64_t>(pinned.in_use_bytes),
+                        static_cast<int64_t>(pinned.cached_bytes),
+                        pinned.refusals - pinned_refusals_seen_);
+    pinned_refusals_seen_ = pinned.refusals;
+  }
 }
 
 KnownSeries Server::KnownLabels() const {

@@ -56,7 +56,7 @@ class Server {
   explicit Server(const ServerOptions& options);
   absl::Status Init(const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels);
   absl::Status StartGrpc();
-  void SampleDevices();
+  void SampleDevices();  // device memory and the pinned pool, into the metrics
   // The label values of the metrics series exported at startup.
   KnownSeries KnownLabels() const;
   // Gives freed memory back to the kernel when the server has been idle a while (sampler).
@@ -80,6 +80,7 @@ class Server {
   std::thread sampler_;
   int idle_samples_ = 0;                // sampler thread only
   int64_t resident_after_release_ = 0;  // sampler thread only
+  int64_t pinned_refusals_seen_ = 0;    // SampleDevices only (startup, then the sampler)
   bool shut_down_ = false;
 };
 
