@@ -17,7 +17,7 @@ ABSL_FLAG(std::string, devices, "all", "devices to serve: all, cpu, or GPU ordin
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(int32_t, max_queue, 1024, "queued requests per device before RESOURCE_EXHAUSTED");
-ABSL_FLAG(int32_t, gpu_lanes, 3,
+ABSL_FLAG(int32_t, gpu_lanes, 2,
           "calls each GPU runs at once, each on its own CUDA stream, so that one call's copies "
           "overlap another's kernel; 1 = one call at a time");
 ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{4} << 30,

@@ -19,7 +19,7 @@ struct ServerOptions {
   std::string devices = "all";                      // "all", "cpu" or GPU ordinals "0,1"
   int64_t max_message_bytes = int64_t{1} << 30;     // both directions
   int max_queue = 1024;                             // queued requests per device
-  int gpu_lanes = 3;                                // calls each GPU runs at once (streams)
+  int gpu_lanes = 2;                                // calls each GPU runs at once (streams)
   int64_t max_inflight_bytes = int64_t{4} << 30;    // request bytes accepted and not answered
   int64_t max_synthetic_bytes = int64_t{1} << 30;   // inputs Autotune makes up from shapes
   int64_t max_pinned_bytes = int64_t{4} << 30;      // page-locked host memory; 0 = none
