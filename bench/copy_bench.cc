@@ -2,7 +2,9 @@
 //
 // For each size: pinned and pageable cudaMemcpy both ways, host memcpy on one thread and on
 // the shared host copier, and the CUDA platform's own staged Upload / Download (what a
-// request's bytes go through). GB/s are bytes / median time of --iters runs. Run it with
+// request's bytes go through); cudaHostRegister + DMA + cudaHostUnregister per copy (pinning a
+// received buffer for each call instead of keeping a pool); cudaHostAlloc + cudaFreeHost (what a
+// block new to the pinned pool costs). GB/s are bytes / median time of --iters runs. Run it with
 // KERNELSERVE_COPY_THREADS=1 for the one-thread staging of earlier builds.
 #include <cuda_runtime_api.h>
 
@@ -67,8 +69,9 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"copy_threads", ks::cpu::SharedHostCopier().threads()},
                         {"sizes", nlohmann::json::array()}};
   std::printf("host copier threads: %d\n", ks::cpu::SharedHostCopier().threads());
-  std::printf("%8s %9s %9s %9s %9s %9s %9s %9s %9s  (GB/s)\n", "MiB", "pin h2d", "pin d2h",
-              "page h2d", "page d2h", "memcpy1", "copier", "Upload", "Download");
+  std::printf("%8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  (GB/s)\n", "MiB", "pin h2d", "pin d2h",
+              "page h2d", "page d2h", "memcpy1", "copier", "Upload", "Download", "reg h2d",
+              "hostalloc");
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
     size_t mib = 0;
     if (!absl::SimpleAtoi(text, &mib) || mib == 0) continue;
@@ -96,19 +99,44 @@ int main(int argc, char** argv) {
          gb / MedianSeconds(iters, copy(device, pageable.data(), cudaMemcpyHostToDevice))},
         {"pageable_d2h",
          gb / MedianSeconds(iters, copy(pageable_out.data(), device, cudaMemcpyDeviceToHost))},
-        {"memcpy_1_thread", gb / MedianSeconds(iters, [&] {
-                              std::memcpy(pageable_out.data(), pageable.data(), bytes);
+        {"memcpy_1_thread",
+         gb / MedianSeconds(iters,
+                            [&] { std::memcpy(pageable_out.data(), pageable.data(), bytes); })},
+        {"host_copier", gb / MedianSeconds(iters,
+                                           [&] {
+                                             ks::cpu::SharedHostCopier().Copy(
+                                                 pageable_out.data(), pageable.data(), bytes);
+                                           })},
+        {"upload",
+         gb / MedianSeconds(
+                  iters,
+                  [&] { (void)(*resources)->Upload(pageable.data(), bytes, device, stream); })},
+        {"download",
+         gb / MedianSeconds(
+                  iters,
+                  [&] {
+                    (void)(*resources)->Download(device, bytes, pageable_out.data(), stream);
+                  })},
+        // Locking the pages of a received buffer for each call instead of keeping a pool:
+        // cudaHostRegister, the DMA, cudaHostUnregister.
+        {"registered_h2d",
+         gb / MedianSeconds(iters,
+                            [&] {
+                              Ok(cudaHostRegister(pageable.data(), bytes, cudaHostRegisterDefault),
+                                 "cudaHostRegister");
+                              copy(device, pageable.data(), cudaMemcpyHostToDevice)();
+                              Ok(cudaHostUnregister(pageable.data()), "cudaHostUnregister");
                             })},
-        {"host_copier", gb / MedianSeconds(iters, [&] {
-                          ks::cpu::SharedHostCopier().Copy(pageable_out.data(), pageable.data(),
-                                                           bytes);
-                        })},
-        {"upload", gb / MedianSeconds(iters, [&] {
-                     (void)(*resources)->Upload(pageable.data(), bytes, device, stream);
-                   })},
-        {"download", gb / MedianSeconds(iters, [&] {
-                       (void)(*resources)->Download(device, bytes, pageable_out.data(), stream);
-                     })},
+        // What a block new to the pinned pool costs: cudaHostAlloc and cudaFreeHost.
+        {"host_alloc",
+         gb / MedianSeconds(iters,
+                            [&] {
+                              void* block = nullptr;
+                              if (Ok(cudaHostAlloc(&block, bytes, cudaHostAllocPortable),
+                                     "cudaHostAlloc")) {
+                                Ok(cudaFreeHost(block), "cudaFreeHost");
+                              }
+                            })},
     };
     // The staged round trip must bring the bytes back unchanged.
     std::memset(pageable_out.data(), 0, bytes);
@@ -116,11 +144,12 @@ int main(int argc, char** argv) {
                       (*resources)->Download(device, bytes, pageable_out.data(), stream).ok() &&
                       pageable == pageable_out;
     row["round_trip_equal"] = same;
-    std::printf("%8zu %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f%s\n", mib,
+    std::printf("%8zu %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f%s\n", mib,
                 row["pinned_h2d"].get<double>(), row["pinned_d2h"].get<double>(),
                 row["pageable_h2d"].get<double>(), row["pageable_d2h"].get<double>(),
                 row["memcpy_1_thread"].get<double>(), row["host_copier"].get<double>(),
                 row["upload"].get<double>(), row["download"].get<double>(),
+                row["registered_h2d"].get<double>(), row["host_alloc"].get<double>(),
                 same ? "" : "  ROUND TRIP DIFFERS");
     out["sizes"].push_back(row);
     cudaFreeHost(pinned);

@@ -31,16 +31,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Any
 
 import numpy as np
 
 FLOOR_PORT = 50300
 SERVER_PORT = 50051
+METRICS_PORT = 9465
 PLATFORM = "cuda"  # --platform
 
 # name, kernel, {input: shape}, params: the request of about `mb` MB of f16 inputs.
@@ -103,6 +106,17 @@ def python_round_trip(port: int, kernel: str, shapes: dict[str, list[int]],
             if rep > 0:  # the first call warms the channel and the pools
                 times.append(time.perf_counter() - begin)
     return {"p50_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3}
+
+
+def pool_counts() -> tuple[float, float]:
+    """(blocks allocated anew, refusals) of the server's pinned pool, after its next sample."""
+    time.sleep(2.1)  # the server samples the pool every 2 s
+    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
+    def value(name: str) -> float:
+        match = re.search(rf"^{name} (\S+)$", text, re.M)
+        return float(match.group(1)) if match else 0.0
+    return (value("kernelserve_pinned_host_allocations_total"),
+            value("kernelserve_pinned_host_refusals_total"))
 
 
 def overlap(result: dict[str, Any]) -> float:
@@ -169,7 +183,7 @@ def main() -> None:
 
 
 def server_command(lanes: int) -> list[str]:
-    return ["kernelserve-server", "--cache=memory", "--metrics-listen=off",
+    return ["kernelserve-server", "--cache=memory", f"--metrics-listen=127.0.0.1:{METRICS_PORT}",
             f"--listen=127.0.0.1:{SERVER_PORT}", f"--gpu-lanes={lanes}"]
 
 
@@ -182,7 +196,7 @@ def stop(process: subprocess.Popen) -> None:
 def run_sizes(report: dict[str, Any], opts: argparse.Namespace) -> None:
     print("\n| request | in / out MB | CLI floor p50 | CLI server p50 | ratio | recv | h2d "
           "(GB/s) | kernel | d2h (GB/s) | server total | Python floor p50 | Python server "
-          "p50 | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+          "p50 | ratio | pool new / refused |\n" + "|---" * 14 + "|", flush=True)
     for name, kernel, shapes, params in cases([int(s) for s in opts.sizes.split(",")]):
         small = nbytes(shapes) < 32e6
         reps = 30 if small else opts.reps
@@ -190,7 +204,10 @@ def run_sizes(report: dict[str, Any], opts: argparse.Namespace) -> None:
         for port in (FLOOR_PORT, SERVER_PORT):  # each lane's first call makes its stream
             cli_bench(port, kernel, shapes, params, 3, 3)
         row["cli_floor"] = cli_bench(FLOOR_PORT, kernel, shapes, params, 1, reps)
+        before = pool_counts()
         row["cli_server"] = cli_bench(SERVER_PORT, kernel, shapes, params, 1, reps)
+        after = pool_counts()
+        row["pool_new_blocks"], row["pool_refusals"] = (after[0] - before[0], after[1] - before[1])
         py_reps = reps if small else max(2, reps // 2)
         row["py_floor"] = python_round_trip(FLOOR_PORT, kernel, shapes, params, py_reps)
         row["py_server"] = python_round_trip(SERVER_PORT, kernel, shapes, params, py_reps)
@@ -238,7 +255,8 @@ def print_row(row: dict[str, Any], kernel: str, shapes: dict[str, list[int]]) ->
           f"{ms(sp50)} | {sp50 / fp50:.2f} | {ms(mean['recv_us'])} | {ms(mean['h2d_us'])} "
           f"({gbps(row['bytes_in'], mean['h2d_us'])}) | {ms(mean['kernel_us'])} | "
           f"{ms(mean['d2h_us'])} ({gbps(out_bytes, mean['d2h_us'])}) | {ms(mean['total_us'])} | "
-          f"{pf:.2f} | {ps:.2f} | {ps / pf:.2f} |", flush=True)
+          f"{pf:.2f} | {ps:.2f} | {ps / pf:.2f} | {row['pool_new_blocks']:.0f} / "
+          f"{row['pool_refusals']:.0f} |", flush=True)
 
 
 def run_concurrent(report: dict[str, Any], label: str, port: int, name: str, kernel: str,

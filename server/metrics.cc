@@ -81,6 +81,12 @@ Metrics::Metrics()
                         .Help("Page-locked host memory of GPU calls (--max-pinned-bytes), by "
                               "state: in_use (held by tensors) or cached (kept for reuse)")
                         .Register(*registry_)),
+      pinned_allocations_(BuildCounter()
+                              .Name("kernelserve_pinned_host_allocations_total")
+                              .Help("Blocks the pinned pool allocated anew (cudaHostAlloc) "
+                                    "rather than reused")
+                              .Register(*registry_)
+                              .Add({})),
       pinned_refusals_(BuildCounter()
                            .Name("kernelserve_pinned_host_refusals_total")
                            .Help("Tensors that found the pinned pool full and took the staged "
@@ -196,9 +202,11 @@ void Metrics::DeviceMemory(std::string_view device, int64_t used_bytes, int64_t 
   memory_total_.Add({{"device", S(device)}}).Set(static_cast<double>(total_bytes));
 }
 
-void Metrics::PinnedHost(int64_t in_use_bytes, int64_t cached_bytes, int64_t new_refusals) {
+void Metrics::PinnedHost(int64_t in_use_bytes, int64_t cached_bytes, int64_t new_allocations,
+                         int64_t new_refusals) {
   pinned_bytes_.Add({{"state", "in_use"}}).Set(static_cast<double>(in_use_bytes));
   pinned_bytes_.Add({{"state", "cached"}}).Set(static_cast<double>(cached_bytes));
+  if (new_allocations > 0) pinned_allocations_.Increment(static_cast<double>(new_allocations));
   if (new_refusals > 0) pinned_refusals_.Increment(static_cast<double>(new_refusals));
 }
 

@@ -54,9 +54,10 @@ class Metrics {
   void InflightRequestsAdd(int64_t delta);
   void StoreError(std::string_view store, std::string_view op);
   void DeviceMemory(std::string_view device, int64_t used_bytes, int64_t total_bytes);
-  // The page-locked host pool: bytes held by buffers and cached for reuse, and how many
-  // allocations it refused (limit reached) since the last call.
-  void PinnedHost(int64_t in_use_bytes, int64_t cached_bytes, int64_t new_refusals);
+  // The page-locked host pool: bytes held by buffers and cached for reuse, and since the last
+  // call how many blocks it allocated anew and how many requests it refused (limit reached).
+  void PinnedHost(int64_t in_use_bytes, int64_t cached_bytes, int64_t new_allocations,
+                  int64_t new_refusals);
   void Received(int64_t bytes);
   void Sent(int64_t bytes);
   // Time a request waited in `device`'s queue before its work started (or was dropped).
@@ -84,6 +85,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& memory_used_;
   prometheus::Family<prometheus::Gauge>& memory_total_;
   prometheus::Family<prometheus::Gauge>& pinned_bytes_;
+  prometheus::Counter& pinned_allocations_;
   prometheus::Counter& pinned_refusals_;
   prometheus::Counter& received_;
   prometheus::Counter& sent_;

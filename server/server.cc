@@ -253,9 +253,10 @@ void Server::SampleDevices() {
   }
   if (host_pool_ != nullptr) {
     const HostPoolStats pinned = host_pool_->stats();
-    metrics_.PinnedHost(static_cast<int64_t>(pinned.in_use_bytes),
-                        static_cast<int64_t>(pinned.cached_bytes),
-                        pinned.refusals - pinned_refusals_seen_);
+    metrics_.PinnedHost(
+        static_cast<int64_t>(pinned.in_use_bytes), static_cast<int64_t>(pinned.cached_bytes),
+        pinned.allocations - pinned_allocations_seen_, pinned.refusals - pinned_refusals_seen_);
+    pinned_allocations_seen_ = pinned.allocations;
     pinned_refusals_seen_ = pinned.refusals;
   }
 }

@@ -78,9 +78,10 @@ class Server {
   int metrics_port_ = 0;
   absl::Notification stop_sampler_;
   std::thread sampler_;
-  int idle_samples_ = 0;                // sampler thread only
-  int64_t resident_after_release_ = 0;  // sampler thread only
-  int64_t pinned_refusals_seen_ = 0;    // SampleDevices only (startup, then the sampler)
+  int idle_samples_ = 0;                 // sampler thread only
+  int64_t resident_after_release_ = 0;   // sampler thread only
+  int64_t pinned_allocations_seen_ = 0;  // SampleDevices only (startup, then the sampler)
+  int64_t pinned_refusals_seen_ = 0;     // SampleDevices only
   bool shut_down_ = false;
 };
 
