@@ -153,6 +153,14 @@ absl::StatusOr<CallPlan> Executor::Retarget(const CallPlan& plan, int device) co
   return moved;
 }
 
+SelectRequest Executor::RequestFor(const CallPlan& plan) const {
+  SelectRequest request = RequestOf(plan);
+  if (plan.ordinal() >= 0 && options_.step_aside) {
+    request.step_aside = [this, device = plan.ordinal()] { return options_.step_aside(device); };
+  }
+  return request;
+}
+
 std::unique_ptr<DeviceHold> Executor::HoldDevice(const CallPlan& plan) const {
   if (plan.ordinal() < 0 || !options_.hold_device) return nullptr;
   return options_.hold_device(plan.ordinal());
@@ -168,7 +176,7 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
     run->set_interrupt(plan.interrupt);
     return absl::OkStatus();
   };
-  SelectRequest request = RequestOf(plan);
+  SelectRequest request = RequestFor(plan);
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
     KS_RETURN_IF_ERROR(prepare());
@@ -216,7 +224,7 @@ absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const Tensor
     inputs = &synthesized;
   }
   KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, *inputs));
-  SelectRequest request = RequestOf(plan);
+  SelectRequest request = RequestFor(plan);
   request.override_config.reset();
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {

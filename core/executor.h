@@ -92,6 +92,11 @@ struct ExecutorOptions {
   // that each candidate's time is its own where several calls share a GPU. Called on the
   // thread that runs the call. Empty (or a null hold) = nothing held.
   std::function<std::unique_ptr<DeviceHold>(int device)> hold_device;
+  // Called with a GPU's ordinal when a call waits for another call tuning the same key on that
+  // GPU; the hold it returns is kept while it waits and should stop the waiting call from
+  // counting against hold_device (which would otherwise wait for it: a deadlock). Empty =
+  // nothing. The server sets both or neither.
+  std::function<std::unique_ptr<DeviceHold>(int device)> step_aside;
 };
 
 // Thread safety: thread-safe; many calls may be planned and run at once, several per device.
@@ -151,6 +156,8 @@ class Executor {
                                                  const ExecuteOptions& options) const;
   // options_.hold_device for the plan's GPU; null on the CPU or without the option.
   std::unique_ptr<DeviceHold> HoldDevice(const CallPlan& plan) const;
+  // The chain's request for `plan`, with step_aside for its GPU (no tuning function).
+  SelectRequest RequestFor(const CallPlan& plan) const;
   // Completes `plan` for its chosen device: implementation, invocation and cache key.
   absl::Status Finish(CallPlan& plan) const;
 

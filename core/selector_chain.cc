@@ -135,9 +135,14 @@ absl::StatusOr<Selection> ConfigSelectorChain::TuneOnce(const SelectRequest& req
     leader = inserted;
   }
   if (!leader) {
-    absl::MutexLock lock(&flight->mu);
-    flight->mu.Await(absl::Condition(&flight->done));
-    absl::StatusOr<Selection> result = flight->result;
+    absl::StatusOr<Selection> result = absl::UnknownError("not done");
+    {
+      // Declared before the lock, so released after it: the leader may need the device.
+      const std::unique_ptr<DeviceHold> aside = request.step_aside ? request.step_aside() : nullptr;
+      absl::MutexLock lock(&flight->mu);
+      flight->mu.Await(absl::Condition(&flight->done));
+      result = flight->result;
+    }
     if (absl::IsDeadlineExceeded(result.status()) || absl::IsCancelled(result.status())) {
       // The leader's caller went away mid-tuning; that is not this call's error.
       return Heuristic(request, key, /*write_back=*/false);

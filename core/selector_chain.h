@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/config_source.h"
+#include "core/device.h"
 #include "core/invocation.h"
 #include "core/kernel.h"
 #include "core/policy.h"
@@ -50,6 +51,11 @@ struct SelectRequest {
   std::function<absl::StatusOr<TuneReport>(const KernelConfig& heuristic,
                                            const std::vector<KernelConfig>& candidates)>
       tune;
+  // Called before this call waits for another call that is tuning the same key; what it
+  // returns is held while the call waits, and should let that call have the device to itself
+  // meanwhile (ExecutorOptions::hold_device would otherwise wait for this call forever).
+  // Empty (or a null hold) = nothing.
+  std::function<std::unique_ptr<DeviceHold>()> step_aside;
 };
 
 // The chain's answer. A value type.

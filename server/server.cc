@@ -132,6 +132,8 @@ absl::Status Server::Init(
   executor_options.hold_device = [this](int device) -> std::unique_ptr<DeviceHold> {
     return pool_->HoldExclusive(device);
   };
+  // A call waiting for another's tuning of its key steps aside, so that hold is granted.
+  executor_options.step_aside = [this](int device) { return pool_->StepAside(device); };
   executor_ = std::make_unique<Executor>(&registry_, tiers_.chain.get(), std::move(detected),
                                          executor_options);
 

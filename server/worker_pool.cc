@@ -134,6 +134,30 @@ ExclusiveHold::~ExclusiveHold() {
   worker_->held = false;
 }
 
+// An item of `worker` stepped aside; it counts as active again when destroyed.
+class SteppedAside final : public DeviceHold {
+ public:
+  explicit SteppedAside(WorkerPool::Worker* worker) : worker_(worker) {}
+  ~SteppedAside() override {
+    absl::MutexLock lock(&worker_->mu);
+    auto unheld = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !worker_->held; };
+    worker_->mu.Await(absl::Condition(&unheld));
+    ++worker_->active;
+  }
+
+ private:
+  WorkerPool::Worker* const worker_;
+};
+
+std::unique_ptr<DeviceHold> WorkerPool::StepAside(int device) {
+  auto it = workers_.find(device);
+  if (it == workers_.end()) return nullptr;
+  Worker* worker = it->second.get();
+  absl::MutexLock lock(&worker->mu);
+  --worker->active;
+  return std::make_unique<SteppedAside>(worker);
+}
+
 int WorkerPool::Depth(int device) const {
   auto it = workers_.find(device);
   if (it == workers_.end()) return 0;

@@ -87,6 +87,11 @@ class WorkerPool {
   // one device are granted one after the other. REQUIRES: called from an item running on
   // `device` (not one run inline); the hold ends before that item does.
   std::unique_ptr<ExclusiveHold> HoldExclusive(int device);
+  // Lets the calling item wait on another item of `device` (one tuning the key it needs)
+  // without counting as running there, so that the other item's HoldExclusive is granted; when
+  // the returned object is destroyed, the item counts again once no hold is granted. Null for a
+  // device the pool does not own. REQUIRES: as HoldExclusive.
+  std::unique_ptr<DeviceHold> StepAside(int device);
   // Queued + running items of `device`; 0 for a device the pool does not own.
   int Depth(int device) const;
   bool Owns(int device) const { return workers_.contains(device); }
@@ -97,6 +102,7 @@ class WorkerPool {
 
  private:
   friend class ExclusiveHold;
+  friend class SteppedAside;
   struct Worker {
     int device = -1;
     int lanes = 1;  // items run at once (threads)

@@ -183,6 +183,25 @@ TEST(ServerPipelineTest, ConcurrentMixedCallsMatchTheCpuReferenceWithCancelsAmon
             kThreads * kCallsPerThread + 1);
 }
 
+// Tuning on a miss with several lanes: concurrent calls of one new key (one tunes with the GPU
+// to itself, the others wait for its result) and of other keys all finish, correct.
+TEST(ServerPipelineTest, ConcurrentTuningOnAMissFinishesAndMatches) {
+  START_GPU_SERVER(server, "--gpu-lanes=3", "--autotune", "--metrics-listen=off");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = MakeStub(server.address());
+      // Threads 0-3 share one key; 4 and 5 have keys of their own.
+      const Shape shape = t < 4 ? Shape{3, 333, 200} : Shape{2, 100 + t, 96};
+      for (int i = 0; i < 2; ++i) {
+        Case c = PoolingOf(DType::kF32, shape, 7000 + 10 * t + i);
+        RunAndCheck(*stub, c);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
 // Device memory held by this process until destroyed, leaving about `leave` bytes free.
 class DeviceMemoryHog {
  public:
