@@ -111,10 +111,14 @@ int WorkerPool::Place(const std::vector<int>& candidates) const {
   return best;
 }
 
-std::unique_ptr<ExclusiveHold> WorkerPool::HoldExclusive(int device) {
+WorkerPool::Worker* WorkerPool::Find(int device) const {
   auto it = workers_.find(device);
-  if (it == workers_.end()) return nullptr;
-  Worker* worker = it->second.get();
+  return it == workers_.end() ? nullptr : it->second.get();
+}
+
+std::unique_ptr<ExclusiveHold> WorkerPool::HoldExclusive(int device) {
+  Worker* worker = Find(device);
+  if (worker == nullptr) return nullptr;
   absl::MutexLock lock(&worker->mu);
   // The caller stops counting as active while it waits, so that two items asking at once both
   // see the other lanes drain and take the hold in turn.
@@ -150,19 +154,18 @@ class SteppedAside final : public DeviceHold {
 };
 
 std::unique_ptr<DeviceHold> WorkerPool::StepAside(int device) {
-  auto it = workers_.find(device);
-  if (it == workers_.end()) return nullptr;
-  Worker* worker = it->second.get();
+  Worker* worker = Find(device);
+  if (worker == nullptr) return nullptr;
   absl::MutexLock lock(&worker->mu);
   --worker->active;
   return std::make_unique<SteppedAside>(worker);
 }
 
 int WorkerPool::Depth(int device) const {
-  auto it = workers_.find(device);
-  if (it == workers_.end()) return 0;
-  absl::MutexLock lock(&it->second->mu);
-  return static_cast<int>(it->second->queue.size()) + it->second->running;
+  const Worker* worker = Find(device);
+  if (worker == nullptr) return 0;
+  absl::MutexLock lock(&worker->mu);
+  return static_cast<int>(worker->queue.size()) + worker->running;
 }
 
 std::vector<int> WorkerPool::devices() const {

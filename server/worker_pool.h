@@ -45,7 +45,7 @@ struct WorkItem {
 struct WorkerPoolOptions {
   int max_queue = 1024;  // queued (not yet started) items per device; more -> ResourceExhausted
   // Items each GPU runs at once, each on its own worker thread (the CPU always runs one): while
-  // one computes, the next uploads and the previous downloads. Items start in queue order.
+  // one computes, another uploads or downloads. Items start in queue order.
   // Values < 1 count as 1.
   int gpu_lanes = 1;
   // Called with (device, depth) whenever a device's depth changes (queued + running), under
@@ -116,6 +116,8 @@ class WorkerPool {
     bool stopping ABSL_GUARDED_BY(mu) = false;
     std::vector<std::thread> threads;
   };
+  // The worker of `device`; null when the pool does not own it.
+  Worker* Find(int device) const;
   void Loop(Worker* worker);
   void ReportDepthLocked(const Worker& worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(worker.mu);
 

@@ -16,6 +16,7 @@ namespace {
 
 using ::kernelserve::testing::FakeConfig;
 using ::kernelserve::testing::FakeCounters;
+using ::kernelserve::testing::FakeGpu;
 using ::kernelserve::testing::FakeKernel;
 
 // An executor over the built-in kernels and the fake one, CPU only, memory tier only.
@@ -112,10 +113,7 @@ TEST(ExecutorRoutingTest, AutoFallsBackToTheCpuWhenTheGpuCannotRunTheInputs) {
   ASSERT_TRUE(registry.Register(std::move(kernel)).ok());
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, nullptr);
-  DeviceInfo gpu;
-  gpu.platform = Platform::kCuda;
-  gpu.ordinal = 0;
-  gpu.fingerprint.kind = "gpu";
+  const DeviceInfo gpu = FakeGpu();
   Executor executor(&registry, &chain, {gpu});
   TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {2}, {1, 2})}};
   absl::StatusOr<ExecuteResult> automatic = executor.Execute("fake_scale", in, {});
@@ -171,10 +169,7 @@ TEST(ExecutorHoldTest, TuningOnAGpuHoldsTheDeviceWhileCandidatesAreTimed) {
   ASSERT_TRUE(registry.Register(std::make_unique<FakeKernel>(counters, /*also_cuda=*/true)).ok());
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, nullptr);
-  DeviceInfo gpu;
-  gpu.platform = Platform::kCuda;
-  gpu.ordinal = 0;
-  gpu.fingerprint.kind = "gpu";
+  const DeviceInfo gpu = FakeGpu();
   std::atomic<int> held{0};
   std::atomic<int> holds{0};
   std::vector<int> held_devices;

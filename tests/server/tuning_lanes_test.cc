@@ -18,6 +18,7 @@ namespace kernelserve::server {
 namespace {
 
 using ::kernelserve::testing::FakeCounters;
+using ::kernelserve::testing::FakeGpu;
 using ::kernelserve::testing::FakeKernel;
 
 TEST(TuningOnLanesTest, TwoCallsOfOneNewKeyTuneOnceWithoutDeadlock) {
@@ -27,10 +28,7 @@ TEST(TuningOnLanesTest, TwoCallsOfOneNewKeyTuneOnceWithoutDeadlock) {
   ASSERT_TRUE(registry.Register(std::make_unique<FakeKernel>(counters, /*also_cuda=*/true)).ok());
   ConfigCache memory;
   ConfigSelectorChain chain(&memory, nullptr);
-  DeviceInfo gpu;
-  gpu.platform = Platform::kCuda;
-  gpu.ordinal = 0;
-  gpu.fingerprint.kind = "gpu";
+  const DeviceInfo gpu = FakeGpu();
   WorkerPoolOptions pool_options;
   pool_options.gpu_lanes = 2;
   WorkerPool pool({0}, pool_options);

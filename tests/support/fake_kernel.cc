@@ -70,6 +70,14 @@ class FakeImpl : public PlatformImpl {
 
 }  // namespace
 
+DeviceInfo FakeGpu(int ordinal) {
+  DeviceInfo gpu;
+  gpu.platform = Platform::kCuda;
+  gpu.ordinal = ordinal;
+  gpu.fingerprint.kind = "gpu";
+  return gpu;
+}
+
 KernelConfig FakeConfig(int block_size, std::string_view platform) {
   KernelConfig c;
   c.block_size = block_size;

@@ -39,6 +39,9 @@ class FakeKernel : public Kernel {
   std::shared_ptr<FakeCounters> counters_;
 };
 
+// A GPU for executors in tests without one: cuda platform, `ordinal`, fingerprint kind "gpu".
+DeviceInfo FakeGpu(int ordinal = 0);
+
 // A config of the fake kernel with the given block size, for `platform`.
 KernelConfig FakeConfig(int block_size, std::string_view platform = "cpu");
 
