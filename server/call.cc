@@ -62,6 +62,11 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
   for (std::string& warning : result.warnings) response->add_warnings(std::move(warning));
 }
 
+void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,
+                     const v1::Timing& timing, double seconds) {
+  if (deps.stats != nullptr) deps.stats->Record(kernel, status, timing, seconds);
+}
+
 void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource source,
                      double select_seconds) {
   metrics.ConfigSelection(kernel, ConfigSourceName(source));

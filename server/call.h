@@ -3,6 +3,7 @@
 #ifndef KERNELSERVE_SERVER_CALL_H_
 #define KERNELSERVE_SERVER_CALL_H_
 
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "proto/convert.h"
 #include "server/budget.h"
 #include "server/metrics.h"
+#include "server/model_stats.h"
 #include "server/options.h"
 #include "server/worker_pool.h"
 
@@ -32,6 +34,10 @@ struct ServiceDeps {
   // Where the large tensor bytes of Execute and ExecuteStream requests are parsed into (the
   // CUDA platform's pool of page-locked memory when serving GPUs); nullptr = the heap.
   HostAllocator* host_allocator = nullptr;
+  // The inference statistics of ModelStatistics (RecordInference); nullptr = not kept.
+  ModelStats* stats = nullptr;
+  // True once the server drains (ServerReady answers false); nullptr = never.
+  const std::atomic<bool>* draining = nullptr;
 };
 
 // The call-describing fields of a request, converted. A value type.
@@ -93,6 +99,10 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
 // metrics.
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response, wire::TensorBuffers* buffers = nullptr);
+
+// Counts a kernel call that reached its worker in deps.stats (when kept): see ModelStats::Record.
+void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,
+                     const v1::Timing& timing, double seconds);
 
 // Records a tuning outcome from a selection that tuned (or not).
 void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource source,

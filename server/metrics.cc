@@ -38,6 +38,11 @@ Metrics::Metrics()
                             .Name("kernelserve_request_duration_seconds")
                             .Help("Time from receiving a request to answering it")
                             .Register(*registry_)),
+      kserve_calls_(BuildCounter()
+                        .Name("kernelserve_kserve_calls_total")
+                        .Help("Finished calls of the KServe v2 (Open Inference Protocol) front "
+                              "door by method and gRPC code")
+                        .Register(*registry_)),
       kernel_duration_(BuildHistogram()
                            .Name("kernelserve_kernel_duration_seconds")
                            .Help("Kernel time by the platform's timer")
@@ -131,6 +136,10 @@ void Metrics::Request(std::string_view kernel, std::string_view platform, std::s
                       double seconds) {
   requests_.Add({{"kernel", S(kernel)}, {"platform", S(platform)}, {"code", S(code)}}).Increment();
   request_duration_.Add({{"kernel", S(kernel)}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::InferenceProtocolCall(std::string_view method, std::string_view code) {
+  kserve_calls_.Add({{"method", S(method)}, {"code", S(code)}}).Increment();
 }
 
 void Metrics::KernelRun(std::string_view kernel, std::string_view platform, std::string_view device,

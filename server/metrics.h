@@ -44,6 +44,9 @@ class Metrics {
   // A finished request: code is the gRPC code name ("OK", "INVALID_ARGUMENT").
   void Request(std::string_view kernel, std::string_view platform, std::string_view code,
                double seconds);
+  // A finished call of the Open Inference Protocol front door, by method ("ModelInfer",
+  // "ServerLive", ...) and gRPC code name. Its kernel calls count in Request too.
+  void InferenceProtocolCall(std::string_view method, std::string_view code);
   void KernelRun(std::string_view kernel, std::string_view platform, std::string_view device,
                  double seconds);
   void ConfigSelection(std::string_view kernel, std::string_view source);
@@ -75,6 +78,7 @@ class Metrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Counter>& kserve_calls_;
   prometheus::Family<prometheus::Histogram>& kernel_duration_;
   prometheus::Family<prometheus::Counter>& selections_;
   prometheus::Family<prometheus::Counter>& autotune_runs_;

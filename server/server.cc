@@ -183,6 +183,8 @@ absl::Status Server::StartGrpc() {
   deps.store_location = tiers_.StoreLocation();
   deps.built_with_cuda = BuiltWithCuda();
   deps.host_allocator = host_pool_;
+  deps.stats = &model_stats_;
+  deps.draining = &draining_;
   if (!options_.auth_token_file.empty()) {
     KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
     deps.auth_token = std::string(absl::StripAsciiWhitespace(token));
@@ -191,6 +193,7 @@ absl::Status Server::StartGrpc() {
           absl::StrCat("--auth-token-file=", options_.auth_token_file, ": the file is empty"));
     }
   }
+  kserve_service_ = std::make_unique<InferenceServiceImpl>(deps);
   service_ = std::make_unique<KernelServiceImpl>(std::move(deps));
   KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
 
@@ -216,6 +219,7 @@ absl::Status Server::StartGrpc() {
   quota.Resize(static_cast<size_t>(std::max(options_.max_inflight_bytes, kMinGrpcQuotaBytes)));
   builder.SetResourceQuota(quota);
   builder.RegisterService(service_.get());
+  builder.RegisterService(kserve_service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -293,7 +297,7 @@ KnownSeries Server::KnownLabels() const {
 std::string Server::StartupLine() const {
   std::vector<std::string> devices;
   for (int device : devices_) devices.push_back(DeviceLabel(device));
-  std::vector<std::string> protocols = {"kernelserve.v1", "grpc.health.v1"};
+  std::vector<std::string> protocols = {"kernelserve.v1", "kserve.v2", "grpc.health.v1"};
   if (options_.reflection) protocols.push_back("grpc.reflection");
   const char* security = options_.tls_cert.empty()        ? "plaintext"
                          : options_.tls_client_ca.empty() ? "tls"
@@ -315,6 +319,7 @@ std::string Server::StartupLine() const {
 absl::Status Server::Shutdown() {
   if (shut_down_) return absl::OkStatus();
   shut_down_ = true;
+  draining_ = true;
   if (grpc_server_ != nullptr) {
     grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
     health->SetServingStatus(kServiceName, false);

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,7 +19,9 @@
 #include "core/host_pool.h"
 #include "core/registry.h"
 #include "server/budget.h"
+#include "server/kserve_service.h"
 #include "server/metrics.h"
+#include "server/model_stats.h"
 #include "server/options.h"
 #include "server/service.h"
 #include "server/worker_pool.h"
@@ -73,6 +76,9 @@ class Server {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<InflightBudget> budget_;
   std::unique_ptr<KernelServiceImpl> service_;
+  std::unique_ptr<InferenceServiceImpl> kserve_service_;  // the KServe v2 front door
+  ModelStats model_stats_;
+  std::atomic<bool> draining_{false};
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   int metrics_port_ = 0;

@@ -1,8 +1,5 @@
 #include "server/service.h"
 
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
-
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -13,26 +10,15 @@
 #include "core/batch.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
+#include "server/handler_steps.h"
 #include "server/status.h"
 
 namespace kernelserve::server {
 namespace {
 
-constexpr std::string_view kUnknown = "unknown";
 // An Execute with at most this many input bytes runs on the gRPC thread when the CPU worker is
 // idle: the hand-off to the worker thread was a tenth of a tiny call's latency.
 constexpr int64_t kInlineRunBytes = 64 << 10;
-
-// The kernel's name for metric labels; "unknown" for names the registry does not know (so
-// arbitrary client text never becomes a label).
-std::string KernelLabel(const Executor& executor, const std::string& name) {
-  absl::StatusOr<const Kernel*> kernel = executor.registry().Find(name);
-  return kernel.ok() ? (*kernel)->name() : std::string(kUnknown);
-}
-
-void Sha256(std::string_view text, unsigned char* digest) {
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-}
 
 // True when every input carries data (else the call is tuned on synthesized inputs).
 bool AllHaveData(const google::protobuf::Map<std::string, v1::Tensor>& inputs) {
@@ -77,62 +63,13 @@ int64_t SpecBytes(const TensorSpecMap& specs) {
 
 }  // namespace
 
-absl::Status KernelServiceImpl::Authorize(const grpc::CallbackServerContext& context) const {
-  if (deps_.auth_token.empty()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
-  }
-  // Comparing digests keeps the time independent of where (and whether) the texts differ.
-  unsigned char got[SHA256_DIGEST_LENGTH];
-  unsigned char want[SHA256_DIGEST_LENGTH];
-  Sha256(std::string_view(it->second.data(), it->second.size()), got);
-  Sha256(absl::StrCat("Bearer ", deps_.auth_token), want);
-  if (CRYPTO_memcmp(got, want, SHA256_DIGEST_LENGTH) != 0) {
-    return absl::UnauthenticatedError("the bearer token does not match");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status KernelServiceImpl::Dispatch(
-    grpc::CallbackServerContext* context, int worker,
-    std::function<void(absl::Status status, int64_t queue_us)> run, bool may_run_inline) const {
-  WorkItem item;
-  item.deadline = context->deadline();
-  item.cancelled = [context] { return context->IsCancelled(); };
-  item.may_run_inline = may_run_inline;
-  item.run = std::move(run);
-  return deps_.pool->Submit(worker, std::move(item));
-}
-
-template <typename Request>
-absl::StatusOr<CallPlan> KernelServiceImpl::PlanRequest(const Request& request,
-                                                        CallTracker& tracker) const {
-  tracker.kernel = KernelLabel(*deps_.executor, request.kernel());
-  KS_ASSIGN_OR_RETURN(const CallParams params, ParamsOf(request));
-  ExecuteOptions options;
-  if constexpr (requires { request.config(); }) {
-    if (IsSet(request.config())) options.config = FromProto(request.config());
-  }
-  // Stops the call's work once its client is gone; `tracker` outlives the run.
-  options.interrupt = [&tracker] { return tracker.ClientGone(); };
-  KS_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(*deps_.executor, *deps_.pool, params, options));
-  tracker.platform = plan.invocation.platform;
-  return plan;
-}
-
-// ExecuteStream plans its items with it (server/stream.cc).
-template absl::StatusOr<CallPlan> KernelServiceImpl::PlanRequest(const v1::ExecuteRequest&,
-                                                                 CallTracker&) const;
-
 template <typename Call>
 absl::StatusOr<CallPlan> KernelServiceImpl::Begin(Call& call) {
   deps_.metrics->Received(call.received_bytes());
-  KS_RETURN_IF_ERROR(Authorize(*call.context()));
+  KS_RETURN_IF_ERROR(Authorize(deps_, *call.context()));
   KS_RETURN_IF_ERROR(call.tracker().Hold(call.received_bytes(), "request"));
   KS_RETURN_IF_ERROR(call.Parse(deps_.host_allocator));
-  return PlanRequest(call.request(), call.tracker());
+  return PlanRequest(deps_, call.request(), call.tracker());
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext* context,
@@ -149,7 +86,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();
     return Dispatch(
-        context, worker,
+        deps_, context, worker,
         [this, call, plan = std::move(plan), inputs = std::move(inputs)](absl::Status status,
                                                                          int64_t queue_us) {
           if (status.ok()) {
@@ -159,6 +96,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
           }
           call->response().mutable_timing()->set_queue_us(queue_us);
           call->response().mutable_timing()->set_recv_us(call->recv_us());
+          RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
+                          call->response().timing(), call->tracker().seconds());
           call->Finish(status);
         },
         /*may_run_inline=*/small);
@@ -197,7 +136,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
     }
     KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "outputs"));
     const int worker = options.devices.empty() ? plan.ordinal() : options.devices.front();
-    return Dispatch(context, worker,
+    return Dispatch(deps_, context, worker,
                     [this, call, plan = std::move(plan), options = std::move(options),
                      items = std::move(items)](absl::Status status, int64_t queue_us) {
                       RunBatch(call, plan, items, options, std::move(status), queue_us);
@@ -249,7 +188,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
     }
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const int worker = plan.ordinal();
-    return Dispatch(context, worker,
+    return Dispatch(deps_, context, worker,
                     [this, call, plan = std::move(plan), inputs = std::move(inputs)](
                         absl::Status status, int64_t /*queue_us*/) {
                       RunAutotune(call, plan, inputs ? &*inputs : nullptr, std::move(status));

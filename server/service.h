@@ -14,6 +14,7 @@
 #include "server/batch_call.h"
 #include "server/call.h"
 #include "server/call_tracker.h"
+#include "server/handler_steps.h"
 #include "server/unary_call.h"
 
 namespace kernelserve::server {
@@ -60,25 +61,10 @@ class KernelServiceImpl final : public RawKernelService {
   using BatchCall = UnaryCall<v1::ExecuteBatchRequest, v1::ExecuteBatchResponse>;
   using AutotuneCall = UnaryCall<v1::AutotuneRequest, v1::AutotuneResponse>;
 
-  // OK when no token is configured or the call carries "authorization: Bearer <token>";
-  // Unauthenticated otherwise. The compare takes the same time wherever the token differs.
-  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
   // The first steps of a unary kernel call: counts the received bytes, authorizes, takes them
   // from the in-flight budget, parses and plans (PlanRequest).
   template <typename Call>
   absl::StatusOr<CallPlan> Begin(Call& call);
-  // Plans a parsed request once (the executor's plan: kernel, analysis, platform, worker,
-  // cache key) from its fields, with its explicit config when it has one and the interrupt
-  // (deadline, cancellation) of `tracker`'s call. Labels the tracker's metrics with the kernel
-  // and platform as far as it gets.
-  template <typename Request>
-  absl::StatusOr<CallPlan> PlanRequest(const Request& request, CallTracker& tracker) const;
-  // Queues `run` on `worker`. ResourceExhausted when the queue is full, Unavailable when
-  // shutting down (run not called). `run` must not throw. `may_run_inline`: see
-  // WorkItem::may_run_inline (run here when the CPU worker is idle).
-  absl::Status Dispatch(grpc::CallbackServerContext* context, int worker,
-                        std::function<void(absl::Status status, int64_t queue_us)> run,
-                        bool may_run_inline = false) const;
   // The worker's part of ExecuteBatch and Autotune: run (unless `status` says the work was
   // dropped), fill the response, finish the call.
   void RunBatch(BatchCall* call, const CallPlan& plan, const BatchItems& items,
@@ -91,7 +77,6 @@ class KernelServiceImpl final : public RawKernelService {
       grpc::CallbackServerContext* context, const Raw* request, Raw* response,
       const std::function<absl::Status(const Request&, Response*)>& body);
 
-  friend class StreamReactor;
   const ServiceDeps deps_;
 };
 
@@ -103,7 +88,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Admin(
                                                 response, /*record=*/false);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   call->Finish(RunGuarded([&]() -> absl::Status {
-    KS_RETURN_IF_ERROR(Authorize(*context));
+    KS_RETURN_IF_ERROR(Authorize(deps_, *context));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
     return body(call->request(), &call->response());

@@ -1,0 +1,75 @@
+// Conversions between the Open Inference Protocol (KServe v2, package inference) and the
+// native messages and kernel schemas. A kernel is a model named as the kernel, version "1";
+// every mapping is driven by the kernel's schema, so no kernel is named here.
+#ifndef KERNELSERVE_PROTO_KSERVE_CONVERT_H_
+#define KERNELSERVE_PROTO_KSERVE_CONVERT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/schema.h"
+#include "inference/grpc_service.pb.h"
+#include "kernelserve/v1/kernel_service.pb.h"
+
+namespace kernelserve::kserve {
+
+// The one version every model has.
+inline constexpr std::string_view kModelVersion = "1";
+
+// "FP32" <-> DType. InvalidArgument naming `what` and the datatypes served for any other text.
+absl::StatusOr<DType> DTypeFromDatatype(std::string_view datatype, std::string_view what);
+std::string_view DatatypeName(DType dtype);
+inference::DataType ConfigDataType(DType dtype);
+
+// OK for "" and kModelVersion; NotFound naming the model and version otherwise.
+absl::Status CheckVersion(std::string_view model, std::string_view version);
+
+// The dtype and rank a model lists for a tensor: an input's first dtype and its largest rank;
+// an output's from its schema text ("f32", "dtype of q"; "[B,H]", "shape of q"). The kernel
+// accepts the other dtypes and ranks of its schema too. InvalidArgument when the schema text
+// is neither form (a kernel to fix).
+struct TensorListing {
+  DType dtype = DType::kF32;
+  int rank = 0;
+};
+TensorListing ListInput(const InputSchema& input);
+absl::StatusOr<TensorListing> ListOutput(const KernelSchema& schema, const OutputSchema& output);
+
+// ModelMetadata and ModelConfig of the kernel (dims -1: any size; max_batch_size 0: the
+// kernel's shapes carry their batch dimension).
+absl::Status ToModelMetadata(const KernelSchema& schema, inference::ModelMetadataResponse* out);
+absl::Status ToModelConfig(const KernelSchema& schema, inference::ModelConfig* out);
+
+// A ModelInferRequest as the native request of the same call, and what the answer needs.
+struct InferCall {
+  v1::ExecuteRequest request;         // kernel, inputs (bytes moved in), parameters, request_id
+  std::vector<std::string> outputs;   // the outputs asked for, in request order; empty = all
+  std::optional<int64_t> timeout_us;  // the protocol's `timeout` parameter
+};
+// Converts `request` for the kernel of `schema` (its model_name), moving the tensor bytes out
+// of it. Inputs: every name an input of the schema, given once, with a served datatype; data
+// from raw_input_contents (one entry per input, in input order) or from typed contents (FP32,
+// INT32, INT64, BOOL). Parameters: the schema's params with their typed values (checked by the
+// schema when planned), the protocol's reserved ones ignored but `timeout` (microseconds).
+// InvalidArgument naming the input, output or parameter at fault; Unimplemented for shared
+// memory references.
+absl::StatusOr<InferCall> FromInferRequest(inference::ModelInferRequest* request,
+                                           const KernelSchema& schema);
+
+// The native answer as a ModelInferResponse: the outputs asked for (all produced when
+// `outputs` is empty) in the schema's order with their bytes moved into raw_output_contents,
+// and every other field of the answer as a response parameter (config_source, cache_key,
+// platform, device, device_fingerprint, config, the timing fields as *_us, warnings).
+// InvalidArgument naming an output asked for that the call did not produce.
+absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
+                             const std::vector<std::string>& outputs, std::string_view id,
+                             inference::ModelInferResponse* out);
+
+}  // namespace kernelserve::kserve
+
+#endif  // KERNELSERVE_PROTO_KSERVE_CONVERT_H_

@@ -1,0 +1,274 @@
+// The call side of the Open Inference Protocol mapping: ModelInferRequest to the native
+// ExecuteRequest, and the native answer to ModelInferResponse.
+#include <cstring>
+#include <set>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/utils/string_view.h"
+#include "proto/convert.h"
+#include "proto/kserve_convert.h"
+
+namespace kernelserve::kserve {
+namespace {
+
+using inference::InferParameter;
+using inference::ModelInferRequest;
+using ParameterMap = google::protobuf::Map<std::string, InferParameter>;
+
+// Request parameters the protocol reserves: read (timeout) or ignored (a kernel call has no
+// sequence, priority or headers of its own), never taken for kernel params.
+bool Reserved(std::string_view name) {
+  static const absl::flat_hash_set<std::string_view> kReserved = {
+      "sequence_id", "sequence_start", "sequence_end",      "priority",
+      "timeout",     "headers",        "binary_data_output"};
+  return kReserved.contains(name) || absl::StartsWith(Sv(name), "triton_");
+}
+
+// Unimplemented when `parameters` (of `what`) point into shared memory.
+absl::Status NoSharedMemory(const ParameterMap& parameters, std::string_view what) {
+  for (const auto& [name, value] : parameters) {
+    if (absl::StartsWith(name, "shared_memory_")) {
+      return absl::UnimplementedError(
+          absl::StrCat(Sv(what),
+                       ": shared memory is not served by this server yet; send the "
+                       "bytes in the request"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+void AppendValues(const google::protobuf::RepeatedField<T>& values, std::string* bytes) {
+  bytes->resize(values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(bytes->data(), values.data(), bytes->size());
+}
+
+// The little-endian bytes of typed `contents` of `dtype`.
+absl::StatusOr<std::string> ContentBytes(const inference::InferTensorContents& contents,
+                                         DType dtype, std::string_view what) {
+  std::string bytes;
+  switch (dtype) {
+    case DType::kF32:
+      AppendValues(contents.fp32_contents(), &bytes);
+      return bytes;
+    case DType::kI32:
+      AppendValues(contents.int_contents(), &bytes);
+      return bytes;
+    case DType::kI64:
+      AppendValues(contents.int64_contents(), &bytes);
+      return bytes;
+    case DType::kBool:
+      bytes.reserve(static_cast<size_t>(contents.bool_contents_size()));
+      for (bool b : contents.bool_contents()) bytes.push_back(b ? 1 : 0);
+      return bytes;
+    case DType::kF16:
+    case DType::kBF16:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": ", Sv(DatatypeName(dtype)),
+                                                 " has no typed contents field; send its bytes "
+                                                 "in raw_input_contents"));
+}
+
+// The native value of kernel param `name`.
+absl::StatusOr<v1::ParamValue> ParamValueOf(const InferParameter& value, const std::string& name) {
+  v1::ParamValue out;
+  switch (value.parameter_choice_case()) {
+    case InferParameter::kBoolParam:
+      out.set_bool_value(value.bool_param());
+      return out;
+    case InferParameter::kInt64Param:
+      out.set_int64_value(value.int64_param());
+      return out;
+    case InferParameter::kUint64Param:
+      if (value.uint64_param() > static_cast<uint64_t>(INT64_MAX)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter '", name, "': ", value.uint64_param(), " is out of range"));
+      }
+      out.set_int64_value(static_cast<int64_t>(value.uint64_param()));
+      return out;
+    case InferParameter::kDoubleParam:
+      out.set_double_value(value.double_param());
+      return out;
+    case InferParameter::kStringParam:
+      out.set_string_value(value.string_param());
+      return out;
+    case InferParameter::PARAMETER_CHOICE_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "': no value"));
+}
+
+// The `timeout` parameter in microseconds (>= 0).
+absl::StatusOr<int64_t> TimeoutOf(const InferParameter& value) {
+  if (value.has_int64_param() && value.int64_param() >= 0) return value.int64_param();
+  if (value.has_uint64_param() && value.uint64_param() <= static_cast<uint64_t>(INT64_MAX)) {
+    return static_cast<int64_t>(value.uint64_param());
+  }
+  return absl::InvalidArgumentError(
+      "parameter 'timeout': expected microseconds as a non-negative int64_param");
+}
+
+absl::Status TakeParameters(ModelInferRequest& request, InferCall& call) {
+  for (const auto& [name, value] : request.parameters()) {
+    if (name == "timeout") {
+      KS_ASSIGN_OR_RETURN(call.timeout_us, TimeoutOf(value));
+      continue;
+    }
+    if (Reserved(name)) continue;
+    KS_ASSIGN_OR_RETURN((*call.request.mutable_parameters())[name], ParamValueOf(value, name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request,
+                        v1::ExecuteRequest& out) {
+  int without_contents = 0;
+  for (const ModelInferRequest::InferInputTensor& input : request.inputs()) {
+    if (!input.has_contents()) ++without_contents;
+  }
+  if (request.raw_input_contents_size() > 0 &&
+      request.raw_input_contents_size() != without_contents) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(), " entries for ",
+                     without_contents,
+                     " inputs without typed contents; expected one per input, in input order"));
+  }
+  int raw = 0;
+  for (ModelInferRequest::InferInputTensor& input : *request.mutable_inputs()) {
+    const std::string what = absl::StrCat("input '", input.name().substr(0, 64), "'");
+    if (schema.FindInput(input.name()) == nullptr) {
+      std::vector<std::string> names;
+      for (const InputSchema& known : schema.inputs) names.push_back(known.name);
+      return absl::InvalidArgumentError(absl::StrCat(what, " is not an input of model '",
+                                                     schema.name, "'; its inputs are ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    KS_RETURN_IF_ERROR(NoSharedMemory(input.parameters(), what));
+    KS_ASSIGN_OR_RETURN(const DType dtype, DTypeFromDatatype(input.datatype(), what));
+    if (out.inputs().contains(input.name())) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": given twice"));
+    }
+    v1::Tensor& tensor = (*out.mutable_inputs())[input.name()];
+    tensor.set_dtype(ToProto(dtype));
+    tensor.mutable_shape()->CopyFrom(input.shape());
+    if (input.has_contents()) {
+      KS_ASSIGN_OR_RETURN(*tensor.mutable_data(), ContentBytes(input.contents(), dtype, what));
+    } else if (raw < request.raw_input_contents_size()) {
+      tensor.mutable_data()->swap(*request.mutable_raw_input_contents(raw++));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": no data: expected an entry of raw_input_contents or contents"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TakeOutputs(const KernelSchema& schema, const ModelInferRequest& request,
+                         InferCall& call) {
+  for (const ModelInferRequest::InferRequestedOutputTensor& output : request.outputs()) {
+    const std::string what = absl::StrCat("output '", output.name().substr(0, 64), "'");
+    const bool known = std::any_of(schema.outputs.begin(), schema.outputs.end(),
+                                   [&](const OutputSchema& o) { return o.name == output.name(); });
+    if (!known) {
+      std::vector<std::string> names;
+      for (const OutputSchema& o : schema.outputs) names.push_back(o.name);
+      return absl::InvalidArgumentError(absl::StrCat(what, " is not an output of model '",
+                                                     schema.name, "'; its outputs are ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    KS_RETURN_IF_ERROR(NoSharedMemory(output.parameters(), what));
+    call.outputs.push_back(output.name());
+  }
+  return absl::OkStatus();
+}
+
+InferParameter Int64Param(int64_t value) {
+  InferParameter p;
+  p.set_int64_param(value);
+  return p;
+}
+
+InferParameter StringParam(std::string value) {
+  InferParameter p;
+  p.set_string_param(std::move(value));
+  return p;
+}
+
+// "autotune" for CONFIG_SOURCE_AUTOTUNE.
+std::string SourceName(v1::ConfigSource source) {
+  std::string name = v1::ConfigSource_Name(source);
+  constexpr std::string_view kPrefix = "CONFIG_SOURCE_";
+  if (absl::StartsWith(name, Sv(kPrefix))) name = name.substr(kPrefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+void PutParameters(const v1::ExecuteResponse& response, ParameterMap& out) {
+  out["config_source"] = StringParam(SourceName(response.config_source()));
+  out["cache_key"] = StringParam(response.cache_key());
+  out["platform"] = StringParam(response.platform());
+  out["device"] = Int64Param(response.device());
+  out["device_fingerprint"] = StringParam(response.device_fingerprint());
+  out["config"] = StringParam(FromProto(response.config()).ToJson());
+  const v1::Timing& t = response.timing();
+  out["queue_us"] = Int64Param(t.queue_us());
+  out["select_us"] = Int64Param(t.select_us());
+  out["h2d_us"] = Int64Param(t.h2d_us());
+  out["kernel_us"] = Int64Param(t.kernel_us());
+  out["d2h_us"] = Int64Param(t.d2h_us());
+  out["total_us"] = Int64Param(t.total_us());
+  out["recv_us"] = Int64Param(t.recv_us());
+  if (!response.warnings().empty()) {
+    out["warnings"] = StringParam(absl::StrJoin(response.warnings(), "\n"));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const KernelSchema& schema) {
+  InferCall call;
+  call.request.set_kernel(schema.name);
+  call.request.set_request_id(request->id());
+  KS_RETURN_IF_ERROR(TakeParameters(*request, call));
+  KS_RETURN_IF_ERROR(TakeInputs(schema, *request, call.request));
+  KS_RETURN_IF_ERROR(TakeOutputs(schema, *request, call));
+  return call;
+}
+
+absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
+                             const std::vector<std::string>& outputs, std::string_view id,
+                             inference::ModelInferResponse* out) {
+  for (const std::string& name : outputs) {
+    if (!response->outputs().contains(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", name, "' was asked for but this call does not produce it"));
+    }
+  }
+  out->set_model_name(schema.name);
+  out->set_model_version(std::string(kModelVersion));
+  out->set_id(std::string(id));
+  for (const OutputSchema& output : schema.outputs) {
+    auto it = response->mutable_outputs()->find(output.name);
+    if (it == response->mutable_outputs()->end()) continue;
+    if (!outputs.empty() &&
+        std::find(outputs.begin(), outputs.end(), output.name) == outputs.end()) {
+      continue;
+    }
+    v1::Tensor& tensor = it->second;
+    KS_ASSIGN_OR_RETURN(const DType dtype, FromProto(tensor.dtype(), output.name));
+    inference::ModelInferResponse::InferOutputTensor* o = out->add_outputs();
+    o->set_name(output.name);
+    o->set_datatype(std::string(DatatypeName(dtype)));
+    o->mutable_shape()->CopyFrom(tensor.shape());
+    out->add_raw_output_contents()->swap(*tensor.mutable_data());
+  }
+  PutParameters(*response, *out->mutable_parameters());
+  return absl::OkStatus();
+}
+
+}  // namespace kernelserve::kserve

@@ -1,0 +1,82 @@
+#include "server/handler_steps.h"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+
+namespace kernelserve::server {
+namespace {
+
+// The kernel's name for metric labels; "unknown" for names the registry does not know (so
+// arbitrary client text never becomes a label).
+std::string KernelLabel(const Executor& executor, const std::string& name) {
+  absl::StatusOr<const Kernel*> kernel = executor.registry().Find(name);
+  return kernel.ok() ? (*kernel)->name() : std::string("unknown");
+}
+
+void Sha256(std::string_view text, unsigned char* digest) {
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+}
+
+}  // namespace
+
+absl::Status Authorize(const ServiceDeps& deps, const grpc::CallbackServerContext& context) {
+  if (deps.auth_token.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  // Comparing digests keeps the time independent of where (and whether) the texts differ.
+  unsigned char got[SHA256_DIGEST_LENGTH];
+  unsigned char want[SHA256_DIGEST_LENGTH];
+  Sha256(std::string_view(it->second.data(), it->second.size()), got);
+  Sha256(absl::StrCat("Bearer ", deps.auth_token), want);
+  if (CRYPTO_memcmp(got, want, SHA256_DIGEST_LENGTH) != 0) {
+    return absl::UnauthenticatedError("the bearer token does not match");
+  }
+  return absl::OkStatus();
+}
+
+template <typename Request>
+absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& request,
+                                     CallTracker& tracker) {
+  tracker.kernel = KernelLabel(*deps.executor, request.kernel());
+  KS_ASSIGN_OR_RETURN(const CallParams params, ParamsOf(request));
+  ExecuteOptions options;
+  if constexpr (requires { request.config(); }) {
+    if (IsSet(request.config())) options.config = FromProto(request.config());
+  }
+  // Stops the call's work once its client is gone; `tracker` outlives the run.
+  options.interrupt = [&tracker] { return tracker.ClientGone(); };
+  KS_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(*deps.executor, *deps.pool, params, options));
+  tracker.platform = plan.invocation.platform;
+  return plan;
+}
+
+template absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps&, const v1::ExecuteRequest&,
+                                              CallTracker&);
+template absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps&, const v1::ExecuteBatchRequest&,
+                                              CallTracker&);
+template absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps&, const v1::AutotuneRequest&,
+                                              CallTracker&);
+
+absl::Status Dispatch(const ServiceDeps& deps, grpc::CallbackServerContext* context, int worker,
+                      std::function<void(absl::Status status, int64_t queue_us)> run,
+                      bool may_run_inline, std::chrono::system_clock::time_point deadline) {
+  WorkItem item;
+  item.deadline = std::min(context->deadline(), deadline);
+  item.cancelled = [context] { return context->IsCancelled(); };
+  item.may_run_inline = may_run_inline;
+  item.run = std::move(run);
+  return deps.pool->Submit(worker, std::move(item));
+}
+
+}  // namespace kernelserve::server

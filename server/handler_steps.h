@@ -1,0 +1,44 @@
+// The steps every kernel call handler takes, whatever its protocol (kernelserve.v1 or the
+// Open Inference Protocol): authorize, plan the parsed request, hand the work to a device
+// worker.
+#ifndef KERNELSERVE_SERVER_HANDLER_STEPS_H_
+#define KERNELSERVE_SERVER_HANDLER_STEPS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/call.h"
+#include "server/call_tracker.h"
+
+namespace kernelserve::server {
+
+// OK when `deps` has no token or the call carries "authorization: Bearer <token>";
+// Unauthenticated otherwise. The compare takes the same time wherever the token differs.
+absl::Status Authorize(const ServiceDeps& deps, const grpc::CallbackServerContext& context);
+
+// Plans a parsed request once (the executor's plan: kernel, analysis, platform, worker, cache
+// key) from its fields, with its explicit config when it has one and the interrupt (deadline,
+// cancellation) of `tracker`'s call. Labels the tracker's metrics with the kernel and platform
+// as far as it gets. Request: v1::ExecuteRequest, v1::ExecuteBatchRequest or
+// v1::AutotuneRequest.
+template <typename Request>
+absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& request,
+                                     CallTracker& tracker);
+
+// Queues `run` on `worker`, to be dropped (DeadlineExceeded, Cancelled) when not started by the
+// call's deadline or `deadline`, whichever comes first, or once the client cancels.
+// ResourceExhausted when the queue is full, Unavailable when shutting down (run not called).
+// `run` must not throw. `may_run_inline`: see WorkItem::may_run_inline.
+absl::Status Dispatch(
+    const ServiceDeps& deps, grpc::CallbackServerContext* context, int worker,
+    std::function<void(absl::Status status, int64_t queue_us)> run, bool may_run_inline = false,
+    std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max());
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_HANDLER_STEPS_H_

@@ -1,0 +1,238 @@
+#include "server/kserve_service.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/utils/string_view.h"
+#include "proto/kserve_convert.h"
+#include "proto/parse.h"
+#include "server/build_info.h"
+#include "server/handler_steps.h"
+#include "server/status.h"
+#include "server/unary_call.h"
+
+namespace kernelserve::server {
+namespace {
+
+using ModelInferCall = UnaryCall<inference::ModelInferRequest, inference::ModelInferResponse>;
+
+// An Execute with at most this many input bytes runs on the gRPC thread when the CPU worker is
+// idle (as the native Execute does).
+constexpr int64_t kInlineRunBytes = 64 << 10;
+
+std::vector<std::string> ModelNames(const Executor& executor) {
+  std::vector<std::string> names;
+  for (const Kernel* kernel : executor.registry().kernels()) names.push_back(kernel->name());
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_view name,
+                                        std::string_view version) {
+  absl::StatusOr<const Kernel*> kernel = executor.registry().Find(name);
+  // A kernel's "name@v1" form is the native API's; a model is named by the bare name.
+  if (!kernel.ok() || (*kernel)->name() != name) {
+    return absl::NotFoundError(absl::StrCat("unknown model '", Sv(name.substr(0, 64)),
+                                            "'; the models are ",
+                                            absl::StrJoin(ModelNames(executor), ", ")));
+  }
+  KS_RETURN_IF_ERROR(kserve::CheckVersion(name, version));
+  return *kernel;
+}
+
+absl::Status CheckOutputsProduced(const CallPlan& plan, const std::vector<std::string>& outputs) {
+  if (outputs.empty()) return absl::OkStatus();
+  const TensorSpecMap produced = plan.kernel->OutputSpecs(*plan.problem);
+  for (const std::string& name : outputs) {
+    if (produced.contains(name)) continue;
+    std::string when;
+    for (const OutputSchema& output : plan.kernel->schema().outputs) {
+      if (output.name == name) when = output.doc;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("output '", name,
+                                                   "' is not produced by this call (", when,
+                                                   "): set the parameter that asks for it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareInfer(const Executor& executor, inference::ModelInferRequest* request,
+                          v1::ExecuteRequest* native, InferReply* reply) {
+  reply->id = request->id();
+  reply->model = request->model_name();
+  KS_ASSIGN_OR_RETURN(const Kernel* kernel,
+                      FindModel(executor, request->model_name(), request->model_version()));
+  reply->schema = &kernel->schema();
+  KS_ASSIGN_OR_RETURN(kserve::InferCall call, kserve::FromInferRequest(request, *reply->schema));
+  reply->outputs = std::move(call.outputs);
+  if (call.timeout_us.has_value()) {
+    reply->deadline =
+        std::chrono::system_clock::now() + std::chrono::microseconds(*call.timeout_us);
+  }
+  *native = std::move(call.request);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(Context* context, const char* method,
+                                                       const std::function<absl::Status()>& body) {
+  Reactor* reactor = context->DefaultReactor();
+  absl::Status status = Authorize(deps_, *context);
+  if (status.ok()) status = RunGuarded([&] { return body(); });
+  deps_.metrics->InferenceProtocolCall(method, absl::StatusCodeToString(status.code()));
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ServerLive(
+    Context* context, const inference::ServerLiveRequest* /*request*/,
+    inference::ServerLiveResponse* response) {
+  return Answer(context, "ServerLive", [&] {
+    response->set_live(true);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ServerReady(
+    Context* context, const inference::ServerReadyRequest* /*request*/,
+    inference::ServerReadyResponse* response) {
+  return Answer(context, "ServerReady", [&] {
+    response->set_ready(deps_.draining == nullptr || !deps_.draining->load());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(
+    Context* context, const inference::ModelReadyRequest* request,
+    inference::ModelReadyResponse* response) {
+  return Answer(context, "ModelReady", [&]() -> absl::Status {
+    KS_RETURN_IF_ERROR(FindModel(*deps_.executor, request->name(), request->version()).status());
+    response->set_ready(deps_.draining == nullptr || !deps_.draining->load());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
+    Context* context, const inference::ServerMetadataRequest* /*request*/,
+    inference::ServerMetadataResponse* response) {
+  return Answer(context, "ServerMetadata", [&] {
+    response->set_name("kernelserve");
+    response->set_version(GetBuildInfo().version);
+    // The extensions served in full: shared memory joins once regions can be registered.
+    for (const char* extension : {"model_configuration", "parameters", "statistics"}) {
+      response->add_extensions(extension);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
+    Context* context, const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  return Answer(context, "ModelMetadata", [&]() -> absl::Status {
+    KS_ASSIGN_OR_RETURN(const Kernel* kernel,
+                        FindModel(*deps_.executor, request->name(), request->version()));
+    return kserve::ToModelMetadata(kernel->schema(), response);
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
+    Context* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  return Answer(context, "ModelConfig", [&]() -> absl::Status {
+    KS_ASSIGN_OR_RETURN(const Kernel* kernel,
+                        FindModel(*deps_.executor, request->name(), request->version()));
+    return kserve::ToModelConfig(kernel->schema(), response->mutable_config());
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelStatistics(
+    Context* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  return Answer(context, "ModelStatistics", [&]() -> absl::Status {
+    std::vector<std::string> names;
+    if (request->name().empty()) {
+      names = ModelNames(*deps_.executor);
+    } else {
+      KS_ASSIGN_OR_RETURN(const Kernel* kernel,
+                          FindModel(*deps_.executor, request->name(), request->version()));
+      names.push_back(kernel->name());
+    }
+    for (const std::string& name : names) {
+      *response->add_model_stats() =
+          deps_.stats != nullptr ? deps_.stats->Get(name) : ModelStats().Get(name);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::RepositoryIndex(
+    Context* context, const inference::RepositoryIndexRequest* /*request*/,
+    inference::RepositoryIndexResponse* response) {
+  return Answer(context, "RepositoryIndex", [&] {
+    // Every kernel is loaded for the server's life: each is READY.
+    for (const std::string& name : ModelNames(*deps_.executor)) {
+      inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
+      model->set_name(name);
+      model->set_version(std::string(kserve::kModelVersion));
+      model->set_state("READY");
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  auto* call = new ModelInferCall(deps_.budget, deps_.metrics, context, request, response,
+                                  /*record=*/true);
+  Reactor* reactor = call->reactor();
+  auto finish = [this](ModelInferCall* done, const absl::Status& status) {
+    deps_.metrics->InferenceProtocolCall(
+        "ModelInfer", absl::StatusCodeToString(done->tracker().Outcome(status).code()));
+    done->Finish(status);
+  };
+  absl::Status status = RunGuarded([&]() -> absl::Status {
+    deps_.metrics->Received(call->received_bytes());
+    KS_RETURN_IF_ERROR(Authorize(deps_, *context));
+    KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
+    KS_RETURN_IF_ERROR(call->Parse());
+    v1::ExecuteRequest native;
+    InferReply reply;
+    KS_RETURN_IF_ERROR(PrepareInfer(*deps_.executor, &call->request(), &native, &reply));
+    KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, native, call->tracker()));
+    KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, reply.outputs));
+    KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(native.mutable_inputs()));
+    KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
+    const bool small = TensorBytes(inputs) <= kInlineRunBytes;
+    const int worker = plan.ordinal();
+    const auto deadline = reply.deadline;
+    return Dispatch(
+        deps_, context, worker,
+        [this, call, finish, reply = std::move(reply), plan = std::move(plan),
+         inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
+          v1::ExecuteResponse answer;
+          if (status.ok()) {
+            status = RunGuarded([&] { return RunCall(deps_, plan, inputs, &answer); });
+          }
+          answer.mutable_timing()->set_queue_us(queue_us);
+          answer.mutable_timing()->set_recv_us(call->recv_us());
+          RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
+                          answer.timing(), call->tracker().seconds());
+          if (status.ok()) {
+            status = kserve::ToInferResponse(&answer, *reply.schema, reply.outputs, reply.id,
+                                             &call->response());
+          }
+          finish(call, status);
+        },
+        /*may_run_inline=*/small, deadline);
+  });
+  if (!status.ok()) finish(call, status);
+  return reactor;
+}
+
+}  // namespace kernelserve::server

@@ -1,0 +1,193 @@
+// StreamReactor: a bidirectional stream of kernel calls, for any protocol whose requests map
+// onto ExecuteRequest (kernelserve.v1's ExecuteStream, the Open Inference Protocol's
+// ModelStreamInfer). Each request goes to a worker as it arrives; each answer (result or
+// in-band error) is written when ready. An item that does not parse is answered in-band and the
+// stream goes on.
+#ifndef KERNELSERVE_SERVER_STREAM_REACTOR_H_
+#define KERNELSERVE_SERVER_STREAM_REACTOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+#include "server/call.h"
+#include "server/handler_steps.h"
+#include "server/status.h"
+
+namespace kernelserve::server {
+
+// The times of an item spent outside its run.
+struct StreamWaits {
+  int64_t queue_us = 0;
+  int64_t recv_us = 0;
+};
+
+// Protocol provides:
+//   struct Reply: what an answer needs of its request (a value type; default = nothing known).
+//   static absl::Status Parse(const ServiceDeps&, grpc::ByteBuffer* read, v1::ExecuteRequest*,
+//                             wire::TensorBuffers*, Reply*): the request as the native one.
+//   static absl::Status CheckPlan(const CallPlan&, const Reply&): before the call is queued.
+//   static std::chrono::system_clock::time_point Deadline(const Reply&): the item's own
+//       deadline besides the stream's.
+//   static constexpr bool kKeepBuffers: outputs may stay in page-locked buffers (Serialize
+//       sends them from there); else they are copied into the response.
+//   static absl::Status Serialize(v1::ExecuteResponse, wire::TensorBuffers, const absl::Status&
+//       outcome, const Reply&, StreamWaits, grpc::ByteBuffer* out): the answer's bytes, an
+//       in-band error when `outcome` is not OK; returns `outcome`, or Internal (with the error
+//       in `out`) when the answer could not be serialized.
+// Thread safety: gRPC calls the reactions one at a time; worker threads call Answer, which
+// takes mu_.
+template <typename Protocol>
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // `deps` must outlive the stream.
+  StreamReactor(const ServiceDeps* deps, grpc::CallbackServerContext* context)
+      : deps_(deps), context_(context) {
+    if (absl::Status auth = Authorize(*deps_, *context_); !auth.ok()) {
+      Finish(ToGrpcStatus(auth));
+      return;
+    }
+    StartRead(&read_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      bool finish = false;
+      {
+        absl::MutexLock lock(&mu_);
+        reads_done_ = true;
+        finish = ShouldFinishLocked();
+      }
+      if (finish) Finish(grpc::Status::OK);
+      return;
+    }
+    Handle();
+    read_.Clear();
+    StartRead(&read_);
+  }
+
+  void OnWriteDone(bool /*ok*/) override {
+    // A failed write means the client is gone; the remaining answers are dropped the same way.
+    const grpc::ByteBuffer* next = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writes_.pop_front();
+      if (!writes_.empty()) {
+        next = &writes_.front();
+      } else {
+        writing_ = false;
+        finish = ShouldFinishLocked();
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  using Reply = typename Protocol::Reply;
+
+  // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
+  void Handle() {
+    auto tracker = std::make_shared<CallTracker>(deps_->budget, deps_->metrics, context_);
+    Reply reply;
+    {
+      absl::MutexLock lock(&mu_);
+      ++pending_;
+    }
+    absl::Status status = RunGuarded([&]() -> absl::Status {
+      const auto bytes = static_cast<int64_t>(read_.Length());
+      deps_->metrics->Received(bytes);
+      KS_RETURN_IF_ERROR(tracker->Hold(bytes, "request"));
+      v1::ExecuteRequest request;
+      wire::TensorBuffers request_buffers;
+      const auto parse_started = std::chrono::steady_clock::now();
+      KS_RETURN_IF_ERROR(Protocol::Parse(*deps_, &read_, &request, &request_buffers, &reply));
+      const int64_t recv_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - parse_started)
+                                  .count();
+      KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(*deps_, request, *tracker));
+      KS_RETURN_IF_ERROR(Protocol::CheckPlan(plan, reply));
+      KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                          TakeTensors(request.mutable_inputs(), &request_buffers));
+      KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
+      const int worker = plan.ordinal();
+      return Dispatch(
+          *deps_, context_, worker,
+          [this, reply, tracker, recv_us, plan = std::move(plan), inputs = std::move(inputs)](
+              absl::Status status, int64_t queue_us) {
+            RunItem(plan, inputs, reply, *tracker, std::move(status), {queue_us, recv_us});
+          },
+          /*may_run_inline=*/false, Protocol::Deadline(reply));
+    });
+    if (!status.ok()) Answer(v1::ExecuteResponse(), {}, status, reply, {}, *tracker);
+  }
+
+  // The worker's part of one item: run it (unless `status` says it was dropped) and answer.
+  void RunItem(const CallPlan& plan, const TensorMap& inputs, const Reply& reply,
+               CallTracker& tracker, absl::Status status, StreamWaits waits) {
+    v1::ExecuteResponse response;
+    wire::TensorBuffers buffers;
+    if (status.ok()) {
+      status = RunGuarded([&] {
+        return RunCall(*deps_, plan, inputs, &response,
+                       Protocol::kKeepBuffers ? &buffers : nullptr);
+      });
+    }
+    response.mutable_timing()->set_queue_us(waits.queue_us);
+    RecordInference(*deps_, plan.kernel->name(), tracker.Outcome(status), response.timing(),
+                    tracker.seconds());
+    Answer(std::move(response), std::move(buffers), status, reply, waits, tracker);
+  }
+
+  // Completes one pending request: records it and queues its answer.
+  void Answer(v1::ExecuteResponse response, wire::TensorBuffers buffers, const absl::Status& status,
+              const Reply& reply, StreamWaits waits, CallTracker& tracker) {
+    absl::Status outcome = tracker.Outcome(status);
+    tracker.ReleaseHold();
+    grpc::ByteBuffer buffer;
+    outcome = Protocol::Serialize(std::move(response), std::move(buffers), outcome, reply, waits,
+                                  &buffer);
+    tracker.Record(outcome, static_cast<int64_t>(buffer.Length()));
+    const grpc::ByteBuffer* write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      --pending_;
+      writes_.push_back(std::move(buffer));
+      if (!writing_) {
+        writing_ = true;
+        write = &writes_.back();
+      }
+    }
+    if (write != nullptr) StartWrite(write);
+  }
+
+  bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !reads_done_ || pending_ > 0 || writing_) return false;
+    finished_ = true;
+    return true;
+  }
+
+  const ServiceDeps* const deps_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer read_;  // the read in progress; touched only by the reactions
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;                      // requests read and not yet answered
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace kernelserve::server
+
+#endif  // KERNELSERVE_SERVER_STREAM_REACTOR_H_
