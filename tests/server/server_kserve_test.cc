@@ -4,6 +4,7 @@
 // tests/client/test_kserve_v2.py.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -386,6 +387,42 @@ TEST_F(KServeTest, ReadinessAndUnknownModels) {
   inference::ModelReadyResponse model_ready;
   EXPECT_EQ(v2_->ModelReady(&model_context, model, &model_ready).error_code(),
             StatusCode::NOT_FOUND);
+}
+
+TEST_F(KServeTest, ModelMetadataAgreesWithListKernels) {
+  grpc::ClientContext list_context;
+  Deadline(&list_context);
+  v1::ListKernelsResponse kernels;
+  ASSERT_TRUE(native_->ListKernels(&list_context, {}, &kernels).ok());
+  ASSERT_GE(kernels.kernels_size(), 2);
+  for (const v1::KernelInfo& kernel : kernels.kernels()) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    inference::ModelMetadataRequest request;
+    request.set_name(kernel.name());
+    inference::ModelMetadataResponse metadata;
+    ASSERT_TRUE(v2_->ModelMetadata(&context, request, &metadata).ok()) << kernel.name();
+    ASSERT_EQ(metadata.inputs_size(), kernel.input_schema_size()) << kernel.name();
+    for (int i = 0; i < metadata.inputs_size(); ++i) {
+      const auto& listed = metadata.inputs(i);
+      const v1::InputInfo& input = kernel.input_schema(i);
+      EXPECT_EQ(listed.name(), input.name());
+      // The listed datatype and rank are among those the kernel takes.
+      bool dtype_taken = false;
+      for (int d : input.dtypes()) {
+        absl::StatusOr<DType> dtype = FromProto(static_cast<v1::DType>(d), input.name());
+        dtype_taken |= dtype.ok() && listed.datatype() == Datatype(*dtype);
+      }
+      EXPECT_TRUE(dtype_taken) << kernel.name() << " " << input.name() << " " << listed.datatype();
+      EXPECT_NE(std::find(input.ranks().begin(), input.ranks().end(), listed.shape_size()),
+                input.ranks().end())
+          << kernel.name() << " " << input.name();
+    }
+    ASSERT_EQ(metadata.outputs_size(), kernel.output_schema_size());
+    for (int i = 0; i < metadata.outputs_size(); ++i) {
+      EXPECT_EQ(metadata.outputs(i).name(), kernel.output_schema(i).name());
+    }
+  }
 }
 
 }  // namespace

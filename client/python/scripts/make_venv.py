@@ -1,12 +1,14 @@
 """Makes, or reuses, a virtualenv with the kernelserve package pip-installed from this checkout.
 
-    python3 client/python/scripts/make_venv.py VENV [REQUIREMENT ...]
+    python3 client/python/scripts/make_venv.py [--without-package] VENV [REQUIREMENT ...]
 
 The client tests run in it (ctest fixture client_python_env, tests/client/CMakeLists.txt); the
 REQUIREMENTs are installed with the package (the tests add `build`). VENV is reused while its
 stamp matches a hash of client/python's files, the protos, the requirements and the Python that
 made it; otherwise it is made afresh: `python3 -m venv VENV`, then `pip install client/python
 REQUIREMENT...`, which needs PyPI (or a mirror). Exits 1 saying what to do when either step fails.
+With --without-package only the REQUIREMENTs are installed (the KServe v2 tests' virtualenv with
+Triton's client, whose pinned protobuf is not the package's), and the stamp covers them alone.
 """
 
 import hashlib
@@ -60,17 +62,21 @@ def source_hash(requirements):
 
 
 def main(argv):
+    with_package = "--without-package" not in argv
+    argv = [a for a in argv if a != "--without-package"]
     if len(argv) < 2:
         sys.exit(__doc__)
     target = Path(argv[1]).absolute()
     requirements = argv[2:]
     stamp = target / STAMP
     python = target / "bin" / "python"
-    wanted = source_hash(requirements)
+    wanted = source_hash(requirements) if with_package else hashlib.sha256(
+        f"{sys.version}\n{sys.executable}\n{requirements}\n".encode()).hexdigest()
     if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
         print(f"make_venv: {target} is up to date with {PACKAGE}")
         return 0
-    print(f"make_venv: making {target} and installing {PACKAGE} into it")
+    what = PACKAGE if with_package else " ".join(requirements)
+    print(f"make_venv: making {target} and installing {what} into it")
     try:
         venv.EnvBuilder(clear=True, with_pip=True).create(target)
     except (OSError, subprocess.CalledProcessError) as error:
@@ -78,9 +84,9 @@ def main(argv):
         print(NO_VENV.format(python=sys.executable, venv=target), file=sys.stderr)
         return 1
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-           "--progress-bar=off", "-q", str(PACKAGE), *requirements]
+           "--progress-bar=off", "-q", *([str(PACKAGE)] if with_package else []), *requirements]
     if subprocess.run(pip).returncode != 0:
-        print(NO_PIP.format(package=PACKAGE, venv=target), file=sys.stderr)
+        print(NO_PIP.format(package=what, venv=target), file=sys.stderr)
         return 1
     stamp.write_text(wanted + "\n")
     print(f"make_venv: {target} ready")
