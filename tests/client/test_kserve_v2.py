@@ -310,5 +310,48 @@ class KServeV2Test(unittest.TestCase):
         self.assertGreater(checked, 100)
 
 
+class KServeV2TokenTest(unittest.TestCase):
+    """With --auth-token-file, the front door needs the token like the native service."""
+
+    def test_calls_need_the_bearer_token(self):
+        directory = tempfile.mkdtemp(prefix="kernelserve-v2-token-")
+        token_file = os.path.join(directory, "token")
+        with open(token_file, "w") as f:
+            f.write("s3cret\n")
+        target = f"127.0.0.1:{free_port()}"
+        process = subprocess.Popen(
+            [SERVER, f"--listen={target}", "--metrics-listen=off", "--cache=memory",
+             f"--auth-token-file={token_file}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = grpcclient.InferenceServerClient(target)
+        good = {"authorization": "Bearer s3cret"}
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if client.is_server_live(headers=good):
+                        break
+                except InferenceServerException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            x = np.ones((1, 4, 8), np.float32)
+            result = client.infer("mean_pooling", [make_input("x", x)], headers=good)
+            np.testing.assert_array_equal(result.as_numpy("out"), np.ones((1, 8), np.float32))
+            for headers in (None, {"authorization": "Bearer wrong"}):
+                for call in (lambda h: client.is_server_ready(headers=h),
+                             lambda h: client.get_model_metadata("mean_pooling", headers=h),
+                             lambda h: client.infer("mean_pooling", [make_input("x", x)],
+                                                    headers=h)):
+                    with self.assertRaises(InferenceServerException) as caught:
+                        call(headers)
+                    self.assertIn("UNAUTHENTICATED", str(caught.exception.status()))
+        finally:
+            client.close()
+            process.terminate()
+            process.wait(timeout=30)
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main()
