@@ -5,6 +5,7 @@
 #define KERNELSERVE_PROTO_KSERVE_CONVERT_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,30 +46,46 @@ absl::StatusOr<TensorListing> ListOutput(const KernelSchema& schema, const Outpu
 absl::Status ToModelMetadata(const KernelSchema& schema, inference::ModelMetadataResponse* out);
 absl::Status ToModelConfig(const KernelSchema& schema, inference::ModelConfig* out);
 
+// A tensor's place in a registered shared-memory region (the tensor's shared_memory_region,
+// shared_memory_offset and shared_memory_byte_size parameters). A value type.
+struct RegionRef {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
 // A ModelInferRequest as the native request of the same call, and what the answer needs.
 struct InferCall {
-  v1::ExecuteRequest request;         // kernel, inputs (bytes moved in), parameters, request_id
+  // kernel, inputs (bytes moved in; those in shared memory with dtype and shape alone),
+  // parameters, request_id.
+  v1::ExecuteRequest request;
   std::vector<std::string> outputs;   // the outputs asked for, in request order; empty = all
   std::optional<int64_t> timeout_us;  // the protocol's `timeout` parameter
+  std::map<std::string, RegionRef> input_regions;   // inputs that live in shared memory
+  std::map<std::string, RegionRef> output_regions;  // outputs to write into shared memory
 };
+
 // Converts `request` for the kernel of `schema` (its model_name), moving the tensor bytes out
 // of it. Inputs: every name an input of the schema, given once, with a served datatype; data
 // from raw_input_contents (one entry per input, in input order) or from typed contents (FP32,
-// INT32, INT64, BOOL). Parameters: the schema's params with their typed values (checked by the
-// schema when planned), the protocol's reserved ones ignored but `timeout` (microseconds).
-// InvalidArgument naming the input, output or parameter at fault; Unimplemented for shared
-// memory references.
+// INT32, INT64, BOOL), or a shared-memory reference (input_regions; no raw entry). Parameters:
+// the schema's params with their typed values (checked by the schema when planned), the
+// protocol's reserved ones ignored but `timeout` (microseconds). InvalidArgument naming the
+// input, output or parameter at fault.
 absl::StatusOr<InferCall> FromInferRequest(inference::ModelInferRequest* request,
                                            const KernelSchema& schema);
 
 // The native answer as a ModelInferResponse: the outputs asked for (all produced when
 // `outputs` is empty) in the schema's order with their bytes moved into raw_output_contents,
 // and every other field of the answer as a response parameter (config_source, cache_key,
-// platform, device, device_fingerprint, config, the timing fields as *_us, warnings).
-// InvalidArgument naming an output asked for that the call did not produce.
+// platform, device, device_fingerprint, config, the timing fields as *_us, warnings). An
+// output of `output_regions` (its bytes written there already) gets an empty raw entry and its
+// region, offset and byte size as parameters. InvalidArgument naming an output asked for that
+// the call did not produce.
 absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
                              const std::vector<std::string>& outputs, std::string_view id,
-                             inference::ModelInferResponse* out);
+                             inference::ModelInferResponse* out,
+                             const std::map<std::string, RegionRef>& output_regions = {});
 
 }  // namespace kernelserve::kserve
 

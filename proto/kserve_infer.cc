@@ -29,17 +29,46 @@ bool Reserved(std::string_view name) {
   return kReserved.contains(name) || absl::StartsWith(Sv(name), "triton_");
 }
 
-// Unimplemented when `parameters` (of `what`) point into shared memory.
-absl::Status NoSharedMemory(const ParameterMap& parameters, std::string_view what) {
-  for (const auto& [name, value] : parameters) {
-    if (absl::StartsWith(name, "shared_memory_")) {
-      return absl::UnimplementedError(
-          absl::StrCat(Sv(what),
-                       ": shared memory is not served by this server yet; send the "
-                       "bytes in the request"));
-    }
+// A non-negative int64_param or uint64_param named `name` of `what`.
+absl::StatusOr<uint64_t> SizeParameter(const InferParameter& value, std::string_view name,
+                                       std::string_view what) {
+  if (value.has_int64_param() && value.int64_param() >= 0) {
+    return static_cast<uint64_t>(value.int64_param());
   }
-  return absl::OkStatus();
+  if (value.has_uint64_param()) return value.uint64_param();
+  return absl::InvalidArgumentError(
+      absl::StrCat(Sv(what), ": parameter '", Sv(name), "': expected a non-negative int64_param"));
+}
+
+// The shared-memory reference of a tensor's `parameters`, if it has one.
+absl::StatusOr<std::optional<RegionRef>> RegionOf(const ParameterMap& parameters,
+                                                  std::string_view what) {
+  auto region = parameters.find("shared_memory_region");
+  if (region == parameters.end()) {
+    for (const char* name : {"shared_memory_offset", "shared_memory_byte_size"}) {
+      if (parameters.contains(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Sv(what), ": parameter '", name, "' without shared_memory_region"));
+      }
+    }
+    return std::nullopt;
+  }
+  if (!region->second.has_string_param() || region->second.string_param().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(what), ": parameter 'shared_memory_region': expected the region's name"));
+  }
+  RegionRef ref;
+  ref.region = region->second.string_param();
+  auto size = parameters.find("shared_memory_byte_size");
+  if (size == parameters.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(what), ": expected parameter 'shared_memory_byte_size' with the region"));
+  }
+  KS_ASSIGN_OR_RETURN(ref.byte_size, SizeParameter(size->second, size->first, what));
+  if (auto offset = parameters.find("shared_memory_offset"); offset != parameters.end()) {
+    KS_ASSIGN_OR_RETURN(ref.offset, SizeParameter(offset->second, offset->first, what));
+  }
+  return ref;
 }
 
 template <typename T>
@@ -126,11 +155,13 @@ absl::Status TakeParameters(ModelInferRequest& request, InferCall& call) {
   return absl::OkStatus();
 }
 
-absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request,
-                        v1::ExecuteRequest& out) {
+absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request, InferCall& call) {
+  v1::ExecuteRequest& out = call.request;
   int without_contents = 0;
   for (const ModelInferRequest::InferInputTensor& input : request.inputs()) {
-    if (!input.has_contents()) ++without_contents;
+    if (!input.has_contents() && !input.parameters().contains("shared_memory_region")) {
+      ++without_contents;
+    }
   }
   if (request.raw_input_contents_size() > 0 &&
       request.raw_input_contents_size() != without_contents) {
@@ -149,7 +180,7 @@ absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request,
                                                      schema.name, "'; its inputs are ",
                                                      absl::StrJoin(names, ", ")));
     }
-    KS_RETURN_IF_ERROR(NoSharedMemory(input.parameters(), what));
+    KS_ASSIGN_OR_RETURN(std::optional<RegionRef> region, RegionOf(input.parameters(), what));
     KS_ASSIGN_OR_RETURN(const DType dtype, DTypeFromDatatype(input.datatype(), what));
     if (out.inputs().contains(input.name())) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": given twice"));
@@ -157,7 +188,9 @@ absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request,
     v1::Tensor& tensor = (*out.mutable_inputs())[input.name()];
     tensor.set_dtype(ToProto(dtype));
     tensor.mutable_shape()->CopyFrom(input.shape());
-    if (input.has_contents()) {
+    if (region.has_value()) {
+      call.input_regions[input.name()] = *std::move(region);
+    } else if (input.has_contents()) {
       KS_ASSIGN_OR_RETURN(*tensor.mutable_data(), ContentBytes(input.contents(), dtype, what));
     } else if (raw < request.raw_input_contents_size()) {
       tensor.mutable_data()->swap(*request.mutable_raw_input_contents(raw++));
@@ -182,7 +215,8 @@ absl::Status TakeOutputs(const KernelSchema& schema, const ModelInferRequest& re
                                                      schema.name, "'; its outputs are ",
                                                      absl::StrJoin(names, ", ")));
     }
-    KS_RETURN_IF_ERROR(NoSharedMemory(output.parameters(), what));
+    KS_ASSIGN_OR_RETURN(std::optional<RegionRef> region, RegionOf(output.parameters(), what));
+    if (region.has_value()) call.output_regions[output.name()] = *std::move(region);
     call.outputs.push_back(output.name());
   }
   return absl::OkStatus();
@@ -235,14 +269,15 @@ absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const Ker
   call.request.set_kernel(schema.name);
   call.request.set_request_id(request->id());
   KS_RETURN_IF_ERROR(TakeParameters(*request, call));
-  KS_RETURN_IF_ERROR(TakeInputs(schema, *request, call.request));
+  KS_RETURN_IF_ERROR(TakeInputs(schema, *request, call));
   KS_RETURN_IF_ERROR(TakeOutputs(schema, *request, call));
   return call;
 }
 
 absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
                              const std::vector<std::string>& outputs, std::string_view id,
-                             inference::ModelInferResponse* out) {
+                             inference::ModelInferResponse* out,
+                             const std::map<std::string, RegionRef>& output_regions) {
   for (const std::string& name : outputs) {
     if (!response->outputs().contains(name)) {
       return absl::InvalidArgumentError(
@@ -265,7 +300,16 @@ absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& 
     o->set_name(output.name);
     o->set_datatype(std::string(DatatypeName(dtype)));
     o->mutable_shape()->CopyFrom(tensor.shape());
-    out->add_raw_output_contents()->swap(*tensor.mutable_data());
+    std::string* raw = out->add_raw_output_contents();
+    if (auto region = output_regions.find(output.name); region != output_regions.end()) {
+      auto& parameters = *o->mutable_parameters();
+      parameters["shared_memory_region"] = StringParam(region->second.region);
+      parameters["shared_memory_offset"] = Int64Param(static_cast<int64_t>(region->second.offset));
+      parameters["shared_memory_byte_size"] =
+          Int64Param(static_cast<int64_t>(tensor.data().size()));
+      continue;
+    }
+    raw->swap(*tensor.mutable_data());
   }
   PutParameters(*response, *out->mutable_parameters());
   return absl::OkStatus();

@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
+#include "server/shared_memory.h"
 #include "server/worker_pool.h"
 
 namespace kernelserve::server {
@@ -36,6 +37,8 @@ struct ServiceDeps {
   HostAllocator* host_allocator = nullptr;
   // The inference statistics of ModelStatistics (RecordInference); nullptr = not kept.
   ModelStats* stats = nullptr;
+  // The shared-memory regions clients registered; nullptr = none can be.
+  SharedMemoryRegistry* shared_memory = nullptr;
   // True once the server drains (ServerReady answers false); nullptr = never.
   const std::atomic<bool>* draining = nullptr;
 };

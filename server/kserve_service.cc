@@ -1,6 +1,7 @@
 #include "server/kserve_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,29 @@ std::vector<std::string> ModelNames(const Executor& executor) {
   std::vector<std::string> names;
   for (const Kernel* kernel : executor.registry().kernels()) names.push_back(kernel->name());
   return names;
+}
+
+// A tensor of `spec` whose bytes are `span` (read in place, the region held mapped while the
+// tensor lives), or a copy of them when the span is not aligned as tensors are. InvalidArgument
+// when the span's size is not the tensor's.
+absl::StatusOr<Tensor> TensorInRegion(const TensorSpec& spec, RegionSpan span,
+                                      const std::string& what) {
+  const int64_t bytes =
+      NumElements(spec.shape).value_or(-1) * static_cast<int64_t>(ItemSize(spec.dtype));
+  if (bytes < 0 || static_cast<uint64_t>(bytes) != span.byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shared_memory_byte_size ", span.byte_size, " of region '", span.region->name(),
+        "' is not the ", bytes, " bytes of ", spec.DebugString()));
+  }
+  constexpr uintptr_t kTensorAlignment = 16;  // what Tensor promises its kernels (malloc's)
+  if (reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
+    return Tensor::FromBytes(spec.dtype, spec.shape, std::string(span.data, span.byte_size));
+  }
+  char* data = span.data;
+  auto buffer = std::make_shared<HostBuffer>(
+      data, span.byte_size, /*pinned=*/false,
+      [region = std::move(span.region)](void* /*data*/) mutable { region.reset(); });
+  return Tensor::FromBuffer(spec.dtype, spec.shape, std::move(buffer));
 }
 
 }  // namespace
@@ -61,21 +85,73 @@ absl::Status CheckOutputsProduced(const CallPlan& plan, const std::vector<std::s
   return absl::OkStatus();
 }
 
-absl::Status PrepareInfer(const Executor& executor, inference::ModelInferRequest* request,
+absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest* request,
                           v1::ExecuteRequest* native, InferReply* reply) {
   reply->id = request->id();
   reply->model = request->model_name();
   KS_ASSIGN_OR_RETURN(const Kernel* kernel,
-                      FindModel(executor, request->model_name(), request->model_version()));
+                      FindModel(*deps.executor, request->model_name(), request->model_version()));
   reply->schema = &kernel->schema();
   KS_ASSIGN_OR_RETURN(kserve::InferCall call, kserve::FromInferRequest(request, *reply->schema));
   reply->outputs = std::move(call.outputs);
+  reply->input_regions = std::move(call.input_regions);
+  reply->output_regions = std::move(call.output_regions);
   if (call.timeout_us.has_value()) {
     reply->deadline =
         std::chrono::system_clock::now() + std::chrono::microseconds(*call.timeout_us);
   }
   *native = std::move(call.request);
   return absl::OkStatus();
+}
+
+absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan& plan,
+                                         v1::ExecuteRequest* native, InferReply* reply) {
+  KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, reply->outputs));
+  TensorMap inputs;
+  if (reply->input_regions.empty() && reply->output_regions.empty()) return inputs;
+  if (deps.shared_memory == nullptr) {
+    return absl::UnimplementedError("this server keeps no shared memory regions");
+  }
+  for (const auto& [name, ref] : reply->input_regions) {
+    const std::string what = absl::StrCat("input '", name, "'");
+    auto proto = native->mutable_inputs()->find(name);
+    KS_ASSIGN_OR_RETURN(const TensorSpec spec, SpecFromProto(proto->second, what));
+    KS_ASSIGN_OR_RETURN(RegionSpan span,
+                        deps.shared_memory->Span(ref.region, ref.offset, ref.byte_size, what));
+    KS_ASSIGN_OR_RETURN(inputs[name], TensorInRegion(spec, std::move(span), what));
+    native->mutable_inputs()->erase(proto);
+  }
+  const TensorSpecMap produced = plan.kernel->OutputSpecs(*plan.problem);
+  for (const auto& [name, ref] : reply->output_regions) {
+    const std::string what = absl::StrCat("output '", name, "'");
+    auto spec = produced.find(name);
+    if (spec == produced.end()) continue;  // not asked for by name: CheckOutputsProduced
+    const int64_t bytes = NumElements(spec->second.shape).value_or(0) *
+                          static_cast<int64_t>(ItemSize(spec->second.dtype));
+    if (static_cast<uint64_t>(bytes) > ref.byte_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", bytes, " bytes (", spec->second.DebugString(),
+          ") do not fit shared_memory_byte_size ", ref.byte_size, " of region '", ref.region, "'"));
+    }
+    KS_ASSIGN_OR_RETURN(reply->output_spans[name],
+                        deps.shared_memory->Span(ref.region, ref.offset, ref.byte_size, what));
+  }
+  return inputs;
+}
+
+absl::Status AnswerInfer(v1::ExecuteResponse* answer, const InferReply& reply,
+                         inference::ModelInferResponse* out) {
+  for (const auto& [name, span] : reply.output_spans) {
+    auto it = answer->outputs().find(name);
+    if (it == answer->outputs().end()) continue;
+    const std::string& bytes = it->second.data();
+    if (bytes.size() > span.byte_size) {
+      return absl::InternalError(absl::StrCat("output '", name, "' grew past its region"));
+    }
+    if (!bytes.empty()) std::memcpy(span.data, bytes.data(), bytes.size());
+  }
+  return kserve::ToInferResponse(answer, *reply.schema, reply.outputs, reply.id, out,
+                                 reply.output_regions);
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(Context* context, const char* method,
@@ -122,9 +198,12 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   return Answer(context, "ServerMetadata", [&] {
     response->set_name("kernelserve");
     response->set_version(GetBuildInfo().version);
-    // The extensions served in full: shared memory joins once regions can be registered.
+    // The extensions served in full (CUDA shared memory is not yet).
     for (const char* extension : {"model_configuration", "parameters", "statistics"}) {
       response->add_extensions(extension);
+    }
+    if (deps_.shared_memory != nullptr && deps_.shared_memory->system()) {
+      response->add_extensions("system_shared_memory");
     }
     return absl::OkStatus();
   });
@@ -203,10 +282,11 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
     KS_RETURN_IF_ERROR(call->Parse());
     v1::ExecuteRequest native;
     InferReply reply;
-    KS_RETURN_IF_ERROR(PrepareInfer(*deps_.executor, &call->request(), &native, &reply));
+    KS_RETURN_IF_ERROR(PrepareInfer(deps_, &call->request(), &native, &reply));
     KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, native, call->tracker()));
-    KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, reply.outputs));
-    KS_ASSIGN_OR_RETURN(TensorMap inputs, TakeTensors(native.mutable_inputs()));
+    KS_ASSIGN_OR_RETURN(TensorMap inputs, ResolveRegions(deps_, plan, &native, &reply));
+    KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(native.mutable_inputs()));
+    inputs.merge(sent);
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();
@@ -224,8 +304,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
           RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
                           answer.timing(), call->tracker().seconds());
           if (status.ok()) {
-            status = kserve::ToInferResponse(&answer, *reply.schema, reply.outputs, reply.id,
-                                             &call->response());
+            status = AnswerInfer(&answer, reply, &call->response());
           }
           finish(call, status);
         },

@@ -10,13 +10,16 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/kernel.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "proto/kserve_convert.h"
 #include "server/call.h"
+#include "server/shared_memory.h"
 
 namespace kernelserve::server {
 
@@ -104,12 +107,29 @@ struct InferReply {
   std::vector<std::string> outputs;  // asked for; empty = all produced
   // The call's `timeout` parameter as a deadline (max = none).
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::map<std::string, kserve::RegionRef> input_regions;   // inputs in shared memory
+  std::map<std::string, kserve::RegionRef> output_regions;  // outputs for shared memory
+  // Where each output of output_regions goes, once checked against the plan (ResolveRegions).
+  std::map<std::string, RegionSpan> output_spans;
 };
 
 // The native request of `request` (its bytes moved out) and its InferReply: NotFound for an
 // unknown model or version, InvalidArgument (kserve::FromInferRequest) for the rest.
-absl::Status PrepareInfer(const Executor& executor, inference::ModelInferRequest* request,
+absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest* request,
                           v1::ExecuteRequest* native, InferReply* reply);
+
+// After planning: the inputs of reply->input_regions as tensors that read their region in place
+// (taken out of `native`), and reply->output_spans for reply->output_regions. Checks that every
+// output asked for is produced (CheckOutputsProduced) and that each region range fits its
+// tensor: InvalidArgument naming the tensor and region, NotFound for a region not registered,
+// Unimplemented when the server keeps no regions.
+absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan& plan,
+                                         v1::ExecuteRequest* native, InferReply* reply);
+
+// The answer of a call that ran: outputs of reply.output_spans copied into their regions, then
+// kserve::ToInferResponse.
+absl::Status AnswerInfer(v1::ExecuteResponse* answer, const InferReply& reply,
+                         inference::ModelInferResponse* out);
 
 // The kernel serving model `name` at `version` ("" or "1"); NotFound naming the models there
 // are otherwise.

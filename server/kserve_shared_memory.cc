@@ -1,68 +1,89 @@
-// The shared-memory methods of the Open Inference Protocol. This server registers no regions
-// yet: Register answers UNIMPLEMENTED (saying to send the bytes in the request), Status lists
-// none, and Unregister of "" (every region; Triton's tools send it before and after a run)
-// succeeds, while Unregister of a name answers NOT_FOUND.
+// The shared-memory methods of the Open Inference Protocol over the server's
+// SharedMemoryRegistry. System regions are served; CUDA regions are not yet (Register answers
+// UNIMPLEMENTED, Status lists none). Unregister of "" (every region; Triton's tools send it
+// before and after a run) always succeeds.
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "server/kserve_service.h"
 
 namespace kernelserve::server {
 namespace {
 
-absl::Status NotServed(const char* kind) {
+absl::Status NoRegistry() {
   return absl::UnimplementedError(
-      absl::StrCat(kind,
-                   " shared memory is not served by this server yet; send the tensor "
-                   "bytes in the request (raw_input_contents)"));
-}
-
-absl::Status Unregister(const char* kind, const std::string& name) {
-  if (name.empty()) return absl::OkStatus();  // every region: there are none
-  return absl::NotFoundError(
-      absl::StrCat("no ", kind, " shared memory region '", name.substr(0, 64), "'"));
+      "this server keeps no shared memory regions; send the tensor bytes in the request");
 }
 
 }  // namespace
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
     Context* context, const inference::SystemSharedMemoryStatusRequest* request,
-    inference::SystemSharedMemoryStatusResponse* /*response*/) {
-  return Answer(context, "SystemSharedMemoryStatus", [&] {
-    return request->name().empty() ? absl::OkStatus() : Unregister("system", request->name());
+    inference::SystemSharedMemoryStatusResponse* response) {
+  return Answer(context, "SystemSharedMemoryStatus", [&]() -> absl::Status {
+    if (deps_.shared_memory == nullptr) {
+      return request->name().empty() ? absl::OkStatus() : NoRegistry();
+    }
+    KS_ASSIGN_OR_RETURN(auto regions, deps_.shared_memory->List(request->name()));
+    for (const auto& region : regions) {
+      auto& status = (*response->mutable_regions())[region->name()];
+      status.set_name(region->name());
+      status.set_key(region->key());
+      status.set_offset(region->offset());
+      status.set_byte_size(region->byte_size());
+    }
+    return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
-    Context* context, const inference::SystemSharedMemoryRegisterRequest* /*request*/,
+    Context* context, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse* /*response*/) {
-  return Answer(context, "SystemSharedMemoryRegister", [] { return NotServed("system"); });
+  return Answer(context, "SystemSharedMemoryRegister", [&]() -> absl::Status {
+    if (deps_.shared_memory == nullptr) return NoRegistry();
+    return deps_.shared_memory->RegisterSystem(request->name(), request->key(), request->offset(),
+                                               request->byte_size());
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
     Context* context, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse* /*response*/) {
-  return Answer(context, "SystemSharedMemoryUnregister",
-                [&] { return Unregister("system", request->name()); });
+  return Answer(context, "SystemSharedMemoryUnregister", [&]() -> absl::Status {
+    if (deps_.shared_memory == nullptr) {
+      return request->name().empty() ? absl::OkStatus() : NoRegistry();
+    }
+    return deps_.shared_memory->Unregister(request->name());
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
     Context* context, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* /*response*/) {
-  return Answer(context, "CudaSharedMemoryStatus", [&] {
-    return request->name().empty() ? absl::OkStatus() : Unregister("CUDA", request->name());
+  return Answer(context, "CudaSharedMemoryStatus", [&]() -> absl::Status {
+    if (request->name().empty()) return absl::OkStatus();
+    return absl::NotFoundError(
+        absl::StrCat("no CUDA shared memory region '", request->name().substr(0, 64), "'"));
   });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
     Context* context, const inference::CudaSharedMemoryRegisterRequest* /*request*/,
     inference::CudaSharedMemoryRegisterResponse* /*response*/) {
-  return Answer(context, "CudaSharedMemoryRegister", [] { return NotServed("CUDA"); });
+  return Answer(context, "CudaSharedMemoryRegister", [] {
+    return absl::UnimplementedError(
+        "CUDA shared memory is not served by this server yet; use system shared memory or "
+        "send the tensor bytes in the request");
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
     Context* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
-  return Answer(context, "CudaSharedMemoryUnregister",
-                [&] { return Unregister("CUDA", request->name()); });
+  return Answer(context, "CudaSharedMemoryUnregister", [&]() -> absl::Status {
+    if (request->name().empty()) return absl::OkStatus();
+    return absl::NotFoundError(
+        absl::StrCat("no CUDA shared memory region '", request->name().substr(0, 64), "'"));
+  });
 }
 
 }  // namespace kernelserve::server

@@ -22,11 +22,12 @@ struct KServeStream {
                             Reply* reply) {
     inference::ModelInferRequest infer;
     KS_RETURN_IF_ERROR(wire::ParseRequest(read, &infer));
-    return PrepareInfer(*deps.executor, &infer, request, reply);
+    return PrepareInfer(deps, &infer, request, reply);
   }
 
-  static absl::Status CheckPlan(const CallPlan& plan, const Reply& reply) {
-    return CheckOutputsProduced(plan, reply.outputs);
+  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const CallPlan& plan,
+                                           v1::ExecuteRequest* request, Reply* reply) {
+    return ResolveRegions(deps, plan, request, reply);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& reply) {
@@ -42,8 +43,7 @@ struct KServeStream {
     if (outcome.ok()) {
       response.mutable_timing()->set_queue_us(waits.queue_us);
       response.mutable_timing()->set_recv_us(waits.recv_us);
-      outcome = kserve::ToInferResponse(&response, *reply.schema, reply.outputs, reply.id,
-                                        answer.mutable_infer_response());
+      outcome = AnswerInfer(&response, reply, answer.mutable_infer_response());
     }
     if (!outcome.ok()) {
       answer.Clear();

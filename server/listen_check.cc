@@ -28,9 +28,18 @@ absl::Status CheckUnixSocketFree(absl::string_view listen) {
       connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
   close(fd);
   if (!answered) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(
-      "--listen=", listen, ": another process is listening on this socket (a server already "
-      "running?); stop it or choose another path"));
+  return absl::UnavailableError(
+      absl::StrCat("--listen=", listen,
+                   ": another process is listening on this socket (a server already "
+                   "running?); stop it or choose another path"));
+}
+
+bool IsLocalListener(absl::string_view listen) {
+  if (absl::StartsWith(listen, "unix:")) return true;
+  const size_t colon = listen.rfind(':');
+  const absl::string_view host =
+      colon == absl::string_view::npos ? listen : listen.substr(0, colon);
+  return absl::StartsWith(host, "127.") || host == "localhost" || host == "[::1]";
 }
 
 }  // namespace kernelserve::server

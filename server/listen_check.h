@@ -1,10 +1,10 @@
-// Refusing an address another server already listens on, before gRPC binds it.
+// Refusing an address another server already listens on, before gRPC binds it; telling a
+// listener of this host alone from one open to the network.
 #ifndef KERNELSERVE_SERVER_LISTEN_CHECK_H_
 #define KERNELSERVE_SERVER_LISTEN_CHECK_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace kernelserve::server {
 
@@ -13,6 +13,10 @@ namespace kernelserve::server {
 // or stale socket file and for TCP addresses, which gRPC refuses itself when they are in use
 // (the server turns SO_REUSEPORT off).
 absl::Status CheckUnixSocketFree(absl::string_view listen);
+
+// True when `listen` only takes connections from this host: "unix:PATH", or a host of
+// 127.0.0.0/8, "localhost" or "[::1]".
+bool IsLocalListener(absl::string_view listen);
 
 }  // namespace kernelserve::server
 

@@ -28,6 +28,11 @@ ABSL_FLAG(int64_t, max_synthetic_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, max_pinned_bytes, int64_t{4} << 30,
           "page-locked host memory kept for the tensors of GPU calls (request bytes are parsed "
           "into it and outputs downloaded into it, so each copy is one DMA); 0 = none");
+ABSL_FLAG(std::string, shared_memory, "auto",
+          "shared memory clients on this host may register for their tensors: auto (system "
+          "regions on loopback and unix listeners, off elsewhere), off, or system");
+ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{16} << 30,
+          "bytes of shared memory registered in all before RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file holding the bearer token every RPC but health must carry");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
@@ -53,6 +58,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   o.max_synthetic_bytes = absl::GetFlag(FLAGS_max_synthetic_bytes);
   o.max_pinned_bytes = absl::GetFlag(FLAGS_max_pinned_bytes);
+  o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -84,6 +91,15 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   if (o.max_pinned_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-pinned-bytes=", o.max_pinned_bytes, ": expected >= 0"));
+  }
+  if (o.shared_memory != "auto" && o.shared_memory != "off" && o.shared_memory != "system") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-memory=", o.shared_memory,
+                     ": expected auto, off or system (CUDA regions are not served yet)"));
+  }
+  if (o.max_shared_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-shared-memory-bytes=", o.max_shared_memory_bytes, ": expected >= 0"));
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");

@@ -12,23 +12,28 @@ namespace kernelserve::server {
 
 // A value type. Every field has a default (the flags' defaults).
 struct ServerOptions {
-  std::string listen = "127.0.0.1:50051";           // gRPC address (port 0 = pick a free one)
-  std::string metrics_listen = "127.0.0.1:9464";    // /metrics address; "" or "off" = none
-  std::string cache = "file";                       // OpenStore spec: file[:PATH], redis://, memory
-  bool autotune = false;                            // tune on a cache miss
-  std::string devices = "all";                      // "all", "cpu" or GPU ordinals "0,1"
-  int64_t max_message_bytes = int64_t{1} << 30;     // both directions
-  int max_queue = 1024;                             // queued requests per device
-  int gpu_lanes = 2;                                // calls each GPU runs at once (streams)
-  int64_t max_inflight_bytes = int64_t{4} << 30;    // request bytes accepted and not answered
-  int64_t max_synthetic_bytes = int64_t{1} << 30;   // inputs Autotune makes up from shapes
-  int64_t max_pinned_bytes = int64_t{4} << 30;      // page-locked host memory; 0 = none
-  std::string auth_token_file;                      // "" = no authentication
-  std::string tls_cert;                             // PEM; "" = plaintext
-  std::string tls_key;                              // PEM; required with tls_cert
-  std::string tls_client_ca;                        // PEM; set = clients must present a cert
-  bool reflection = false;                          // gRPC server reflection
-  absl::Duration grace_period = absl::Seconds(30);  // drain time on SIGTERM/SIGINT
+  std::string listen = "127.0.0.1:50051";          // gRPC address (port 0 = pick a free one)
+  std::string metrics_listen = "127.0.0.1:9464";   // /metrics address; "" or "off" = none
+  std::string cache = "file";                      // OpenStore spec: file[:PATH], redis://, memory
+  bool autotune = false;                           // tune on a cache miss
+  std::string devices = "all";                     // "all", "cpu" or GPU ordinals "0,1"
+  int64_t max_message_bytes = int64_t{1} << 30;    // both directions
+  int max_queue = 1024;                            // queued requests per device
+  int gpu_lanes = 2;                               // calls each GPU runs at once (streams)
+  int64_t max_inflight_bytes = int64_t{4} << 30;   // request bytes accepted and not answered
+  int64_t max_synthetic_bytes = int64_t{1} << 30;  // inputs Autotune makes up from shapes
+  int64_t max_pinned_bytes = int64_t{4} << 30;     // page-locked host memory; 0 = none
+  // Regions clients on this host may register: "auto" (system on loopback and unix
+  // listeners, off elsewhere), "off", "system"; "cuda" and "all" are refused until CUDA
+  // regions are served.
+  std::string shared_memory = "auto";
+  int64_t max_shared_memory_bytes = int64_t{16} << 30;  // registered bytes in all
+  std::string auth_token_file;                          // "" = no authentication
+  std::string tls_cert;                                 // PEM; "" = plaintext
+  std::string tls_key;                                  // PEM; required with tls_cert
+  std::string tls_client_ca;                            // PEM; set = clients must present a cert
+  bool reflection = false;                              // gRPC server reflection
+  absl::Duration grace_period = absl::Seconds(30);      // drain time on SIGTERM/SIGINT
 };
 
 // The options the flags hold. InvalidArgument naming the flag for out-of-range values.

@@ -184,6 +184,15 @@ absl::Status Server::StartGrpc() {
   deps.built_with_cuda = BuiltWithCuda();
   deps.host_allocator = host_pool_;
   deps.stats = &model_stats_;
+  SharedMemoryOptions shared;
+  shared.system = options_.shared_memory == "system" ||
+                  (options_.shared_memory == "auto" && IsLocalListener(options_.listen));
+  shared.max_bytes = options_.max_shared_memory_bytes;
+  shared.off_reason = options_.shared_memory == "off"
+                          ? "--shared-memory=off"
+                          : "--shared-memory=auto serves it on loopback and unix listeners only";
+  shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared);
+  deps.shared_memory = shared_memory_.get();
   deps.draining = &draining_;
   if (!options_.auth_token_file.empty()) {
     KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
@@ -313,7 +322,8 @@ std::string Server::StartupLine() const {
           ? absl::StrCat("; pinned host memory up to ", options_.max_pinned_bytes >> 20, " MiB")
           : std::string(),
       devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
-                          : std::string());
+                          : std::string(),
+      "; shared memory ", shared_memory_ != nullptr && shared_memory_->system() ? "system" : "off");
 }
 
 absl::Status Server::Shutdown() {

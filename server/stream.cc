@@ -25,8 +25,9 @@ struct NativeStream {
     return absl::OkStatus();
   }
 
-  static absl::Status CheckPlan(const CallPlan& /*plan*/, const Reply& /*reply*/) {
-    return absl::OkStatus();
+  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& /*deps*/, const CallPlan& /*plan*/,
+                                           v1::ExecuteRequest* /*request*/, Reply* /*reply*/) {
+    return TensorMap();
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& /*reply*/) {

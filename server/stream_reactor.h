@@ -33,7 +33,9 @@ struct StreamWaits {
 //   struct Reply: what an answer needs of its request (a value type; default = nothing known).
 //   static absl::Status Parse(const ServiceDeps&, grpc::ByteBuffer* read, v1::ExecuteRequest*,
 //                             wire::TensorBuffers*, Reply*): the request as the native one.
-//   static absl::Status CheckPlan(const CallPlan&, const Reply&): before the call is queued.
+//   static absl::StatusOr<TensorMap> Resolve(const ServiceDeps&, const CallPlan&,
+//       v1::ExecuteRequest*, Reply*): after planning, the inputs that the request holds no bytes
+//       of (taken out of it), and any checks before the call is queued.
 //   static std::chrono::system_clock::time_point Deadline(const Reply&): the item's own
 //       deadline besides the stream's.
 //   static constexpr bool kKeepBuffers: outputs may stay in page-locked buffers (Serialize
@@ -116,9 +118,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
                                   std::chrono::steady_clock::now() - parse_started)
                                   .count();
       KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(*deps_, request, *tracker));
-      KS_RETURN_IF_ERROR(Protocol::CheckPlan(plan, reply));
-      KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                          TakeTensors(request.mutable_inputs(), &request_buffers));
+      KS_ASSIGN_OR_RETURN(TensorMap inputs, Protocol::Resolve(*deps_, plan, &request, &reply));
+      KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(request.mutable_inputs(), &request_buffers));
+      inputs.merge(sent);
       KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
       const int worker = plan.ordinal();
       return Dispatch(

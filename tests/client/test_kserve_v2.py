@@ -1,7 +1,8 @@
 """The KServe v2 (Open Inference Protocol) front door through Triton's own Python client,
 tritonclient.grpc (pinned in tests/client/CMakeLists.txt, in a virtualenv of its own): what
 Triton's tools call, results against float64 references and bit for bit against the native API
-(through the kernelserve CLI), and the messages' field numbers against tritonclient's own.
+(through the kernelserve CLI), system shared memory through tritonclient.utils.shared_memory,
+and the messages' field numbers against tritonclient's own.
 
 The binaries come from the environment: KERNELSERVE_SERVER and KERNELSERVE_CLI.
 """
@@ -21,6 +22,7 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
+from tritonclient.utils import shared_memory as shm
 
 import references
 
@@ -253,8 +255,48 @@ class KServeV2Test(unittest.TestCase):
         self.client.unregister_cuda_shared_memory()
         self.assertEqual(len(self.client.get_system_shared_memory_status().regions), 0)
         with self.assertRaises(InferenceServerException) as caught:
-            self.client.register_system_shared_memory("r", "/kernelserve-v2-test", 64)
+            self.client.register_cuda_shared_memory("c", b"\0" * 64, 0, 64)
         self.assertIn("UNIMPLEMENTED", str(caught.exception.status()))
+
+    def test_system_shared_memory_register_infer_unregister(self):
+        q, k, v = (self.uniform((1, 24, 4, 32), np.float16) for _ in range(3))
+        params = {"causal": True, "return_lse": True}
+        want = self.native("flash_attention", {"q": q, "k": k, "v": v}, params)
+        size = q.nbytes * 3 + want["out"].nbytes + want["lse"].nbytes
+        key = f"/kernelserve-v2-{os.getpid()}"
+        handle = shm.create_shared_memory_region("tensors", key, size)
+        try:
+            shm.set_shared_memory_region(handle, [q, k, v])
+            self.client.register_system_shared_memory("tensors", key, size)
+            status = self.client.get_system_shared_memory_status()
+            self.assertEqual([r.name for r in status.regions.values()], ["tensors"])
+            inputs = []
+            for i, (name, array) in enumerate((("q", q), ("k", k), ("v", v))):
+                tensor = grpcclient.InferInput(name, list(array.shape), "FP16")
+                tensor.set_shared_memory("tensors", array.nbytes, offset=i * q.nbytes)
+                inputs.append(tensor)
+            out = grpcclient.InferRequestedOutput("out")
+            out.set_shared_memory("tensors", want["out"].nbytes, offset=3 * q.nbytes)
+            lse = grpcclient.InferRequestedOutput("lse")
+            lse.set_shared_memory("tensors", want["lse"].nbytes,
+                                  offset=3 * q.nbytes + want["out"].nbytes)
+            result = self.client.infer("flash_attention", inputs, outputs=[out, lse],
+                                       parameters=params)
+            self.assertEqual([o.name for o in result.get_response().outputs], ["out", "lse"])
+            got_out = shm.get_contents_as_numpy(handle, np.float16, want["out"].shape,
+                                                offset=3 * q.nbytes)
+            got_lse = shm.get_contents_as_numpy(handle, np.float32, want["lse"].shape,
+                                                offset=3 * q.nbytes + want["out"].nbytes)
+            self.assertEqual(got_out.tobytes(), want["out"].tobytes())
+            self.assertEqual(got_lse.tobytes(), want["lse"].tobytes())
+            self.client.unregister_system_shared_memory("tensors")
+            with self.assertRaises(InferenceServerException) as caught:
+                self.client.infer("flash_attention", inputs, outputs=[out, lse],
+                                  parameters=params)
+            self.assertIn("NOT_FOUND", str(caught.exception.status()))
+        finally:
+            self.client.unregister_system_shared_memory()
+            shm.destroy_shared_memory_region(handle)
 
     def test_bad_requests(self):
         x = self.uniform((2, 5, 8))

@@ -2,7 +2,10 @@
 // equal to the native API's bit for bit, every bad case with its exact code, the stream,
 // statistics, and the shared-memory calls Triton's tools make. The tritonclient side is
 // tests/client/test_kserve_v2.py.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -249,10 +252,12 @@ TEST_F(KServeTest, BadRequestsGetTheirCodeAndNameTheFault) {
        }},
       {"unknown output", StatusCode::INVALID_ARGUMENT, "output 'lse' is not an output",
        [](ModelInferRequest* r) { r->add_outputs()->set_name("lse"); }},
-      {"shared memory input", StatusCode::UNIMPLEMENTED, "shared memory",
+      {"input in a region not registered", StatusCode::NOT_FOUND, "no shared memory region 'r'",
        [](ModelInferRequest* r) {
-         (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
-             "r");
+         auto& parameters = *r->mutable_inputs(0)->mutable_parameters();
+         parameters["shared_memory_region"].set_string_param("r");
+         parameters["shared_memory_byte_size"].set_int64_param(320);
+         r->clear_raw_input_contents();
        }},
   };
   for (const BadCase& bad : cases) {
@@ -349,27 +354,120 @@ TEST_F(KServeTest, StatisticsCountSuccessfulCalls) {
   EXPECT_GT(after.last_inference(), 0u);
 }
 
-TEST_F(KServeTest, SharedMemoryUnregisterOfEverythingIsOkAndRegisterIsUnimplemented) {
-  {
-    grpc::ClientContext context;
-    inference::SystemSharedMemoryUnregisterResponse response;
-    EXPECT_TRUE(v2_->SystemSharedMemoryUnregister(&context, {}, &response).ok());
+// A shm_open object of `bytes` bytes mapped here, removed at the end.
+class ShmObject {
+ public:
+  explicit ShmObject(size_t bytes)
+      : key_("/kernelserve-v2-test-" + std::to_string(getpid())), bytes_(bytes) {
+    const int fd = shm_open(key_.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    data_ = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
   }
-  {
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryUnregisterResponse response;
-    EXPECT_TRUE(v2_->CudaSharedMemoryUnregister(&context, {}, &response).ok());
+  ~ShmObject() {
+    munmap(data_, bytes_);
+    shm_unlink(key_.c_str());
   }
-  {
+  const std::string& key() const { return key_; }
+  char* data() const { return data_; }
+
+ private:
+  std::string key_;
+  size_t bytes_;
+  char* data_ = nullptr;
+};
+
+void Region(ModelInferRequest::InferInputTensor* input, const std::string& region, int64_t offset,
+            int64_t bytes) {
+  auto& parameters = *input->mutable_parameters();
+  parameters["shared_memory_region"].set_string_param(region);
+  parameters["shared_memory_offset"].set_int64_param(offset);
+  parameters["shared_memory_byte_size"].set_int64_param(bytes);
+}
+
+TEST_F(KServeTest, SystemSharedMemoryInputsAndOutputsEqualTheNativeAnswer) {
+  const Tensor x = RandomTensor(DType::kF32, {3, 33, 48}, 41);
+  const int64_t in_offset = 4096;
+  const int64_t out_offset = 4096 + 64 * 1024;
+  const int64_t out_bytes = 3 * 48 * 4;
+  ShmObject object(256 * 1024);
+  std::memcpy(object.data() + in_offset, x.data(), x.nbytes());
+  std::memset(object.data() + out_offset, 0x7f, out_bytes);  // poisoned
+  auto unary = [&](auto method, const auto& request, auto* response) {
     grpc::ClientContext context;
-    inference::SystemSharedMemoryRegisterRequest request;
-    request.set_name("r");
-    request.set_key("/r");
-    request.set_byte_size(64);
-    inference::SystemSharedMemoryRegisterResponse response;
-    EXPECT_EQ(v2_->SystemSharedMemoryRegister(&context, request, &response).error_code(),
-              StatusCode::UNIMPLEMENTED);
-  }
+    Deadline(&context);
+    return (v2_.get()->*method)(&context, request, response);
+  };
+  inference::SystemSharedMemoryRegisterRequest reg;
+  reg.set_name("tensors");
+  reg.set_key(object.key());
+  reg.set_byte_size(256 * 1024);
+  inference::SystemSharedMemoryRegisterResponse registered;
+  grpc::Status status =
+      unary(&GRPCInferenceService::Stub::SystemSharedMemoryRegister, reg, &registered);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(
+      unary(&GRPCInferenceService::Stub::SystemSharedMemoryRegister, reg, &registered).error_code(),
+      StatusCode::ALREADY_EXISTS);
+
+  ModelInferRequest request;
+  request.set_model_name("mean_pooling");
+  auto* input = request.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP32");
+  for (int64_t d : x.shape()) input->add_shape(d);
+  Region(input, "tensors", in_offset, static_cast<int64_t>(x.nbytes()));
+  auto* output = request.add_outputs();
+  output->set_name("out");
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("tensors");
+  (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(out_offset);
+  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(out_bytes);
+  ModelInferResponse v2;
+  status = Infer(request, &v2);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(v2.outputs_size(), 1);
+  EXPECT_EQ(v2.raw_output_contents(0), "");  // the bytes went to the region
+  EXPECT_EQ(v2.outputs(0).parameters().at("shared_memory_byte_size").int64_param(), out_bytes);
+  v1::ExecuteResponse native;
+  ASSERT_TRUE(Execute(MeanPoolingRequest(x), &native).ok());
+  EXPECT_EQ(std::string(object.data() + out_offset, out_bytes), native.outputs().at("out").data());
+
+  // Bad references: each with its code, naming the tensor.
+  ModelInferRequest bad = request;
+  Region(bad.mutable_inputs(0), "tensors", 255 * 1024, static_cast<int64_t>(x.nbytes()));
+  EXPECT_EQ(Infer(bad, &v2).error_code(), StatusCode::INVALID_ARGUMENT);  // past the end
+  bad = request;
+  Region(bad.mutable_inputs(0), "tensors", in_offset, 100);
+  status = Infer(bad, &v2);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);  // not the tensor's size
+  EXPECT_NE(status.error_message().find("input 'x'"), std::string::npos) << status.error_message();
+  bad = request;
+  (*bad.mutable_outputs(0)->mutable_parameters())["shared_memory_byte_size"].set_int64_param(8);
+  status = Infer(bad, &v2);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);  // the output does not fit
+  EXPECT_NE(status.error_message().find("output 'out'"), std::string::npos)
+      << status.error_message();
+
+  inference::SystemSharedMemoryStatusResponse listed;
+  ASSERT_TRUE(unary(&GRPCInferenceService::Stub::SystemSharedMemoryStatus,
+                    inference::SystemSharedMemoryStatusRequest(), &listed)
+                  .ok());
+  ASSERT_TRUE(listed.regions().contains("tensors"));
+  EXPECT_EQ(listed.regions().at("tensors").key(), object.key());
+  inference::SystemSharedMemoryUnregisterResponse gone;
+  ASSERT_TRUE(unary(&GRPCInferenceService::Stub::SystemSharedMemoryUnregister,
+                    inference::SystemSharedMemoryUnregisterRequest(), &gone)
+                  .ok());
+  EXPECT_EQ(Infer(request, &v2).error_code(), StatusCode::NOT_FOUND);
+  reg.set_key("/kernelserve-no-such-object");
+  EXPECT_EQ(
+      unary(&GRPCInferenceService::Stub::SystemSharedMemoryRegister, reg, &registered).error_code(),
+      StatusCode::NOT_FOUND);
+  inference::CudaSharedMemoryUnregisterResponse cuda_gone;
+  EXPECT_TRUE(unary(&GRPCInferenceService::Stub::CudaSharedMemoryUnregister,
+                    inference::CudaSharedMemoryUnregisterRequest(), &cuda_gone)
+                  .ok());
 }
 
 TEST_F(KServeTest, ReadinessAndUnknownModels) {
