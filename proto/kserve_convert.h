@@ -16,6 +16,7 @@
 #include "core/schema.h"
 #include "inference/grpc_service.pb.h"
 #include "kernelserve/v1/kernel_service.pb.h"
+#include "proto/region_ref.h"
 
 namespace kernelserve::kserve {
 
@@ -46,14 +47,6 @@ absl::StatusOr<TensorListing> ListOutput(const KernelSchema& schema, const Outpu
 absl::Status ToModelMetadata(const KernelSchema& schema, inference::ModelMetadataResponse* out);
 absl::Status ToModelConfig(const KernelSchema& schema, inference::ModelConfig* out);
 
-// A tensor's place in a registered shared-memory region (the tensor's shared_memory_region,
-// shared_memory_offset and shared_memory_byte_size parameters). A value type.
-struct RegionRef {
-  std::string region;
-  uint64_t offset = 0;
-  uint64_t byte_size = 0;
-};
-
 // A ModelInferRequest as the native request of the same call, and what the answer needs.
 struct InferCall {
   // kernel, inputs (bytes moved in; those in shared memory with dtype and shape alone),
@@ -61,8 +54,8 @@ struct InferCall {
   v1::ExecuteRequest request;
   std::vector<std::string> outputs;   // the outputs asked for, in request order; empty = all
   std::optional<int64_t> timeout_us;  // the protocol's `timeout` parameter
-  std::map<std::string, RegionRef> input_regions;   // inputs that live in shared memory
-  std::map<std::string, RegionRef> output_regions;  // outputs to write into shared memory
+  RegionRefs input_regions;           // inputs that live in shared memory
+  RegionRefs output_regions;          // outputs to write into shared memory
 };
 
 // Converts `request` for the kernel of `schema` (its model_name), moving the tensor bytes out
@@ -85,7 +78,7 @@ absl::StatusOr<InferCall> FromInferRequest(inference::ModelInferRequest* request
 absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
                              const std::vector<std::string>& outputs, std::string_view id,
                              inference::ModelInferResponse* out,
-                             const std::map<std::string, RegionRef>& output_regions = {});
+                             const RegionRefs& output_regions = {});
 
 }  // namespace kernelserve::kserve
 

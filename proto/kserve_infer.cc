@@ -276,8 +276,7 @@ absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const Ker
 
 absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
                              const std::vector<std::string>& outputs, std::string_view id,
-                             inference::ModelInferResponse* out,
-                             const std::map<std::string, RegionRef>& output_regions) {
+                             inference::ModelInferResponse* out, const RegionRefs& output_regions) {
   for (const std::string& name : outputs) {
     if (!response->outputs().contains(name)) {
       return absl::InvalidArgumentError(
@@ -305,8 +304,9 @@ absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& 
       auto& parameters = *o->mutable_parameters();
       parameters["shared_memory_region"] = StringParam(region->second.region);
       parameters["shared_memory_offset"] = Int64Param(static_cast<int64_t>(region->second.offset));
+      const std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
       parameters["shared_memory_byte_size"] =
-          Int64Param(static_cast<int64_t>(tensor.data().size()));
+          Int64Param(NumElements(shape).value_or(0) * static_cast<int64_t>(ItemSize(dtype)));
       continue;
     }
     raw->swap(*tensor.mutable_data());

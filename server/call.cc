@@ -1,5 +1,7 @@
 #include "server/call.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,10 +44,19 @@ int64_t OutputBytes(const CallPlan& plan) {
   return total;
 }
 
-void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
-                  wire::TensorBuffers* buffers) {
+void FillResponse(ExecuteResult result, v1::ExecuteResponse* response, wire::TensorBuffers* buffers,
+                  const OutputSpans* spans) {
   for (auto& [name, tensor] : result.outputs) {
     v1::Tensor* proto = &(*response->mutable_outputs())[name];
+    auto span = spans != nullptr ? spans->find(name) : OutputSpans::const_iterator();
+    if (spans != nullptr && span != spans->end()) {
+      // OutputSpansOf checked the room against the plan's output specs.
+      std::memcpy(span->second.data, tensor.data(),
+                  std::min<size_t>(tensor.nbytes(), span->second.byte_size));
+      proto->set_dtype(ToProto(tensor.dtype()));
+      for (int64_t d : tensor.shape()) proto->add_shape(d);
+      continue;
+    }
     if (buffers != nullptr) {
       PutTensor(std::move(tensor), proto, buffers);
     } else {
@@ -74,14 +85,15 @@ void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource s
 }
 
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
-                     v1::ExecuteResponse* response, wire::TensorBuffers* buffers) {
+                     v1::ExecuteResponse* response, wire::TensorBuffers* buffers,
+                     const OutputSpans* spans) {
   KS_ASSIGN_OR_RETURN(ExecuteResult result, deps.executor->Run(plan, inputs));
   const std::string& kernel = plan.kernel->name();
   deps.metrics->KernelRun(kernel, plan.invocation.platform, DeviceLabel(result.device),
                           static_cast<double>(result.timings.kernel_us) * 1e-6);
   RecordSelection(*deps.metrics, kernel, result.source,
                   static_cast<double>(result.timings.select_us) * 1e-6);
-  FillResponse(std::move(result), response, buffers);
+  FillResponse(std::move(result), response, buffers, spans);
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
+#include "server/region_tensors.h"
 #include "server/shared_memory.h"
 #include "server/worker_pool.h"
 
@@ -93,15 +94,18 @@ int64_t OutputBytes(const CallPlan& plan);
 
 // Moves `result` into `response` (outputs, config, source, device, timings but queue_us and
 // recv_us). Outputs that a HostBuffer holds stay there, listed in `buffers`, when it is
-// non-null (for wire::SerializeResponse); else they are copied into the response.
+// non-null (for wire::SerializeResponse); else they are copied into the response. Outputs of
+// `spans` (nullable; each with room, see OutputSpansOf) are copied into their regions and
+// answered with dtype and shape alone.
 void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
-                  wire::TensorBuffers* buffers = nullptr);
+                  wire::TensorBuffers* buffers = nullptr, const OutputSpans* spans = nullptr);
 
 // Runs `plan` on `inputs` through the executor (on the calling worker thread), fills
-// `response` (and `buffers`, as FillResponse) and records the kernel, selection and tuning
-// metrics.
+// `response` (and `buffers` and `spans`, as FillResponse) and records the kernel, selection and
+// tuning metrics.
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
-                     v1::ExecuteResponse* response, wire::TensorBuffers* buffers = nullptr);
+                     v1::ExecuteResponse* response, wire::TensorBuffers* buffers = nullptr,
+                     const OutputSpans* spans = nullptr);
 
 // Counts a kernel call that reached its worker in deps.stats (when kept): see ModelStats::Record.
 void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,

@@ -31,29 +31,6 @@ std::vector<std::string> ModelNames(const Executor& executor) {
   return names;
 }
 
-// A tensor of `spec` whose bytes are `span` (read in place, the region held mapped while the
-// tensor lives), or a copy of them when the span is not aligned as tensors are. InvalidArgument
-// when the span's size is not the tensor's.
-absl::StatusOr<Tensor> TensorInRegion(const TensorSpec& spec, RegionSpan span,
-                                      const std::string& what) {
-  const int64_t bytes =
-      NumElements(spec.shape).value_or(-1) * static_cast<int64_t>(ItemSize(spec.dtype));
-  if (bytes < 0 || static_cast<uint64_t>(bytes) != span.byte_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": shared_memory_byte_size ", span.byte_size, " of region '", span.region->name(),
-        "' is not the ", bytes, " bytes of ", spec.DebugString()));
-  }
-  constexpr uintptr_t kTensorAlignment = 16;  // what Tensor promises its kernels (malloc's)
-  if (reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
-    return Tensor::FromBytes(spec.dtype, spec.shape, std::string(span.data, span.byte_size));
-  }
-  char* data = span.data;
-  auto buffer = std::make_shared<HostBuffer>(
-      data, span.byte_size, /*pinned=*/false,
-      [region = std::move(span.region)](void* /*data*/) mutable { region.reset(); });
-  return Tensor::FromBuffer(spec.dtype, spec.shape, std::move(buffer));
-}
-
 }  // namespace
 
 absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_view name,
@@ -107,49 +84,22 @@ absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest*
 absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan& plan,
                                          v1::ExecuteRequest* native, InferReply* reply) {
   KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, reply->outputs));
-  TensorMap inputs;
-  if (reply->input_regions.empty() && reply->output_regions.empty()) return inputs;
-  if (deps.shared_memory == nullptr) {
-    return absl::UnimplementedError("this server keeps no shared memory regions");
-  }
+  TensorSpecMap specs;
   for (const auto& [name, ref] : reply->input_regions) {
-    const std::string what = absl::StrCat("input '", name, "'");
-    auto proto = native->mutable_inputs()->find(name);
-    KS_ASSIGN_OR_RETURN(const TensorSpec spec, SpecFromProto(proto->second, what));
-    KS_ASSIGN_OR_RETURN(RegionSpan span,
-                        deps.shared_memory->Span(ref.region, ref.offset, ref.byte_size, what));
-    KS_ASSIGN_OR_RETURN(inputs[name], TensorInRegion(spec, std::move(span), what));
-    native->mutable_inputs()->erase(proto);
+    auto proto = native->inputs().find(name);
+    KS_ASSIGN_OR_RETURN(specs[name],
+                        SpecFromProto(proto->second, absl::StrCat("input '", name, "'")));
   }
-  const TensorSpecMap produced = plan.kernel->OutputSpecs(*plan.problem);
-  for (const auto& [name, ref] : reply->output_regions) {
-    const std::string what = absl::StrCat("output '", name, "'");
-    auto spec = produced.find(name);
-    if (spec == produced.end()) continue;  // not asked for by name: CheckOutputsProduced
-    const int64_t bytes = NumElements(spec->second.shape).value_or(0) *
-                          static_cast<int64_t>(ItemSize(spec->second.dtype));
-    if (static_cast<uint64_t>(bytes) > ref.byte_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": ", bytes, " bytes (", spec->second.DebugString(),
-          ") do not fit shared_memory_byte_size ", ref.byte_size, " of region '", ref.region, "'"));
-    }
-    KS_ASSIGN_OR_RETURN(reply->output_spans[name],
-                        deps.shared_memory->Span(ref.region, ref.offset, ref.byte_size, what));
-  }
+  KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                      InputsFromRegions(deps.shared_memory, reply->input_regions, specs));
+  KS_ASSIGN_OR_RETURN(reply->output_spans,
+                      OutputSpansOf(deps.shared_memory, plan, reply->output_regions));
+  for (const auto& [name, ref] : reply->input_regions) native->mutable_inputs()->erase(name);
   return inputs;
 }
 
 absl::Status AnswerInfer(v1::ExecuteResponse* answer, const InferReply& reply,
                          inference::ModelInferResponse* out) {
-  for (const auto& [name, span] : reply.output_spans) {
-    auto it = answer->outputs().find(name);
-    if (it == answer->outputs().end()) continue;
-    const std::string& bytes = it->second.data();
-    if (bytes.size() > span.byte_size) {
-      return absl::InternalError(absl::StrCat("output '", name, "' grew past its region"));
-    }
-    if (!bytes.empty()) std::memcpy(span.data, bytes.data(), bytes.size());
-  }
   return kserve::ToInferResponse(answer, *reply.schema, reply.outputs, reply.id, out,
                                  reply.output_regions);
 }
@@ -297,7 +247,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
          inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
           v1::ExecuteResponse answer;
           if (status.ok()) {
-            status = RunGuarded([&] { return RunCall(deps_, plan, inputs, &answer); });
+            status = RunGuarded([&] {
+              return RunCall(deps_, plan, inputs, &answer, nullptr, &reply.output_spans);
+            });
           }
           answer.mutable_timing()->set_queue_us(queue_us);
           answer.mutable_timing()->set_recv_us(call->recv_us());

@@ -107,10 +107,10 @@ struct InferReply {
   std::vector<std::string> outputs;  // asked for; empty = all produced
   // The call's `timeout` parameter as a deadline (max = none).
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
-  std::map<std::string, kserve::RegionRef> input_regions;   // inputs in shared memory
-  std::map<std::string, kserve::RegionRef> output_regions;  // outputs for shared memory
+  RegionRefs input_regions;   // inputs in shared memory
+  RegionRefs output_regions;  // outputs for shared memory
   // Where each output of output_regions goes, once checked against the plan (ResolveRegions).
-  std::map<std::string, RegionSpan> output_spans;
+  OutputSpans output_spans;
 };
 
 // The native request of `request` (its bytes moved out) and its InferReply: NotFound for an
@@ -126,7 +126,7 @@ absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest*
 absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan& plan,
                                          v1::ExecuteRequest* native, InferReply* reply);
 
-// The answer of a call that ran: outputs of reply.output_spans copied into their regions, then
+// The answer of a call that ran (its outputs of reply.output_spans written there by RunCall):
 // kserve::ToInferResponse.
 absl::Status AnswerInfer(v1::ExecuteResponse* answer, const InferReply& reply,
                          inference::ModelInferResponse* out);

@@ -80,18 +80,22 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
   absl::Status status = RunGuarded([&]() -> absl::Status {
     KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
     call->response().set_request_id(call->request().request_id());
+    KS_ASSIGN_OR_RETURN(RequestRegions regions,
+                        TakeRequestRegions(deps_.shared_memory, plan, &call->request()));
     KS_ASSIGN_OR_RETURN(TensorMap inputs,
                         TakeTensors(call->request().mutable_inputs(), &call->request_buffers()));
+    inputs.merge(regions.inputs);
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();
     return Dispatch(
         deps_, context, worker,
-        [this, call, plan = std::move(plan), inputs = std::move(inputs)](absl::Status status,
-                                                                         int64_t queue_us) {
+        [this, call, plan = std::move(plan), inputs = std::move(inputs),
+         spans = std::move(regions.outputs)](absl::Status status, int64_t queue_us) {
           if (status.ok()) {
             status = RunGuarded([&] {
-              return RunCall(deps_, plan, inputs, &call->response(), &call->response_buffers());
+              return RunCall(deps_, plan, inputs, &call->response(), &call->response_buffers(),
+                             &spans);
             });
           }
           call->response().mutable_timing()->set_queue_us(queue_us);

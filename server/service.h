@@ -29,7 +29,13 @@ using RawKernelService = v1::KernelService::WithRawCallbackMethod_Execute<
                         v1::KernelService::WithRawCallbackMethod_ListConfigs<
                             v1::KernelService::WithRawCallbackMethod_PutConfig<
                                 v1::KernelService::WithRawCallbackMethod_DeleteConfig<
-                                    v1::KernelService::Service>>>>>>>>>;
+                                    v1::KernelService::
+                                        WithRawCallbackMethod_RegisterSystemSharedMemory<
+                                            v1::KernelService::
+                                                WithRawCallbackMethod_UnregisterSharedMemory<
+                                                    v1::KernelService::
+                                                        WithRawCallbackMethod_SharedMemoryStatus<
+                                                            v1::KernelService::Service>>>>>>>>>>>>;
 
 // Thread safety: thread-safe; gRPC calls the handlers from many threads.
 class KernelServiceImpl final : public RawKernelService {
@@ -55,6 +61,12 @@ class KernelServiceImpl final : public RawKernelService {
                                       Raw* response) override;
   grpc::ServerUnaryReactor* DeleteConfig(grpc::CallbackServerContext* context, const Raw* request,
                                          Raw* response) override;
+  grpc::ServerUnaryReactor* RegisterSystemSharedMemory(grpc::CallbackServerContext* context,
+                                                       const Raw* request, Raw* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(grpc::CallbackServerContext* context,
+                                                   const Raw* request, Raw* response) override;
+  grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
+                                               const Raw* request, Raw* response) override;
 
  private:
   using ExecuteCall = UnaryCall<v1::ExecuteRequest, v1::ExecuteResponse>;

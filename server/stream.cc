@@ -14,7 +14,8 @@ namespace {
 
 struct NativeStream {
   struct Reply {
-    std::string id;  // request_id
+    std::string id;            // request_id
+    OutputSpans output_spans;  // the request's output_regions
   };
 
   static absl::Status Parse(const ServiceDeps& deps, grpc::ByteBuffer* read,
@@ -25,9 +26,12 @@ struct NativeStream {
     return absl::OkStatus();
   }
 
-  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& /*deps*/, const CallPlan& /*plan*/,
-                                           v1::ExecuteRequest* /*request*/, Reply* /*reply*/) {
-    return TensorMap();
+  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const CallPlan& plan,
+                                           v1::ExecuteRequest* request, Reply* reply) {
+    KS_ASSIGN_OR_RETURN(RequestRegions regions,
+                        TakeRequestRegions(deps.shared_memory, plan, request));
+    reply->output_spans = std::move(regions.outputs);
+    return std::move(regions.inputs);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& /*reply*/) {

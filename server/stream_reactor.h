@@ -30,7 +30,8 @@ struct StreamWaits {
 };
 
 // Protocol provides:
-//   struct Reply: what an answer needs of its request (a value type; default = nothing known).
+//   struct Reply: what an answer needs of its request (a value type; default = nothing known),
+//       with an OutputSpans output_spans (the outputs RunCall writes into shared memory).
 //   static absl::Status Parse(const ServiceDeps&, grpc::ByteBuffer* read, v1::ExecuteRequest*,
 //                             wire::TensorBuffers*, Reply*): the request as the native one.
 //   static absl::StatusOr<TensorMap> Resolve(const ServiceDeps&, const CallPlan&,
@@ -141,8 +142,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     wire::TensorBuffers buffers;
     if (status.ok()) {
       status = RunGuarded([&] {
-        return RunCall(*deps_, plan, inputs, &response,
-                       Protocol::kKeepBuffers ? &buffers : nullptr);
+        return RunCall(*deps_, plan, inputs, &response, Protocol::kKeepBuffers ? &buffers : nullptr,
+                       &reply.output_spans);
       });
     }
     response.mutable_timing()->set_queue_us(waits.queue_us);

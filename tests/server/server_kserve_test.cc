@@ -354,30 +354,6 @@ TEST_F(KServeTest, StatisticsCountSuccessfulCalls) {
   EXPECT_GT(after.last_inference(), 0u);
 }
 
-// A shm_open object of `bytes` bytes mapped here, removed at the end.
-class ShmObject {
- public:
-  explicit ShmObject(size_t bytes)
-      : key_("/kernelserve-v2-test-" + std::to_string(getpid())), bytes_(bytes) {
-    const int fd = shm_open(key_.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-    data_ = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-  }
-  ~ShmObject() {
-    munmap(data_, bytes_);
-    shm_unlink(key_.c_str());
-  }
-  const std::string& key() const { return key_; }
-  char* data() const { return data_; }
-
- private:
-  std::string key_;
-  size_t bytes_;
-  char* data_ = nullptr;
-};
-
 void Region(ModelInferRequest::InferInputTensor* input, const std::string& region, int64_t offset,
             int64_t bytes) {
   auto& parameters = *input->mutable_parameters();

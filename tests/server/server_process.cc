@@ -7,10 +7,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
 #include "proto/convert.h"
 
 namespace kernelserve::testing {
@@ -283,6 +287,27 @@ std::string MakeTempDir(const std::string& name) {
   std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/ks-", name, "-XXXXXX");
   char* made = mkdtemp(templ.data());
   return made != nullptr ? std::string(made) : std::string("/tmp");
+}
+
+ShmObject::ShmObject(size_t bytes) : bytes_(bytes) {
+  static std::atomic<int> counter{0};
+  key_ = "/kernelserve-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  const int fd = shm_open(key_.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ADD_FAILURE() << "shm_open/ftruncate " << key_ << ": " << std::strerror(errno);
+  }
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  if (map == MAP_FAILED) {
+    ADD_FAILURE() << "mmap " << key_ << ": " << std::strerror(errno);
+    map = nullptr;
+  }
+  data_ = static_cast<char*>(map);
+}
+
+ShmObject::~ShmObject() {
+  if (data_ != nullptr) munmap(data_, bytes_);
+  shm_unlink(key_.c_str());
 }
 
 }  // namespace kernelserve::testing

@@ -84,6 +84,25 @@ std::vector<double> MeanPoolingReference(const Tensor& x);
 // Values of a wire tensor as doubles (f32 only).
 std::vector<double> WireDoubles(const v1::Tensor& tensor);
 
+// A POSIX shared-memory object of `bytes` zero bytes, created under a fresh key and mapped
+// here; unmapped and unlinked on destruction. Thread safety: not thread-safe.
+class ShmObject {
+ public:
+  explicit ShmObject(size_t bytes);
+  ~ShmObject();
+  ShmObject(const ShmObject&) = delete;
+  ShmObject& operator=(const ShmObject&) = delete;
+
+  const std::string& key() const { return key_; }  // "/kernelserve-test-PID-N"
+  char* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  std::string key_;
+  size_t bytes_;
+  char* data_ = nullptr;
+};
+
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);
 
