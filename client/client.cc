@@ -116,10 +116,21 @@ Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
       authorization_(options_.token.empty() ? "" : absl::StrCat("Bearer ", options_.token)),
       channel_(std::move(channel)),
       stub_(v1::KernelService::NewStub(channel_)),
+      v2_stub_(inference::GRPCInferenceService::NewStub(channel_)),
       execute_method_("/kernelserve.v1.KernelService/Execute",
                       grpc::internal::RpcMethod::NORMAL_RPC, channel_),
       execute_batch_method_("/kernelserve.v1.KernelService/ExecuteBatch",
                             grpc::internal::RpcMethod::NORMAL_RPC, channel_) {}
+
+absl::StatusOr<inference::ModelInferResponse> Client::ModelInfer(
+    const inference::ModelInferRequest& request) const {
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  inference::ModelInferResponse response;
+  const grpc::Status status = v2_stub_->ModelInfer(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
 
 void Client::Prepare(grpc::ClientContext* context, absl::Duration deadline) const {
   if (deadline == absl::ZeroDuration()) deadline = options_.deadline;

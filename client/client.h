@@ -25,6 +25,7 @@
 #include "core/policy.h"
 #include "core/tensor.h"
 #include "grpcpp/channel.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "kernelserve/v1/kernel_service.grpc.pb.h"
 
 namespace kernelserve {
@@ -166,6 +167,10 @@ class Client {
                             const std::string& device_fingerprint = "") const;
   // grpc.health.v1.Health/Check of `service` ("" = the whole server). Sends no token.
   absl::StatusOr<HealthStatus> Health(const std::string& service = "") const;
+  // One KServe v2 (Open Inference Protocol) ModelInfer on the same channel, with the client's
+  // token and default deadline.
+  absl::StatusOr<inference::ModelInferResponse> ModelInfer(
+      const inference::ModelInferRequest& request) const;
 
   const ClientOptions& options() const { return options_; }
 
@@ -187,6 +192,7 @@ class Client {
   const std::string authorization_;  // "Bearer <token>", or "" for none
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::KernelService::Stub> stub_;
+  const std::unique_ptr<inference::GRPCInferenceService::Stub> v2_stub_;
   // Execute and ExecuteBatch called with the messages' own types (the stub's generated methods
   // go through MessageLite), so that proto/tensor_wire.h's traits parse the answers.
   const grpc::internal::RpcMethod execute_method_;

@@ -153,6 +153,8 @@ void AddCallCommands(CLI::App* app) {
   Value(bench, "concurrency", "N", "calls in flight, 1..4096 (1)");
   Value(bench, "duration", "DURATION", "how long to send (5s)");
   Value(bench, "requests", "N", "stop after N calls; 0 = no limit (0)");
+  Value(bench, "protocol", "P",
+        "native (kernelserve.v1) or v2 (the KServe v2 front door's ModelInfer) (native)");
   CLI::App* tune = Command(app, "tune", "autotune for the shapes: every candidate, the winner");
   tune->add_option("KERNEL")->description("the kernel")->required();
   AddCallFlags(tune);

@@ -60,6 +60,16 @@ std::string ProgressBar(double fraction, int width) {
 
 BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequest> request,
                      const BenchOptions& options) {
+  return RunBench(
+      [&client, request]() -> absl::StatusOr<ServerTimings> {
+        absl::StatusOr<RunResult> result = client.Execute(request);
+        if (!result.ok()) return result.status();
+        return result->timings;
+      },
+      options);
+}
+
+BenchReport RunBench(const BenchCall& call, const BenchOptions& options) {
   std::atomic<int64_t> started{0}, ok{0}, errors{0};
   std::atomic<bool> stop{false};
   absl::Mutex mu;
@@ -71,11 +81,11 @@ BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequ
     while (!stop.load() && absl::Now() < end &&
            (options.max_requests == 0 || started.fetch_add(1) < options.max_requests)) {
       const absl::Time t0 = absl::Now();
-      absl::StatusOr<RunResult> result = client.Execute(request);
+      absl::StatusOr<ServerTimings> result = call();
       const double us = absl::ToDoubleMicroseconds(absl::Now() - t0);
       if (result.ok()) {
         mine.latencies_us.push_back(us);
-        AddServerTimings(result->timings, &mine.server_us);
+        AddServerTimings(*result, &mine.server_us);
         ok.fetch_add(1);
       } else {
         if (mine.errors++ == 0) mine.first_error = result.status();

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -48,11 +49,18 @@ struct BenchReport {
 // RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED): the load, not the request, made it fail.
 bool IsRetryable(absl::StatusCode code);
 
-// Sends `request` from options.concurrency threads until the duration or max_requests ends, or
+// One call of the load: the server's timings of it, or why it failed. Called from many threads
+// at once.
+using BenchCall = std::function<absl::StatusOr<ServerTimings>()>;
+
+// Makes `call` from options.concurrency threads until the duration or max_requests ends, or
 // until a call fails with a status that is not retryable (a bad request fails every time): then
-// every thread stops and BenchReport::fatal holds it. Retryable failures are counted. The calls
-// share `request` (Client::Execute of a shared request: its tensor bytes are sent without a
-// copy). REQUIRES: options.concurrency >= 1.
+// every thread stops and BenchReport::fatal holds it. Retryable failures are counted.
+// REQUIRES: options.concurrency >= 1.
+BenchReport RunBench(const BenchCall& call, const BenchOptions& options);
+
+// RunBench of Client::Execute of `request`, shared by the calls (its tensor bytes are sent
+// without a copy).
 BenchReport RunBench(const Client& client, std::shared_ptr<const v1::ExecuteRequest> request,
                      const BenchOptions& options);
 

@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/bench.h"
+#include "client/cli/bench_v2.h"
 #include "client/cli/call_spec.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
@@ -74,8 +75,25 @@ absl::Status CmdBench(const CommandContext& ctx) {
     return absl::InvalidArgumentError("--requests: expected a count >= 0 (0 = no limit)");
   }
   if (ctx.err_is_tty) options.progress = ctx.err;
-  const BenchReport report = RunBench(
-      *ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)), options);
+  const std::string protocol = ctx.args->Get("protocol", "native");
+  BenchReport report;
+  if (protocol == "v2") {
+    KS_ASSIGN_OR_RETURN(inference::ModelInferRequest infer, ToModelInfer(request));
+    const Client& client = *ctx.client;
+    report = RunBench(
+        [&client, &infer]() -> absl::StatusOr<ServerTimings> {
+          absl::StatusOr<inference::ModelInferResponse> response = client.ModelInfer(infer);
+          if (!response.ok()) return response.status();
+          return TimingsOf(*response);
+        },
+        options);
+  } else if (protocol == "native") {
+    report = RunBench(*ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)),
+                      options);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--protocol=", protocol, ": expected native or v2"));
+  }
   if (!report.fatal.ok()) {  // every further call would fail the same way: no table
     return absl::Status(report.fatal.code(),
                         absl::StrCat("bench stopped at the first call that retrying cannot cure (",

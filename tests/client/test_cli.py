@@ -264,6 +264,26 @@ class CliTest(CliTestBase):
         self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--requests=5",
                  code=INVALID_ARGUMENT)
 
+    def test_bench_through_the_kserve_v2_front_door(self):
+        report = self.cli_json("bench", "mean_pooling", "--shape=x=f32:1,16,64",
+                               "--concurrency=2", "--requests=40", "--protocol=v2",
+                               "--param=chunk_size=8")
+        self.assertEqual(report["ok"], 40)
+        self.assertEqual(report["errors"], 0)
+        server = report["server_mean"]
+        self.assertGreater(server["total_us"], 0)  # read from the answer's parameters
+        self.assertGreaterEqual(server["total_us"], server["kernel_us"])
+        # A bad request stops it the same way as the native one.
+        proc = self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--protocol=v2",
+                        "--requests=5", code=INVALID_ARGUMENT)
+        self.assertIn("'x'", proc.stderr)
+        for flags in (["--autotune"], ["--config=block_size=64,num_warps=1"],
+                      ["--protocol=v3"]):
+            proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
+                            *(flags if flags == ["--protocol=v3"] else ["--protocol=v2", *flags]),
+                            code=INVALID_ARGUMENT)
+            self.assertIn(flags[0].split("=")[0], proc.stderr)
+
     def test_bench_stops_at_the_first_error_retrying_cannot_cure(self):
         start = time.monotonic()
         proc = self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--duration=30s",
