@@ -242,13 +242,27 @@ std::string SourceName(v1::ConfigSource source) {
   return absl::AsciiStrToLower(name);
 }
 
+// The JSON of `config`, remembered per thread for the last config seen: a server answers most
+// calls with the config it answered the previous one with, and the JSON is the costliest
+// parameter to make.
+const std::string& ConfigJson(const v1::KernelConfig& proto) {
+  thread_local KernelConfig last;
+  thread_local std::string json;
+  KernelConfig config = FromProto(proto);
+  if (json.empty() || !(config == last)) {
+    json = config.ToJson();
+    last = std::move(config);
+  }
+  return json;
+}
+
 void PutParameters(const v1::ExecuteResponse& response, ParameterMap& out) {
   out["config_source"] = StringParam(SourceName(response.config_source()));
   out["cache_key"] = StringParam(response.cache_key());
   out["platform"] = StringParam(response.platform());
   out["device"] = Int64Param(response.device());
   out["device_fingerprint"] = StringParam(response.device_fingerprint());
-  out["config"] = StringParam(FromProto(response.config()).ToJson());
+  out["config"] = StringParam(ConfigJson(response.config()));
   const v1::Timing& t = response.timing();
   out["queue_us"] = Int64Param(t.queue_us());
   out["select_us"] = Int64Param(t.select_us());

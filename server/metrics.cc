@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/utils/string_view.h"
 
 namespace kernelserve::server {
 namespace {
@@ -139,7 +140,15 @@ void Metrics::Request(std::string_view kernel, std::string_view platform, std::s
 }
 
 void Metrics::InferenceProtocolCall(std::string_view method, std::string_view code) {
-  kserve_calls_.Add({{"method", S(method)}, {"code", S(code)}}).Increment();
+  std::string key = absl::StrCat(Sv(method), " ", Sv(code));
+  prometheus::Counter* counter = nullptr;
+  {
+    absl::MutexLock lock(&kserve_calls_mu_);
+    prometheus::Counter*& cached = kserve_call_counters_[key];
+    if (cached == nullptr) cached = &kserve_calls_.Add({{"method", S(method)}, {"code", S(code)}});
+    counter = cached;
+  }
+  counter->Increment();
 }
 
 void Metrics::KernelRun(std::string_view kernel, std::string_view platform, std::string_view device,

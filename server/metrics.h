@@ -9,7 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -79,6 +82,11 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Family<prometheus::Counter>& kserve_calls_;
+  // kserve_calls_'s counters by "method code", so that a call finds its counter without
+  // building a label map.
+  absl::Mutex kserve_calls_mu_;
+  absl::flat_hash_map<std::string, prometheus::Counter*> kserve_call_counters_
+      ABSL_GUARDED_BY(kserve_calls_mu_);
   prometheus::Family<prometheus::Histogram>& kernel_duration_;
   prometheus::Family<prometheus::Counter>& selections_;
   prometheus::Family<prometheus::Counter>& autotune_runs_;
