@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/shared_memory.h"
 #include "client/status_convert.h"
 #include "core/status_macros.h"
 #include "grpcpp/create_channel.h"
@@ -43,12 +44,72 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
   return grpc::SslCredentials(ssl);
 }
 
-// Adds each tensor of `tensors` (moved) to `inputs`.
-void PutInputs(TensorMap tensors, google::protobuf::Map<std::string, v1::Tensor>* inputs) {
-  for (auto& [name, tensor] : tensors) PutTensor(std::move(tensor), &(*inputs)[name]);
+// Where `tensor` lies in one of `regions`; nullopt when in none.
+std::optional<v1::TensorRef> FindRef(const Tensor& tensor,
+                                     const std::vector<const SharedMemoryRegion*>& regions) {
+  for (const SharedMemoryRegion* region : regions) {
+    if (std::optional<v1::TensorRef> ref = region->RefOf(tensor)) return ref;
+  }
+  return std::nullopt;
+}
+
+// Names in `request` where run.outputs go. InvalidArgument for a view in none of run.regions.
+absl::Status PutOutputRegions(const RunOptions& run, v1::ExecuteRequest* request) {
+  for (const auto& [name, view] : run.outputs) {
+    std::optional<v1::TensorRef> ref = FindRef(view, run.regions);
+    if (!ref) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", name,
+                       "': RunOptions::outputs takes views of a region in "
+                       "RunOptions::regions (SharedMemoryRegion::View)"));
+    }
+    (*request->mutable_output_regions())[name] = *std::move(ref);
+  }
+  return absl::OkStatus();
+}
+
+// Takes the outputs the server wrote into run.outputs out of `response`: each becomes a view
+// of its bytes, with the dtype and shape the server gives.
+absl::StatusOr<TensorMap> TakeRegionOutputs(const RunOptions& run, v1::ExecuteResponse* response) {
+  TensorMap outputs;
+  if (run.outputs.empty() || response->status().code() != 0) return outputs;
+  for (const auto& [name, view] : run.outputs) {
+    auto found = response->mutable_outputs()->find(name);
+    if (found == response->mutable_outputs()->end()) continue;
+    const std::string what = absl::StrCat("output '", name, "'");
+    KS_ASSIGN_OR_RETURN(TensorSpec spec, SpecFromProto(found->second, what));
+    for (const SharedMemoryRegion* region : run.regions) {
+      std::optional<v1::TensorRef> ref = region->RefOf(view);
+      if (!ref) continue;
+      KS_ASSIGN_OR_RETURN(outputs[name], region->View(ref->offset(), spec.dtype, spec.shape));
+      break;
+    }
+    response->mutable_outputs()->erase(found);
+  }
+  return outputs;
+}
+
+// Drops from `response` the outputs `request` had written into regions (they carry no bytes).
+void DropRegionOutputs(const v1::ExecuteRequest& request, v1::ExecuteResponse* response) {
+  for (const auto& [name, ref] : request.output_regions()) response->mutable_outputs()->erase(name);
 }
 
 }  // namespace
+
+void Client::PutInputs(TensorMap inputs, const RunOptions& run, v1::ExecuteRequest* request) {
+  for (auto& [name, tensor] : inputs) {
+    v1::Tensor* proto = &(*request->mutable_inputs())[name];
+    if (std::optional<v1::TensorRef> ref = FindRef(tensor, run.regions)) {
+      proto->set_dtype(ToProto(tensor.dtype()));
+      proto->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+      *proto->mutable_ref() = *std::move(ref);
+    } else {
+      PutTensor(std::move(tensor), proto);
+    }
+  }
+}
+
+namespace {}  // namespace
 
 std::optional<ConfigSource> SourceFromProto(v1::ConfigSource source) {
   switch (source) {
@@ -149,6 +210,7 @@ absl::StatusOr<RunResult> Client::Run(v1::ExecuteRequest& request, const RunOpti
   if (run.policy.allow_heuristics) policy->set_allow_heuristics(*run.policy.allow_heuristics);
   if (run.policy.persist) policy->set_persist(*run.policy.persist);
   request.set_request_id(run.request_id);
+  KS_RETURN_IF_ERROR(PutOutputRegions(run, &request));
   // The request is ours: its tensor bytes go out without a copy (wire::SerializeShared).
   grpc::ByteBuffer buffer;
   KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeShared(
@@ -158,14 +220,17 @@ absl::StatusOr<RunResult> Client::Run(v1::ExecuteRequest& request, const RunOpti
   v1::ExecuteResponse response;
   KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
       channel_.get(), execute_method_, &context, buffer, &response)));
-  return TakeRunResult(&response);
+  KS_ASSIGN_OR_RETURN(TensorMap in_regions, TakeRegionOutputs(run, &response));
+  KS_ASSIGN_OR_RETURN(RunResult result, TakeRunResult(&response));
+  for (auto& [name, view] : in_regions) result.outputs[name] = std::move(view);
+  return result;
 }
 
 absl::StatusOr<RunResult> Client::Call(const std::string& kernel, TensorMap inputs,
                                        const Attributes& params, RunOptions run) const {
   v1::ExecuteRequest request;
   request.set_kernel(kernel);
-  PutInputs(std::move(inputs), request.mutable_inputs());
+  PutInputs(std::move(inputs), run, &request);
   for (const auto& [name, value] : params) (*request.mutable_parameters())[name] = ToProto(value);
   return Run(request, run);
 }
@@ -177,7 +242,7 @@ absl::StatusOr<RunResult> Client::MeanPooling(Tensor x, MeanPoolingOptions optio
   inputs["x"] = std::move(x);
   if (options.cu_seqlens) inputs["cu_seqlens"] = std::move(*options.cu_seqlens);
   if (options.mask) inputs["mask"] = std::move(*options.mask);
-  PutInputs(std::move(inputs), request.mutable_inputs());
+  PutInputs(std::move(inputs), options.run, &request);
   request.mutable_mean_pooling()->set_chunk_size(options.chunk_size);
   return Run(request, options.run);
 }
@@ -190,7 +255,7 @@ absl::StatusOr<RunResult> Client::FlashAttention(Tensor q, Tensor k, Tensor v,
   inputs["q"] = std::move(q);
   inputs["k"] = std::move(k);
   inputs["v"] = std::move(v);
-  PutInputs(std::move(inputs), request.mutable_inputs());
+  PutInputs(std::move(inputs), options.run, &request);
   v1::FlashAttentionParams* params = request.mutable_flash_attention();
   params->set_causal(options.causal);
   params->set_softmax_scale(options.softmax_scale);
@@ -207,17 +272,19 @@ absl::StatusOr<RunResult> Client::Execute(const v1::ExecuteRequest& request) con
   v1::ExecuteResponse response;
   KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
       channel_.get(), execute_method_, &context, request, &response)));
+  DropRegionOutputs(request, &response);
   return TakeRunResult(&response);
 }
 
 absl::StatusOr<RunResult> Client::Execute(std::shared_ptr<const v1::ExecuteRequest> request) const {
   grpc::ByteBuffer buffer;
-  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeShared(std::move(request), &buffer)));
+  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeShared(request, &buffer)));
   grpc::ClientContext context;
   Prepare(&context, absl::ZeroDuration());
   v1::ExecuteResponse response;
   KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
       channel_.get(), execute_method_, &context, buffer, &response)));
+  DropRegionOutputs(*request, &response);
   return TakeRunResult(&response);
 }
 
@@ -274,6 +341,40 @@ absl::Status Client::DeleteConfig(const std::string& cache_key,
   request.set_cache_key(cache_key);
   request.set_device_fingerprint(device_fingerprint);
   return Unary(&v1::KernelService::Stub::DeleteConfig, request).status();
+}
+
+absl::Status Client::RegisterSystemSharedMemory(const std::string& name, const std::string& key,
+                                                uint64_t offset, uint64_t byte_size) const {
+  v1::RegisterSystemSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  return Unary(&v1::KernelService::Stub::RegisterSystemSharedMemory, request).status();
+}
+
+absl::Status Client::RegisterCudaSharedMemory(const std::string& name,
+                                              const std::string& raw_handle, int device,
+                                              uint64_t byte_size) const {
+  v1::RegisterCudaSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_raw_handle(raw_handle);
+  request.set_device(device);
+  request.set_byte_size(byte_size);
+  return Unary(&v1::KernelService::Stub::RegisterCudaSharedMemory, request).status();
+}
+
+absl::Status Client::UnregisterSharedMemory(const std::string& name) const {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  return Unary(&v1::KernelService::Stub::UnregisterSharedMemory, request).status();
+}
+
+absl::StatusOr<v1::SharedMemoryStatusResponse> Client::SharedMemoryStatus(
+    const std::string& name) const {
+  v1::SharedMemoryStatusRequest request;
+  request.set_name(name);
+  return Unary(&v1::KernelService::Stub::SharedMemoryStatus, request);
 }
 
 }  // namespace kernelserve

@@ -30,6 +30,8 @@
 
 namespace kernelserve {
 
+class SharedMemoryRegion;  // client/shared_memory.h
+
 // TLS settings of a connection. Paths of PEM files.
 struct TlsOptions {
   std::string ca_file;    // roots that verify the server; "" = the system's roots
@@ -55,6 +57,13 @@ struct RunOptions {
   PolicyPatch policy;                  // per-call changes to the server's tuning policy
   std::string request_id;              // echoed by the server
   absl::Duration deadline = absl::ZeroDuration();  // 0 = the client's default
+  // Shared-memory regions of this process (not owned; they outlive the call). An input whose
+  // bytes lie in one of them goes as a reference to them (Tensor.ref), not as its bytes.
+  std::vector<const SharedMemoryRegion*> regions;
+  // Outputs the server writes into one of `regions` instead of sending them, by name: a view
+  // of the region (SharedMemoryRegion::View) with room for the output. The result's output is
+  // then a view of those bytes with the output's dtype and shape.
+  TensorMap outputs;
 };
 
 // Options of MeanPooling. Every field has a default.
@@ -142,7 +151,8 @@ class Client {
   absl::StatusOr<RunResult> FlashAttention(Tensor q, Tensor k, Tensor v,
                                            FlashAttentionOptions options = {}) const;
 
-  // Raw calls: the request as written by the caller, the client's default deadline.
+  // Raw calls: the request as written by the caller, the client's default deadline. Outputs
+  // the request names in output_regions are in their regions, not in RunResult::outputs.
   absl::StatusOr<RunResult> Execute(const v1::ExecuteRequest& request) const;
   // Execute without copying the request's large tensor bytes into gRPC's buffers: they are
   // sent from `request` itself, which gRPC keeps alive (and which must not change) until sent.
@@ -172,6 +182,21 @@ class Client {
   absl::StatusOr<inference::ModelInferResponse> ModelInfer(
       const inference::ModelInferRequest& request) const;
 
+  // Shared memory of the server's host (see client/shared_memory.h for the helper that makes
+  // and registers a system region): registers `byte_size` bytes at `offset` of the POSIX
+  // shared-memory object `key` as system region `name`.
+  absl::Status RegisterSystemSharedMemory(const std::string& name, const std::string& key,
+                                          uint64_t offset, uint64_t byte_size) const;
+  // Registers `byte_size` bytes of the GPU buffer whose cudaIpcMemHandle_t is `raw_handle` (64
+  // bytes, from cudaIpcGetMemHandle in a live process on the server's host) on the server's
+  // GPU `device` as CUDA region `name`: calls on that GPU read and write it in place.
+  absl::Status RegisterCudaSharedMemory(const std::string& name, const std::string& raw_handle,
+                                        int device, uint64_t byte_size) const;
+  // Forgets region `name` ("" = all); lists the regions ("" = all).
+  absl::Status UnregisterSharedMemory(const std::string& name) const;
+  absl::StatusOr<v1::SharedMemoryStatusResponse> SharedMemoryStatus(
+      const std::string& name = "") const;
+
   const ClientOptions& options() const { return options_; }
 
  private:
@@ -180,6 +205,9 @@ class Client {
   void Prepare(grpc::ClientContext* context, absl::Duration deadline) const;
   // Fills the RunOptions fields of `request` and executes it.
   absl::StatusOr<RunResult> Run(v1::ExecuteRequest& request, const RunOptions& run) const;
+  // Adds `inputs` to `request`: as references where they lie in one of run.regions, else
+  // their bytes (moved).
+  static void PutInputs(TensorMap inputs, const RunOptions& run, v1::ExecuteRequest* request);
   template <typename Request, typename Response>
   using UnaryMethod = grpc::Status (v1::KernelService::Stub::*)(grpc::ClientContext*,
                                                                 const Request&, Response*);

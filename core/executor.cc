@@ -166,7 +166,8 @@ std::unique_ptr<DeviceHold> Executor::HoldDevice(const CallPlan& plan) const {
   return options_.hold_device(plan.ordinal());
 }
 
-absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMap& inputs) const {
+absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMap& inputs,
+                                            const TensorMap& output_places) const {
   const Clock::time_point start = Clock::now();
   KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, inputs));
   std::unique_ptr<PreparedRun> run;
@@ -193,7 +194,7 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
   KS_ASSIGN_OR_RETURN(double kernel_seconds, run->Launch(selection.config));
   result.timings.kernel_us = Micros(kernel_seconds);
   const Clock::time_point fetch_start = Clock::now();
-  KS_ASSIGN_OR_RETURN(result.outputs, run->Fetch());
+  KS_ASSIGN_OR_RETURN(result.outputs, run->FetchInto(output_places));
   result.timings.d2h_us = MicrosSince(fetch_start);
 
   if (options_.recorder != nullptr) {

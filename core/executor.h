@@ -120,9 +120,11 @@ class Executor {
   absl::StatusOr<CallPlan> Retarget(const CallPlan& plan, int device) const;
 
   // Runs `plan` on `inputs` (of the planned specs): selects the config through the chain,
-  // prepares, launches, fetches. InvalidArgument for bad index data or override;
+  // prepares, launches, fetches (the outputs of `output_places` into those GPU tensors, see
+  // PreparedRun::FetchInto). InvalidArgument for bad index data or override;
   // ResourceExhausted when the device runs out of memory.
-  absl::StatusOr<ExecuteResult> Run(const CallPlan& plan, const TensorMap& inputs) const;
+  absl::StatusOr<ExecuteResult> Run(const CallPlan& plan, const TensorMap& inputs,
+                                    const TensorMap& output_places = {}) const;
   // Tunes `plan` now and stores the winner (when the policy persists). `inputs` (borrowed, may
   // be null) supplies the data; null = random valid data of the planned specs
   // (Kernel::SynthesizeInputs).

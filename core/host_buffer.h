@@ -18,9 +18,18 @@ class HostBuffer {
   // Called once, from the destructor, with the data pointer.
   using Release = std::function<void(void* data)>;
 
-  // REQUIRES: `data` holds `size` bytes until `release` runs.
-  HostBuffer(void* data, size_t size, bool pinned, Release release)
-      : data_(data), size_(size), pinned_(pinned), release_(std::move(release)) {}
+  // REQUIRES: `data` holds `size` bytes until `release` runs. `view`: the bytes are a place
+  // the user names (a shared-memory region), so copies of a tensor holding the buffer share it
+  // instead of copying the bytes. `device`: the GPU whose memory holds them (a CUDA
+  // shared-memory region; then `view` too), -1 for host memory.
+  HostBuffer(void* data, size_t size, bool pinned, Release release, bool view = false,
+             int device = -1)
+      : data_(data),
+        size_(size),
+        pinned_(pinned),
+        view_(view || device >= 0),
+        device_(device),
+        release_(std::move(release)) {}
   ~HostBuffer() {
     if (release_) release_(data_);
   }
@@ -31,11 +40,17 @@ class HostBuffer {
   size_t size() const { return size_; }
   // Page-locked: a device copies to or from it by DMA, without staging.
   bool pinned() const { return pinned_; }
+  // Copies of a tensor share the buffer rather than copy its bytes.
+  bool view() const { return view_; }
+  // The GPU ordinal whose memory `data` points into; -1 = host memory (readable here).
+  int device() const { return device_; }
 
  private:
   void* const data_;
   const size_t size_;
   const bool pinned_;
+  const bool view_;
+  const int device_;
   Release release_;
 };
 

@@ -8,6 +8,13 @@
 
 namespace kernelserve {
 
+absl::StatusOr<TensorMap> PreparedRun::FetchInto(const TensorMap& places) {
+  if (places.empty()) return Fetch();
+  return absl::UnimplementedError(
+      absl::StrCat("output '", places.begin()->first,
+                   "' is in GPU memory, which this platform cannot write; run on that GPU"));
+}
+
 bool PlatformImpl::IsCandidate(const KernelConfig& config, const Problem& problem,
                                const DeviceInfo& device) const {
   const std::vector<KernelConfig> candidates = Candidates(problem, device);

@@ -30,6 +30,11 @@ class PreparedRun {
   virtual absl::StatusOr<double> Launch(const KernelConfig& config) = 0;
   // Copies the outputs of the last Launch to host tensors. REQUIRES: a successful Launch.
   virtual absl::StatusOr<TensorMap> Fetch() = 0;
+  // Fetch, except that the outputs named in `places` (views of a client's shared memory, on a
+  // GPU or on the host, each of the output's size) are copied straight there and answered as
+  // those tensors. The default, for platforms without device memory: Fetch when `places` is
+  // empty, else Unimplemented.
+  virtual absl::StatusOr<TensorMap> FetchInto(const TensorMap& places);
   // Seconds spent moving inputs to the device in Prepare (0 on the CPU).
   virtual double upload_seconds() const { return 0.0; }
 

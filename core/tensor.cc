@@ -50,7 +50,13 @@ std::string TensorSpec::DebugString() const {
   return absl::StrCat(Sv(DTypeName(dtype)), ShapeString(shape));
 }
 
-Tensor::Tensor(const Tensor& other) : spec_(other.spec_), bytes_(other.bytes()) {}
+Tensor::Tensor(const Tensor& other) : spec_(other.spec_) {
+  if (other.buffer_ != nullptr && other.buffer_->view()) {
+    buffer_ = other.buffer_;
+  } else {
+    bytes_ = std::string(other.bytes());
+  }
+}
 
 Tensor& Tensor::operator=(const Tensor& other) {
   if (this != &other) *this = Tensor(other);

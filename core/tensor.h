@@ -43,8 +43,9 @@ struct TensorSpec {
 // The bytes live in a std::string, so that a protobuf `bytes` field can be moved in and out
 // without a copy, or in a HostBuffer (page-locked memory from a pool, which a GPU reads by
 // DMA) that the tensor holds. Either way a Tensor is a value: a copy copies the bytes (into a
-// string), a move moves them. The buffer's start is aligned as malloc aligns (16 bytes on
-// x86-64) or better.
+// string), a move moves them; except a view (HostBuffer::view(), bytes in a shared-memory
+// region), whose copies view the same bytes. The buffer's start is aligned as malloc aligns
+// (16 bytes on x86-64) or better.
 // Thread safety: a const Tensor may be read from many threads; mutation needs outside sync.
 class Tensor {
  public:
@@ -93,6 +94,10 @@ class Tensor {
   }
   // The HostBuffer that holds the bytes, or nullptr when a string holds them.
   const std::shared_ptr<HostBuffer>& buffer() const { return buffer_; }
+  // The GPU whose memory holds the bytes (a tensor in a CUDA shared-memory region), -1 when
+  // they are in host memory. REQUIRES of every method that reads the bytes (data() aside):
+  // device() == -1.
+  int device() const { return buffer_ != nullptr ? buffer_->device() : -1; }
   // Moves the bytes out (copied when a HostBuffer holds them); the tensor is left empty.
   std::string ReleaseBytes() &&;
 

@@ -50,9 +50,12 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response, wire::Ten
     v1::Tensor* proto = &(*response->mutable_outputs())[name];
     auto span = spans != nullptr ? spans->find(name) : OutputSpans::const_iterator();
     if (spans != nullptr && span != spans->end()) {
-      // OutputSpansOf checked the room against the plan's output specs.
-      std::memcpy(span->second.data, tensor.data(),
-                  std::min<size_t>(tensor.nbytes(), span->second.byte_size));
+      // OutputSpansOf checked the room against the plan's output specs. An output of
+      // OutputPlaces is there already.
+      if (tensor.data() != span->second.data) {
+        std::memcpy(span->second.data, tensor.data(),
+                    std::min<size_t>(tensor.nbytes(), span->second.byte_size));
+      }
       proto->set_dtype(ToProto(tensor.dtype()));
       for (int64_t d : tensor.shape()) proto->add_shape(d);
       continue;
@@ -87,7 +90,8 @@ void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource s
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response, wire::TensorBuffers* buffers,
                      const OutputSpans* spans) {
-  KS_ASSIGN_OR_RETURN(ExecuteResult result, deps.executor->Run(plan, inputs));
+  const TensorMap places = spans != nullptr ? OutputPlaces(plan, *spans) : TensorMap();
+  KS_ASSIGN_OR_RETURN(ExecuteResult result, deps.executor->Run(plan, inputs, places));
   const std::string& kernel = plan.kernel->name();
   deps.metrics->KernelRun(kernel, plan.invocation.platform, DeviceLabel(result.device),
                           static_cast<double>(result.timings.kernel_us) * 1e-6);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +50,11 @@ template <typename Request>
 absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& request,
                                      CallTracker& tracker) {
   tracker.kernel = KernelLabel(*deps.executor, request.kernel());
-  KS_ASSIGN_OR_RETURN(const CallParams params, ParamsOf(request));
+  KS_ASSIGN_OR_RETURN(CallParams params, ParamsOf(request));
+  if constexpr (std::is_same_v<Request, v1::ExecuteRequest>) {
+    // Where the request's CUDA regions are, when it names no device.
+    if (!params.device) params.device = RegionsGpu(deps.shared_memory, request);
+  }
   ExecuteOptions options;
   if constexpr (requires { request.config(); }) {
     if (IsSet(request.config())) options.config = FromProto(request.config());

@@ -78,6 +78,10 @@ absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest*
         std::chrono::system_clock::now() + std::chrono::microseconds(*call.timeout_us);
   }
   *native = std::move(call.request);
+  if (std::optional<int> gpu =
+          RegionsGpu(deps.shared_memory, reply->input_regions, reply->output_regions)) {
+    native->set_device(*gpu);  // a call runs where its CUDA regions are
+  }
   return absl::OkStatus();
 }
 
@@ -90,8 +94,8 @@ absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan
     KS_ASSIGN_OR_RETURN(specs[name],
                         SpecFromProto(proto->second, absl::StrCat("input '", name, "'")));
   }
-  KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                      InputsFromRegions(deps.shared_memory, reply->input_regions, specs));
+  KS_ASSIGN_OR_RETURN(TensorMap inputs, InputsFromRegions(deps.shared_memory, reply->input_regions,
+                                                          specs, plan.ordinal()));
   KS_ASSIGN_OR_RETURN(reply->output_spans,
                       OutputSpansOf(deps.shared_memory, plan, reply->output_regions));
   for (const auto& [name, ref] : reply->input_regions) native->mutable_inputs()->erase(name);
@@ -148,12 +152,15 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   return Answer(context, "ServerMetadata", [&] {
     response->set_name("kernelserve");
     response->set_version(GetBuildInfo().version);
-    // The extensions served in full (CUDA shared memory is not yet).
+    // The extensions served in full.
     for (const char* extension : {"model_configuration", "parameters", "statistics"}) {
       response->add_extensions(extension);
     }
     if (deps_.shared_memory != nullptr && deps_.shared_memory->system()) {
       response->add_extensions("system_shared_memory");
+    }
+    if (deps_.shared_memory != nullptr && deps_.shared_memory->cuda()) {
+      response->add_extensions("cuda_shared_memory");
     }
     return absl::OkStatus();
   });

@@ -1,7 +1,9 @@
 // The shared-memory methods of the Open Inference Protocol over the server's
-// SharedMemoryRegistry. System regions are served; CUDA regions are not yet (Register answers
-// UNIMPLEMENTED, Status lists none). Unregister of "" (every region; Triton's tools send it
-// before and after a run) always succeeds.
+// SharedMemoryRegistry: the system methods see system regions only, the CUDA methods CUDA
+// regions only. Unregister of "" (every region of the kind; Triton's tools send it before and
+// after a run) always succeeds.
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "server/kserve_service.h"
@@ -23,7 +25,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
     if (deps_.shared_memory == nullptr) {
       return request->name().empty() ? absl::OkStatus() : NoRegistry();
     }
-    KS_ASSIGN_OR_RETURN(auto regions, deps_.shared_memory->List(request->name()));
+    KS_ASSIGN_OR_RETURN(auto regions,
+                        deps_.shared_memory->List(request->name(), RegionKind::kSystem));
     for (const auto& region : regions) {
       auto& status = (*response->mutable_regions())[region->name()];
       status.set_name(region->name());
@@ -52,27 +55,41 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
     if (deps_.shared_memory == nullptr) {
       return request->name().empty() ? absl::OkStatus() : NoRegistry();
     }
-    return deps_.shared_memory->Unregister(request->name());
+    return deps_.shared_memory->Unregister(request->name(), RegionKind::kSystem);
   });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
     Context* context, const inference::CudaSharedMemoryStatusRequest* request,
-    inference::CudaSharedMemoryStatusResponse* /*response*/) {
+    inference::CudaSharedMemoryStatusResponse* response) {
   return Answer(context, "CudaSharedMemoryStatus", [&]() -> absl::Status {
-    if (request->name().empty()) return absl::OkStatus();
-    return absl::NotFoundError(
-        absl::StrCat("no CUDA shared memory region '", request->name().substr(0, 64), "'"));
+    if (deps_.shared_memory == nullptr) {
+      return request->name().empty() ? absl::OkStatus() : NoRegistry();
+    }
+    KS_ASSIGN_OR_RETURN(auto regions,
+                        deps_.shared_memory->List(request->name(), RegionKind::kCuda));
+    for (const auto& region : regions) {
+      auto& status = (*response->mutable_regions())[region->name()];
+      status.set_name(region->name());
+      status.set_device_id(static_cast<uint64_t>(region->device()));
+      status.set_byte_size(region->byte_size());
+    }
+    return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
-    Context* context, const inference::CudaSharedMemoryRegisterRequest* /*request*/,
+    Context* context, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* /*response*/) {
-  return Answer(context, "CudaSharedMemoryRegister", [] {
-    return absl::UnimplementedError(
-        "CUDA shared memory is not served by this server yet; use system shared memory or "
-        "send the tensor bytes in the request");
+  return Answer(context, "CudaSharedMemoryRegister", [&]() -> absl::Status {
+    if (deps_.shared_memory == nullptr) return NoRegistry();
+    if (request->device_id() < 0 || request->device_id() > INT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device_id ", request->device_id(), ": expected a GPU ordinal"));
+    }
+    return deps_.shared_memory->RegisterCuda(request->name(), request->raw_handle(),
+                                             static_cast<int>(request->device_id()),
+                                             request->byte_size());
   });
 }
 
@@ -80,9 +97,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
     Context* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
   return Answer(context, "CudaSharedMemoryUnregister", [&]() -> absl::Status {
-    if (request->name().empty()) return absl::OkStatus();
-    return absl::NotFoundError(
-        absl::StrCat("no CUDA shared memory region '", request->name().substr(0, 64), "'"));
+    if (deps_.shared_memory == nullptr) {
+      return request->name().empty() ? absl::OkStatus() : NoRegistry();
+    }
+    return deps_.shared_memory->Unregister(request->name(), RegionKind::kCuda);
   });
 }
 

@@ -29,8 +29,9 @@ ABSL_FLAG(int64_t, max_pinned_bytes, int64_t{4} << 30,
           "page-locked host memory kept for the tensors of GPU calls (request bytes are parsed "
           "into it and outputs downloaded into it, so each copy is one DMA); 0 = none");
 ABSL_FLAG(std::string, shared_memory, "auto",
-          "shared memory clients on this host may register for their tensors: auto (system "
-          "regions on loopback and unix listeners, off elsewhere), off, or system");
+          "shared memory clients on this host may register for their tensors: auto (all on "
+          "loopback and unix listeners, off elsewhere), off, system (POSIX shm), cuda (CUDA IPC "
+          "handles of GPU buffers) or all");
 ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{16} << 30,
           "bytes of shared memory registered in all before RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, auth_token_file, "",
@@ -92,10 +93,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-pinned-bytes=", o.max_pinned_bytes, ": expected >= 0"));
   }
-  if (o.shared_memory != "auto" && o.shared_memory != "off" && o.shared_memory != "system") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shared-memory=", o.shared_memory,
-                     ": expected auto, off or system (CUDA regions are not served yet)"));
+  if (o.shared_memory != "auto" && o.shared_memory != "off" && o.shared_memory != "system" &&
+      o.shared_memory != "cuda" && o.shared_memory != "all") {
+    return absl::InvalidArgumentError(absl::StrCat("--shared-memory=", o.shared_memory,
+                                                   ": expected auto, off, system, cuda or all"));
   }
   if (o.max_shared_memory_bytes < 0) {
     return absl::InvalidArgumentError(

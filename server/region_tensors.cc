@@ -19,13 +19,50 @@ int64_t SpecBytes(const TensorSpec& spec) {
   return NumElements(spec.shape).value_or(-1) * static_cast<int64_t>(ItemSize(spec.dtype));
 }
 
-absl::StatusOr<Tensor> TensorInRegion(const TensorSpec& spec, RegionSpan span,
-                                      const std::string& what) {
+// A tensor in a CUDA region, for a call on GPU `device`: a view of the GPU bytes for a
+// floating tensor, read in place by the kernel; a host copy for an index tensor (lengths,
+// segment ids, masks), which the server checks on the host.
+absl::StatusOr<Tensor> TensorInGpuRegion(const SharedMemoryRegistry& registry,
+                                         const TensorSpec& spec, RegionSpan span, int device,
+                                         const std::string& what) {
+  const int gpu = span.region->device();
+  if (device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is in CUDA region '", span.region->name(), "' on GPU ", gpu,
+        ", which a call on the CPU cannot read; leave device and platform unset, or name GPU ",
+        gpu));
+  }
+  if (!IsFloating(spec.dtype)) {
+    std::string bytes(span.byte_size, '\0');
+    if (absl::Status copied = registry.gpu()->CopyToHost(bytes.data(), span.data, bytes.size());
+        !copied.ok()) {
+      return absl::Status(copied.code(), absl::StrCat(what, ": ", copied.message()));
+    }
+    return Tensor::FromBytes(spec.dtype, spec.shape, std::move(bytes));
+  }
+  constexpr uintptr_t kTensorAlignment = 16;  // the kernels' vector loads
+  if (reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": its offset in CUDA region '", span.region->name(), "' must be a multiple of 16"));
+  }
+  char* data = span.data;
+  auto buffer = std::make_shared<HostBuffer>(
+      data, span.byte_size, /*pinned=*/false,
+      [region = std::move(span.region)](void* /*data*/) mutable { region.reset(); },
+      /*view=*/true, gpu);
+  return Tensor::FromBuffer(spec.dtype, spec.shape, std::move(buffer));
+}
+
+absl::StatusOr<Tensor> TensorInRegion(const SharedMemoryRegistry& registry, const TensorSpec& spec,
+                                      RegionSpan span, int device, const std::string& what) {
   const int64_t bytes = SpecBytes(spec);
   if (bytes < 0 || static_cast<uint64_t>(bytes) != span.byte_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": byte_size ", span.byte_size, " in region '", span.region->name(),
                      "' is not the ", bytes, " bytes of ", spec.DebugString()));
+  }
+  if (span.region->device() >= 0) {
+    return TensorInGpuRegion(registry, spec, std::move(span), device, what);
   }
   constexpr uintptr_t kTensorAlignment = 16;  // what Tensor promises kernels (malloc's)
   if (reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
@@ -41,7 +78,8 @@ absl::StatusOr<Tensor> TensorInRegion(const TensorSpec& spec, RegionSpan span,
 }  // namespace
 
 absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry,
-                                            const RegionRefs& refs, const TensorSpecMap& specs) {
+                                            const RegionRefs& refs, const TensorSpecMap& specs,
+                                            int device) {
   TensorMap inputs;
   if (refs.empty()) return inputs;
   if (registry == nullptr) return NoRegistry();
@@ -51,7 +89,8 @@ absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry
     if (spec == specs.end()) return absl::InternalError(absl::StrCat(what, ": no spec"));
     KS_ASSIGN_OR_RETURN(RegionSpan span,
                         registry->Span(ref.region, ref.offset, ref.byte_size, what));
-    KS_ASSIGN_OR_RETURN(inputs[name], TensorInRegion(spec->second, std::move(span), what));
+    KS_ASSIGN_OR_RETURN(inputs[name],
+                        TensorInRegion(*registry, spec->second, std::move(span), device, what));
   }
   return inputs;
 }
@@ -75,7 +114,15 @@ absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
           absl::StrCat(what, ": ", bytes, " bytes (", spec->second.DebugString(),
                        ") do not fit byte_size ", ref.byte_size, " in region '", ref.region, "'"));
     }
-    KS_ASSIGN_OR_RETURN(spans[name], registry->Span(ref.region, ref.offset, ref.byte_size, what));
+    KS_ASSIGN_OR_RETURN(RegionSpan span,
+                        registry->Span(ref.region, ref.offset, ref.byte_size, what));
+    if (span.region->device() >= 0 && plan.ordinal() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " is in CUDA region '", ref.region, "' on GPU ", span.region->device(),
+          ", which a call on the CPU cannot write; leave device and platform unset, or name GPU ",
+          span.region->device()));
+    }
+    spans[name] = std::move(span);
   }
   return spans;
 }
@@ -100,10 +147,56 @@ absl::StatusOr<RequestRegions> TakeRequestRegions(const SharedMemoryRegistry* re
     outputs[name] = {ref.region(), ref.offset(), ref.byte_size()};
   }
   RequestRegions regions;
-  KS_ASSIGN_OR_RETURN(regions.inputs, InputsFromRegions(registry, inputs, specs));
+  KS_ASSIGN_OR_RETURN(regions.inputs, InputsFromRegions(registry, inputs, specs, plan.ordinal()));
   KS_ASSIGN_OR_RETURN(regions.outputs, OutputSpansOf(registry, plan, outputs));
   for (const auto& [name, ref] : inputs) request->mutable_inputs()->erase(name);
   return regions;
+}
+
+TensorMap OutputPlaces(const CallPlan& plan, const OutputSpans& spans) {
+  TensorMap places;
+  if (spans.empty() || plan.ordinal() < 0) return places;
+  const TensorSpecMap produced = plan.kernel->OutputSpecs(*plan.problem);
+  for (const auto& [name, span] : spans) {
+    auto spec = produced.find(name);
+    const bool direct = span.region->device() >= 0 || span.region->pinned();
+    if (!direct || spec == produced.end()) continue;
+    const int64_t bytes = SpecBytes(spec->second);  // OutputSpansOf checked the room
+    auto buffer = std::make_shared<HostBuffer>(
+        span.data, static_cast<size_t>(bytes), /*pinned=*/false,
+        [region = span.region](void* /*data*/) {}, /*view=*/true, span.region->device());
+    absl::StatusOr<Tensor> place =
+        Tensor::FromBuffer(spec->second.dtype, spec->second.shape, std::move(buffer));
+    if (place.ok()) places.emplace(name, *std::move(place));
+  }
+  return places;
+}
+
+std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const RegionRefs& inputs,
+                              const RegionRefs& outputs) {
+  if (registry == nullptr || !registry->cuda()) return std::nullopt;
+  for (const RegionRefs* refs : {&inputs, &outputs}) {
+    for (const auto& [name, ref] : *refs) {
+      absl::StatusOr<std::vector<std::shared_ptr<const SharedRegion>>> found =
+          registry->List(ref.region);
+      if (found.ok() && found->size() == 1 && found->front()->device() >= 0) {
+        return found->front()->device();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry,
+                              const v1::ExecuteRequest& request) {
+  if (registry == nullptr || !registry->cuda()) return std::nullopt;
+  RegionRefs inputs;
+  for (const auto& [name, tensor] : request.inputs()) {
+    if (tensor.has_ref()) inputs[name] = {tensor.ref().region(), 0, 0};
+  }
+  RegionRefs outputs;
+  for (const auto& [name, ref] : request.output_regions()) outputs[name] = {ref.region(), 0, 0};
+  return RegionsGpu(registry, inputs, outputs);
 }
 
 }  // namespace kernelserve::server

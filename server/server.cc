@@ -29,6 +29,14 @@
 namespace kernelserve::server {
 namespace {
 
+// "system cuda", "system", "cuda" or "off": the kinds of region clients may register.
+std::string SharedMemoryLabel(const SharedMemoryRegistry* registry) {
+  std::vector<std::string> kinds;
+  if (registry != nullptr && registry->system()) kinds.push_back("system");
+  if (registry != nullptr && registry->cuda()) kinds.push_back("cuda");
+  return kinds.empty() ? std::string("off") : absl::StrJoin(kinds, " ");
+}
+
 constexpr char kServiceName[] = "kernelserve.v1.KernelService";
 // The smallest resource quota gRPC gets, whatever --max-inflight-bytes says.
 constexpr int64_t kMinGrpcQuotaBytes = int64_t{64} << 20;
@@ -184,14 +192,17 @@ absl::Status Server::StartGrpc() {
   deps.built_with_cuda = BuiltWithCuda();
   deps.host_allocator = host_pool_;
   deps.stats = &model_stats_;
+  const std::string& mode = options_.shared_memory;
+  const bool local = mode == "auto" && IsLocalListener(options_.listen);
   SharedMemoryOptions shared;
-  shared.system = options_.shared_memory == "system" ||
-                  (options_.shared_memory == "auto" && IsLocalListener(options_.listen));
+  shared.system = mode == "system" || mode == "all" || local;
+  shared.cuda = mode == "cuda" || mode == "all" || local;
   shared.max_bytes = options_.max_shared_memory_bytes;
-  shared.off_reason = options_.shared_memory == "off"
-                          ? "--shared-memory=off"
-                          : "--shared-memory=auto serves it on loopback and unix listeners only";
-  shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared);
+  shared.off_reason = mode == "auto"
+                          ? "--shared-memory=auto serves it on loopback and unix listeners only"
+                          : absl::StrCat("--shared-memory=", mode);
+  if (devices_.size() > 1) gpu_memory_ = RuntimeGpuMemoryAccess();
+  shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
   deps.draining = &draining_;
   if (!options_.auth_token_file.empty()) {
@@ -323,7 +334,7 @@ std::string Server::StartupLine() const {
           : std::string(),
       devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
                           : std::string(),
-      "; shared memory ", shared_memory_ != nullptr && shared_memory_->system() ? "system" : "off");
+      "; shared memory ", SharedMemoryLabel(shared_memory_.get()));
 }
 
 absl::Status Server::Shutdown() {

@@ -78,6 +78,7 @@ class Server {
   std::unique_ptr<KernelServiceImpl> service_;
   std::unique_ptr<InferenceServiceImpl> kserve_service_;  // the KServe v2 front door
   ModelStats model_stats_;
+  std::unique_ptr<GpuMemoryAccess> gpu_memory_;  // CUDA regions' (null without GPUs)
   std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   std::atomic<bool> draining_{false};
   std::unique_ptr<grpc::Server> grpc_server_;

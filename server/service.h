@@ -20,22 +20,19 @@
 namespace kernelserve::server {
 
 // The generated service with every method taking raw bytes.
-using RawKernelService = v1::KernelService::WithRawCallbackMethod_Execute<
-    v1::KernelService::WithRawCallbackMethod_ExecuteStream<
-        v1::KernelService::WithRawCallbackMethod_ExecuteBatch<
-            v1::KernelService::WithRawCallbackMethod_Autotune<
-                v1::KernelService::WithRawCallbackMethod_ListKernels<
-                    v1::KernelService::WithRawCallbackMethod_GetServerInfo<
-                        v1::KernelService::WithRawCallbackMethod_ListConfigs<
-                            v1::KernelService::WithRawCallbackMethod_PutConfig<
-                                v1::KernelService::WithRawCallbackMethod_DeleteConfig<
-                                    v1::KernelService::
-                                        WithRawCallbackMethod_RegisterSystemSharedMemory<
-                                            v1::KernelService::
-                                                WithRawCallbackMethod_UnregisterSharedMemory<
-                                                    v1::KernelService::
-                                                        WithRawCallbackMethod_SharedMemoryStatus<
-                                                            v1::KernelService::Service>>>>>>>>>>>>;
+namespace raw_service {
+using S = v1::KernelService;
+using Shm = S::WithRawCallbackMethod_RegisterSystemSharedMemory<
+    S::WithRawCallbackMethod_RegisterCudaSharedMemory<
+        S::WithRawCallbackMethod_UnregisterSharedMemory<
+            S::WithRawCallbackMethod_SharedMemoryStatus<S::Service>>>>;
+using Admin = S::WithRawCallbackMethod_ListKernels<
+    S::WithRawCallbackMethod_GetServerInfo<S::WithRawCallbackMethod_ListConfigs<
+        S::WithRawCallbackMethod_PutConfig<S::WithRawCallbackMethod_DeleteConfig<Shm>>>>>;
+using All = S::WithRawCallbackMethod_Execute<S::WithRawCallbackMethod_ExecuteStream<
+    S::WithRawCallbackMethod_ExecuteBatch<S::WithRawCallbackMethod_Autotune<Admin>>>>;
+}  // namespace raw_service
+using RawKernelService = raw_service::All;
 
 // Thread safety: thread-safe; gRPC calls the handlers from many threads.
 class KernelServiceImpl final : public RawKernelService {
@@ -63,6 +60,8 @@ class KernelServiceImpl final : public RawKernelService {
                                          Raw* response) override;
   grpc::ServerUnaryReactor* RegisterSystemSharedMemory(grpc::CallbackServerContext* context,
                                                        const Raw* request, Raw* response) override;
+  grpc::ServerUnaryReactor* RegisterCudaSharedMemory(grpc::CallbackServerContext* context,
+                                                     const Raw* request, Raw* response) override;
   grpc::ServerUnaryReactor* UnregisterSharedMemory(grpc::CallbackServerContext* context,
                                                    const Raw* request, Raw* response) override;
   grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,

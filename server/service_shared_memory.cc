@@ -26,6 +26,19 @@ grpc::ServerUnaryReactor* KernelServiceImpl::RegisterSystemSharedMemory(
       });
 }
 
+grpc::ServerUnaryReactor* KernelServiceImpl::RegisterCudaSharedMemory(
+    grpc::CallbackServerContext* context, const Raw* raw_request, Raw* raw_response) {
+  using Request = v1::RegisterCudaSharedMemoryRequest;
+  using Response = v1::RegisterSharedMemoryResponse;
+  return Admin<Request, Response>(
+      context, raw_request, raw_response,
+      [this](const Request& request, Response* /*response*/) -> absl::Status {
+        if (deps_.shared_memory == nullptr) return NoRegistry();
+        return deps_.shared_memory->RegisterCuda(request.name(), request.raw_handle(),
+                                                 request.device(), request.byte_size());
+      });
+}
+
 grpc::ServerUnaryReactor* KernelServiceImpl::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const Raw* raw_request, Raw* raw_response) {
   using Request = v1::UnregisterSharedMemoryRequest;
@@ -54,7 +67,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::SharedMemoryStatus(
         for (const auto& region : regions) {
           v1::SharedMemoryRegion* out = response->add_regions();
           out->set_name(region->name());
-          out->set_kind("system");
+          out->set_kind(region->device() >= 0 ? "cuda" : "system");
+          out->set_device(region->device());
           out->set_key(region->key());
           out->set_offset(region->offset());
           out->set_byte_size(region->byte_size());

@@ -16,6 +16,29 @@ namespace {
 
 std::string Short(std::string_view text) { return std::string(text.substr(0, 64)); }
 
+bool IsKind(const SharedRegion& region, RegionKind kind) {
+  switch (kind) {
+    case RegionKind::kSystem:
+      return region.device() < 0;
+    case RegionKind::kCuda:
+      return region.device() >= 0;
+    default:
+      return true;
+  }
+}
+
+// "system ", "CUDA " or "" (kAny), for messages.
+const char* KindName(RegionKind kind) {
+  switch (kind) {
+    case RegionKind::kSystem:
+      return "system ";
+    case RegionKind::kCuda:
+      return "CUDA ";
+    default:
+      return "";
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::MapSystem(std::string name,
@@ -56,7 +79,57 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::MapSystem(std::strin
 }
 
 SharedRegion::~SharedRegion() {
+  pin_.reset();
   if (mapping_ != nullptr) munmap(mapping_, map_size_);
+}
+
+void SharedRegion::PinFor(GpuMemoryAccess& gpu) {
+  if (mapping_ == nullptr) return;
+  absl::StatusOr<std::shared_ptr<void>> pin = gpu.Pin(mapping_, map_size_);
+  if (pin.ok()) pin_ = *std::move(pin);
+}
+
+std::unique_ptr<SharedRegion> SharedRegion::OfGpu(std::string name, std::shared_ptr<void> mapping,
+                                                  int device, uint64_t byte_size) {
+  std::unique_ptr<SharedRegion> region(new SharedRegion(std::move(name), "", 0, byte_size));
+  region->device_ = device;
+  region->gpu_mapping_ = std::move(mapping);
+  return region;
+}
+
+char* SharedRegion::data() const {
+  if (gpu_mapping_ != nullptr) return static_cast<char*>(gpu_mapping_.get());
+  return static_cast<char*>(mapping_) + (offset_ - map_offset_);
+}
+
+absl::Status SharedMemoryRegistry::CheckNew(const std::string& name, uint64_t byte_size) const {
+  if (name.empty()) return absl::InvalidArgumentError("name: expected a region name");
+  if (byte_size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region '", Short(name), "': byte_size: expected > 0"));
+  }
+  if (regions_.contains(name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("region '", Short(name), "' is registered already; unregister it first"));
+  }
+  if (static_cast<int64_t>(byte_size) < 0 ||
+      bytes_ + static_cast<int64_t>(byte_size) > options_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region '", Short(name), "': ", byte_size, " bytes more would pass ", bytes_, " of ",
+        "--max-shared-memory-bytes=", options_.max_bytes, "; unregister regions or raise it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Insert(std::unique_ptr<SharedRegion> region) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status status = CheckNew(region->name(), region->byte_size()); !status.ok()) {
+    return status;
+  }
+  bytes_ += static_cast<int64_t>(region->byte_size());
+  const std::string name = region->name();
+  regions_[name] = std::move(region);
+  return absl::OkStatus();
 }
 
 absl::Status SharedMemoryRegistry::RegisterSystem(const std::string& name, const std::string& key,
@@ -66,67 +139,68 @@ absl::Status SharedMemoryRegistry::RegisterSystem(const std::string& name, const
                                                  options_.off_reason,
                                                  "); send the tensor bytes in the request"));
   }
-  if (name.empty()) return absl::InvalidArgumentError("name: expected a region name");
-  if (byte_size == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("region '", Short(name), "': byte_size: expected > 0"));
-  }
   {
     absl::MutexLock lock(&mu_);
-    if (regions_.contains(name)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("region '", Short(name), "' is registered already; unregister it first"));
-    }
-    if (static_cast<int64_t>(byte_size) < 0 ||
-        bytes_ + static_cast<int64_t>(byte_size) > options_.max_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "region '", Short(name), "': ", byte_size, " bytes more would pass ", bytes_, " of ",
-          "--max-shared-memory-bytes=", options_.max_bytes, "; unregister regions or raise it"));
-    }
+    if (absl::Status status = CheckNew(name, byte_size); !status.ok()) return status;
   }
   absl::StatusOr<std::unique_ptr<SharedRegion>> region =
       SharedRegion::MapSystem(name, key, offset, byte_size);
   if (!region.ok()) return region.status();
-  absl::MutexLock lock(&mu_);
-  // Checked again: another registration may have come in while this one mapped.
-  if (regions_.contains(name)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("region '", Short(name), "' is registered already"));
-  }
-  if (bytes_ + static_cast<int64_t>(byte_size) > options_.max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "region '", Short(name), "': past --max-shared-memory-bytes=", options_.max_bytes));
-  }
-  bytes_ += static_cast<int64_t>(byte_size);
-  regions_[name] = std::move(*region);
-  return absl::OkStatus();
+  if (gpu_ != nullptr) (*region)->PinFor(*gpu_);  // GPU calls then copy it in one DMA
+  return Insert(*std::move(region));
 }
 
-absl::Status SharedMemoryRegistry::Unregister(const std::string& name) {
+absl::Status SharedMemoryRegistry::RegisterCuda(const std::string& name,
+                                                std::string_view raw_handle, int device,
+                                                uint64_t byte_size) {
+  if (!options_.cuda) {
+    return absl::UnimplementedError(absl::StrCat("CUDA shared memory is off on this server (",
+                                                 options_.off_reason,
+                                                 "); send the tensor bytes in the request"));
+  }
+  if (gpu_ == nullptr) {
+    return absl::UnimplementedError(
+        "CUDA shared memory needs a GPU, and this server has none; use system shared memory "
+        "or send the tensor bytes in the request");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status status = CheckNew(name, byte_size); !status.ok()) return status;
+  }
+  absl::StatusOr<std::shared_ptr<void>> mapping = gpu_->Open(raw_handle, device, byte_size);
+  if (!mapping.ok()) {
+    return absl::Status(mapping.status().code(),
+                        absl::StrCat("region '", Short(name), "': ", mapping.status().message()));
+  }
+  return Insert(SharedRegion::OfGpu(name, *std::move(mapping), device, byte_size));
+}
+
+absl::Status SharedMemoryRegistry::Unregister(const std::string& name, RegionKind kind) {
   absl::MutexLock lock(&mu_);
-  if (name.empty()) {
-    regions_.clear();
-    bytes_ = 0;
-    return absl::OkStatus();
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    if ((name.empty() || it->first == name) && IsKind(*it->second, kind)) {
+      bytes_ -= static_cast<int64_t>(it->second->byte_size());
+      it = regions_.erase(it);
+      if (!name.empty()) return absl::OkStatus();
+    } else {
+      ++it;
+    }
   }
-  auto it = regions_.find(name);
-  if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat("no shared memory region '", Short(name), "'"));
-  }
-  bytes_ -= static_cast<int64_t>(it->second->byte_size());
-  regions_.erase(it);
-  return absl::OkStatus();
+  if (name.empty()) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("no ", KindName(kind), "shared memory region '", Short(name), "'"));
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const SharedRegion>>> SharedMemoryRegistry::List(
-    const std::string& name) const {
+    const std::string& name, RegionKind kind) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<const SharedRegion>> regions;
   for (const auto& [key, region] : regions_) {
-    if (name.empty() || key == name) regions.push_back(region);
+    if ((name.empty() || key == name) && IsKind(*region, kind)) regions.push_back(region);
   }
   if (!name.empty() && regions.empty()) {
-    return absl::NotFoundError(absl::StrCat("no shared memory region '", Short(name), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("no ", KindName(kind), "shared memory region '", Short(name), "'"));
   }
   return regions;
 }

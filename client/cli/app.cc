@@ -153,8 +153,17 @@ void AddCallCommands(CLI::App* app) {
   Value(bench, "concurrency", "N", "calls in flight, 1..4096 (1)");
   Value(bench, "duration", "DURATION", "how long to send (5s)");
   Value(bench, "requests", "N", "stop after N calls; 0 = no limit (0)");
-  Value(bench, "protocol", "P",
-        "native (kernelserve.v1) or v2 (the KServe v2 front door's ModelInfer) (native)");
+  Value(bench, "protocol", "native|v2", "kernelserve.v1 Execute, or KServe v2 ModelInfer (native)");
+  Value(bench, "shared-memory", "off|system",
+        "system: inputs and outputs in a shared-memory region, server on this host (off)");
+  bench->footer(
+      "--protocol=v2 sends each call as a KServe v2 ModelInfer (inference.GRPCInferenceService,\n"
+      "same port, token, TLS and deadline); --config, --autotune, --platform, --device and a\n"
+      "KERNEL@VERSION id are native only.\n"
+      "--shared-memory=system puts the inputs and outputs in a POSIX shared-memory region\n"
+      "registered with the server (which must run on this host), so each call sends\n"
+      "references only.\n\n" +
+      bench->get_footer());
   CLI::App* tune = Command(app, "tune", "autotune for the shapes: every candidate, the winner");
   tune->add_option("KERNEL")->description("the kernel")->required();
   AddCallFlags(tune);

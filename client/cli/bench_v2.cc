@@ -3,10 +3,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace kernelserve::cli {
 namespace {
 
+// The KServe v2 datatype of `dtype`; "" for one it lacks.
 const char* Datatype(v1::DType dtype) {
   switch (dtype) {
     case v1::DTYPE_F32:
@@ -45,13 +47,25 @@ absl::StatusOr<inference::ModelInferRequest> ToModelInfer(const v1::ExecuteReque
   if (request.has_policy()) return NotWithV2("--autotune");
   if (!request.platform().empty() && request.platform() != "auto") return NotWithV2("--platform");
   if (request.has_device()) return NotWithV2("--device");
+  if (const size_t at = request.kernel().find('@'); at != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel '", request.kernel(), "': a kernel id (NAME@VERSION) is not taken with ",
+        "--protocol=v2 (its models are the bare names); give '", request.kernel().substr(0, at),
+        "' or use --protocol=native"));
+  }
   inference::ModelInferRequest out;
   out.set_model_name(request.kernel());
   out.set_id(request.request_id());
   for (const auto& [name, tensor] : request.inputs()) {
+    const char* datatype = Datatype(tensor.dtype());
+    if (*datatype == '\0') {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "': dtype ",
+                                                     v1::DType_Name(tensor.dtype()),
+                                                     " has no KServe v2 datatype"));
+    }
     auto* input = out.add_inputs();
     input->set_name(name);
-    input->set_datatype(Datatype(tensor.dtype()));
+    input->set_datatype(datatype);
     input->mutable_shape()->CopyFrom(tensor.shape());
     out.add_raw_input_contents(tensor.data());
   }
@@ -87,6 +101,18 @@ ServerTimings TimingsOf(const inference::ModelInferResponse& response) {
   t.total_us = Param(response, "total_us");
   t.recv_us = Param(response, "recv_us");
   return t;
+}
+
+absl::StatusOr<BenchReport> RunBenchV2(const Client& client, const v1::ExecuteRequest& request,
+                                       const BenchOptions& options) {
+  KS_ASSIGN_OR_RETURN(const inference::ModelInferRequest infer, ToModelInfer(request));
+  return RunBench(
+      [&client, &infer]() -> absl::StatusOr<ServerTimings> {
+        absl::StatusOr<inference::ModelInferResponse> response = client.ModelInfer(infer);
+        if (!response.ok()) return response.status();
+        return TimingsOf(*response);
+      },
+      options);
 }
 
 }  // namespace kernelserve::cli

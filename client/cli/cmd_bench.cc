@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/bench.h"
+#include "client/cli/bench_shm.h"
 #include "client/cli/bench_v2.h"
 #include "client/cli/call_spec.h"
 #include "client/cli/commands.h"
@@ -53,15 +54,30 @@ void PrintReport(const BenchReport& r, const BenchOptions& options, std::ostream
   }
 }
 
-}  // namespace
+// --protocol: "native" or "v2"; InvalidArgument for anything else.
+absl::StatusOr<std::string> ProtocolFromArgs(const Args& args) {
+  std::string protocol = args.Get("protocol", "native");
+  if (protocol == "native" || protocol == "v2") return protocol;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--protocol=", protocol, ": expected native or v2"));
+}
 
-absl::Status CmdBench(const CommandContext& ctx) {
-  KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
-  v1::ExecuteRequest request;
-  KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/true, &request));
-  if (spec.config) *request.mutable_config() = ToProto(*spec.config);
-  KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
-  if (autotune) request.mutable_policy()->set_allow_autotune(true);
+// --shared-memory: "off" (false) or "system" (true; native protocol only).
+absl::StatusOr<bool> SharedMemoryFromArgs(const Args& args, const std::string& protocol) {
+  const std::string kind = args.Get("shared-memory", "off");
+  if (kind == "off") return false;
+  if (kind != "system") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-memory=", kind, ": expected off or system"));
+  }
+  if (protocol != "native") {
+    return absl::InvalidArgumentError(
+        "--shared-memory=system is not taken with --protocol=v2; use --protocol=native");
+  }
+  return true;
+}
+
+absl::StatusOr<BenchOptions> OptionsFromArgs(const CommandContext& ctx) {
   BenchOptions options;
   KS_ASSIGN_OR_RETURN(int64_t concurrency, ctx.args->GetInt("concurrency", 1));
   if (concurrency < 1 || concurrency > 4096) {
@@ -75,25 +91,22 @@ absl::Status CmdBench(const CommandContext& ctx) {
     return absl::InvalidArgumentError("--requests: expected a count >= 0 (0 = no limit)");
   }
   if (ctx.err_is_tty) options.progress = ctx.err;
-  const std::string protocol = ctx.args->Get("protocol", "native");
-  BenchReport report;
-  if (protocol == "v2") {
-    KS_ASSIGN_OR_RETURN(inference::ModelInferRequest infer, ToModelInfer(request));
-    const Client& client = *ctx.client;
-    report = RunBench(
-        [&client, &infer]() -> absl::StatusOr<ServerTimings> {
-          absl::StatusOr<inference::ModelInferResponse> response = client.ModelInfer(infer);
-          if (!response.ok()) return response.status();
-          return TimingsOf(*response);
-        },
-        options);
-  } else if (protocol == "native") {
-    report = RunBench(*ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)),
-                      options);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--protocol=", protocol, ": expected native or v2"));
-  }
+  return options;
+}
+
+// The request every call of the bench sends: the call flags, --config and --autotune.
+absl::StatusOr<v1::ExecuteRequest> RequestFromArgs(const CommandContext& ctx) {
+  KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
+  v1::ExecuteRequest request;
+  KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/true, &request));
+  if (spec.config) *request.mutable_config() = ToProto(*spec.config);
+  KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
+  if (autotune) request.mutable_policy()->set_allow_autotune(true);
+  return request;
+}
+
+absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
+                         const CommandContext& ctx) {
   if (!report.fatal.ok()) {  // every further call would fail the same way: no table
     return absl::Status(report.fatal.code(),
                         absl::StrCat("bench stopped at the first call that retrying cannot cure (",
@@ -107,6 +120,27 @@ absl::Status CmdBench(const CommandContext& ctx) {
   // Every call failed: report the server's status rather than an empty benchmark.
   if (report.ok == 0 && report.errors > 0) return report.first_error;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CmdBench(const CommandContext& ctx) {
+  KS_ASSIGN_OR_RETURN(const std::string protocol, ProtocolFromArgs(*ctx.args));
+  KS_ASSIGN_OR_RETURN(const bool shared_memory, SharedMemoryFromArgs(*ctx.args, protocol));
+  KS_ASSIGN_OR_RETURN(const BenchOptions options, OptionsFromArgs(ctx));
+  KS_ASSIGN_OR_RETURN(v1::ExecuteRequest request, RequestFromArgs(ctx));
+  std::unique_ptr<SharedMemoryRegion> region;  // registered while the bench runs
+  if (shared_memory) {
+    KS_ASSIGN_OR_RETURN(region, MoveIntoSharedMemory(*ctx.client, &request));
+  }
+  BenchReport report;
+  if (protocol == "v2") {
+    KS_ASSIGN_OR_RETURN(report, RunBenchV2(*ctx.client, request, options));
+  } else {
+    report = RunBench(*ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)),
+                      options);
+  }
+  return PrintOrFail(report, options, ctx);
 }
 
 }  // namespace kernelserve::cli

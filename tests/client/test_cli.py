@@ -8,13 +8,16 @@ import tempfile
 import time
 import unittest
 
+import grpc
 import numpy as np
 
 import kernelserve
 import references
+from kernelserve.v1 import kernel_service_pb2 as pb
+from kernelserve.v1 import kernel_service_pb2_grpc as rpc
 from server_fixture import CLI, TOY_SERVER, ServerProcess, free_port
 
-USAGE, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, UNAUTHENTICATED = 2, 3, 5, 14, 16
+USAGE, INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, UNAVAILABLE, UNAUTHENTICATED = 2, 3, 5, 12, 14, 16
 
 
 def uniform(rng, shape, dtype=np.float32):
@@ -40,16 +43,17 @@ class CliTestBase(unittest.TestCase):
 
     def cli(self, *args, code=0, target=None, env=None):
         """Runs the tool with --target (none when target is ""), in the environment of the
-        tests less KERNELSERVE_* plus `env`; checks its exit code; returns the finished
-        process."""
+        tests less KERNELSERVE_* plus `env`; checks its exit code (unless code is None);
+        returns the finished process."""
         target = self.server.target if target is None else target
         environ = {k: v for k, v in os.environ.items() if not k.startswith("KERNELSERVE_")}
         environ.update(env or {})
         proc = subprocess.run([CLI, *([f"--target={target}"] if target else []), *args],
                               capture_output=True, text=True, timeout=120, env=environ)
-        self.assertEqual(proc.returncode, code,
-                         f"kernelserve {' '.join(args)}\nstdout:\n{proc.stdout}\n"
-                         f"stderr:\n{proc.stderr}")
+        if code is not None:  # None: any
+            self.assertEqual(proc.returncode, code,
+                             f"kernelserve {' '.join(args)}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}")
         return proc
 
     def cli_json(self, *args):
@@ -270,19 +274,70 @@ class CliTest(CliTestBase):
                                "--param=chunk_size=8")
         self.assertEqual(report["ok"], 40)
         self.assertEqual(report["errors"], 0)
+        self.assertGreater(report["throughput_rps"], 0)
+        self.assertGreater(report["latency_us"]["p50"], 0)
         server = report["server_mean"]
         self.assertGreater(server["total_us"], 0)  # read from the answer's parameters
         self.assertGreaterEqual(server["total_us"], server["kernel_us"])
+        text = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=20",
+                        "--protocol=v2").stdout
+        for word in ("throughput", "p50", "p99", "queue", "kernel", "total"):  # the same table
+            self.assertIn(word, text)
         # A bad request stops it the same way as the native one.
         proc = self.cli("bench", "mean_pooling", "--shape=x=f32:4,8", "--protocol=v2",
                         "--requests=5", code=INVALID_ARGUMENT)
         self.assertIn("'x'", proc.stderr)
+        self.assertEqual(proc.stdout, "")
+        # The client's deadline applies to each ModelInfer as to each Execute: calls fail with
+        # DEADLINE_EXCEEDED, retried and counted (gRPC lets some calls finish past so short a
+        # deadline; when none does, the run exits with DEADLINE_EXCEEDED's code, 4).
+        for protocol in ("native", "v2"):
+            proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=40",
+                            "--deadline=1ns", f"--protocol={protocol}", "--json", code=None)
+            self.assertIn(proc.returncode, (0, 4), proc.stderr)
+            report = json.loads(proc.stdout)
+            self.assertGreater(report["errors"], 0, protocol)
+            for failure in report["failures"]:  # the client's or the server's
+                self.assertTrue(failure.startswith("DEADLINE_EXCEEDED: "), failure)
+
+    def test_bench_v2_refuses_what_the_front_door_does_not_take(self):
+        down = f"127.0.0.1:{free_port()}"  # refused before any call: no server needed
         for flags in (["--autotune"], ["--config=block_size=64,num_warps=1"],
-                      ["--protocol=v3"]):
+                      ["--platform=cuda"], ["--device=0"]):
+            for target in (None, down):
+                proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64",
+                                "--requests=5", "--protocol=v2", *flags, target=target,
+                                code=INVALID_ARGUMENT)
+                self.assertIn(f"{flags[0].split('=')[0]} is not taken with --protocol=v2",
+                              proc.stderr)
+                self.assertEqual(proc.stdout, "")
+        # A kernel id pins an implementation: the native API's, not a model name.
+        self.cli("bench", "mean_pooling@v1", "--shape=x=f32:1,16,64", "--requests=5")
+        proc = self.cli("bench", "mean_pooling@v1", "--shape=x=f32:1,16,64", "--requests=5",
+                        "--protocol=v2", code=INVALID_ARGUMENT)
+        self.assertIn("give 'mean_pooling' or use --protocol=native", proc.stderr)
+        proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
+                        "--protocol=v3", code=INVALID_ARGUMENT)
+        self.assertIn("--protocol=v3: expected native or v2", proc.stderr)
+        self.assertIn("--protocol native|v2", self.cli("bench", "--help").stdout)
+
+    def test_bench_with_shared_memory(self):
+        shapes = [f"--shape={n}=f16:1,40,2,64" for n in ("q", "k", "v")]
+        report = self.cli_json("bench", "flash_attention", *shapes, "--param=causal=true",
+                               "--param=return_lse=true", "--concurrency=2", "--requests=30",
+                               "--shared-memory=system")
+        self.assertEqual((report["ok"], report["errors"]), (30, 0), report["failures"])
+        # The bench's region is unregistered when it ends.
+        with grpc.insecure_channel(self.server.target) as channel:
+            status = rpc.KernelServiceStub(channel).SharedMemoryStatus(
+                pb.SharedMemoryStatusRequest(), timeout=10)
+        self.assertEqual(list(status.regions), [])
+        for flags, message in ((["--shared-memory=cuda"], "expected off or system"),
+                               (["--shared-memory=system", "--protocol=v2"],
+                                "not taken with --protocol=v2")):
             proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
-                            *(flags if flags == ["--protocol=v3"] else ["--protocol=v2", *flags]),
-                            code=INVALID_ARGUMENT)
-            self.assertIn(flags[0].split("=")[0], proc.stderr)
+                            *flags, code=INVALID_ARGUMENT)
+            self.assertIn(message, proc.stderr)
 
     def test_bench_stops_at_the_first_error_retrying_cannot_cure(self):
         start = time.monotonic()
@@ -370,6 +425,15 @@ class CliFileStoreTest(CliTestBase):
         self.cli("cache", "rm", key, f"--fingerprint={fingerprint}", code=NOT_FOUND)
 
 
+class CliSharedMemoryOffTest(CliTestBase):
+    server_args = ("--shared-memory=off",)
+
+    def test_bench_with_shared_memory_says_it_is_off(self):
+        proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
+                        "--shared-memory=system", code=UNIMPLEMENTED)
+        self.assertIn("--shared-memory=off", proc.stderr)
+
+
 class CliAuthTest(CliTestBase):
     TOKEN = "cli-test-token"
 
@@ -394,6 +458,16 @@ class CliAuthTest(CliTestBase):
         self.cli("info", env={"KERNELSERVE_TOKEN_FILE": self.token_file.name})
         self.cli("run", "mean_pooling", "--shape=x=f32:1,4,4",
                  f"--token-file={self.token_file.name}")
+
+    def test_bench_sends_the_token_on_both_protocols(self):
+        for protocol in ("native", "v2"):
+            call = ("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=10",
+                    f"--protocol={protocol}")
+            proc = self.cli(*call, code=UNAUTHENTICATED)
+            self.assertIn("UNAUTHENTICATED", proc.stderr)
+            report = json.loads(self.cli(*call, f"--token-file={self.token_file.name}",
+                                         "--json").stdout)
+            self.assertEqual((report["ok"], report["errors"]), (10, 0), protocol)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,8 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : ordinal_(other.ordinal_),
       ptr_(std::exchange(other.ptr_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      stream_(other.stream_) {}
+      stream_(other.stream_),
+      owned_(other.owned_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
@@ -214,6 +215,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     ptr_ = std::exchange(other.ptr_, nullptr);
     size_ = std::exchange(other.size_, 0);
     stream_ = other.stream_;
+    owned_ = other.owned_;
   }
   return *this;
 }
@@ -222,6 +224,11 @@ DeviceBuffer::~DeviceBuffer() { Release(); }
 
 void DeviceBuffer::Release() {
   if (ptr_ == nullptr) return;
+  if (!owned_) {
+    ptr_ = nullptr;
+    size_ = 0;
+    return;
+  }
   // Errors cannot be reported from a destructor. If the stream is gone (its thread exited),
   // free synchronously instead.
   if (cudaSetDevice(ordinal_) == cudaSuccess && cudaFreeAsync(ptr_, stream_) != cudaSuccess) {
@@ -230,6 +237,14 @@ void DeviceBuffer::Release() {
   }
   ptr_ = nullptr;
   size_ = 0;
+}
+
+DeviceBuffer DeviceBuffer::View(void* data, size_t bytes) {
+  DeviceBuffer buffer;
+  buffer.ptr_ = data;
+  buffer.size_ = bytes;
+  buffer.owned_ = false;
+  return buffer;
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int ordinal, size_t bytes,

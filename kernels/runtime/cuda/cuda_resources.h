@@ -83,6 +83,9 @@ class DeviceBuffer {
   // by other streams once `stream` has been synchronized). bytes == 0 gives an empty buffer.
   // Out of device memory (after giving the pool's cached memory back) -> ResourceExhausted.
   static absl::StatusOr<DeviceBuffer> Allocate(int ordinal, size_t bytes, cudaStream_t stream);
+  // The `bytes` bytes at `data`, device memory that someone else owns (a client's CUDA
+  // shared-memory region): never freed by the buffer.
+  static DeviceBuffer View(void* data, size_t bytes);
 
   void* get() const { return ptr_; }
   size_t size() const { return size_; }
@@ -94,6 +97,7 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t size_ = 0;
   cudaStream_t stream_ = nullptr;
+  bool owned_ = true;  // false for a View
 };
 
 }  // namespace kernelserve::cuda

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/runtime/cuda/cuda_check.h"
 
@@ -24,10 +25,22 @@ absl::Status CudaRun::InitEvents() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeviceBuffer> CudaRun::Upload(const void* host, size_t bytes) {
+absl::StatusOr<DeviceBuffer> CudaRun::Upload(const void* source, size_t bytes) {
   const auto started = std::chrono::steady_clock::now();
+  cudaPointerAttributes attributes{};
+  if (bytes > 0) KS_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, source));
+  const bool on_gpu = attributes.type == cudaMemoryTypeDevice;
+  if (on_gpu && attributes.device == ordinal_) {
+    return DeviceBuffer::View(const_cast<void*>(source), bytes);
+  }
   KS_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(ordinal_, bytes, stream()));
-  if (bytes > 0) KS_RETURN_IF_ERROR(resources_->Upload(host, bytes, buffer.get(), stream()));
+  if (on_gpu) {  // another GPU's memory: a peer copy
+    KS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(buffer.get(), source, bytes, cudaMemcpyDefault, stream()));
+    KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  } else if (bytes > 0) {
+    KS_RETURN_IF_ERROR(resources_->Upload(source, bytes, buffer.get(), stream()));
+  }
   upload_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return buffer;
@@ -56,10 +69,31 @@ absl::StatusOr<double> CudaRun::TimedLaunch(absl::FunctionRef<cudaError_t(cudaSt
   return static_cast<double>(ms) * 1e-3;
 }
 
-absl::StatusOr<TensorMap> CudaRun::Fetch() {
+absl::StatusOr<TensorMap> CudaRun::Fetch() { return FetchInto(TensorMap()); }
+
+absl::StatusOr<TensorMap> CudaRun::FetchInto(const TensorMap& places) {
   if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
   TensorMap outputs;
+  bool copied_on_gpu = false;
   for (const Output& output : outputs_) {
+    if (auto place = places.find(output.name); place != places.end()) {
+      const Tensor& to = place->second;
+      if (to.nbytes() != output.buffer.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("output '", output.name,
+                                                       "': its place holds ", to.nbytes(),
+                                                       " bytes; expected ", output.buffer.size()));
+      }
+      void* into = const_cast<void*>(to.data());
+      if (to.device() >= 0) {  // any GPU's memory: copied on the GPU
+        KS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(into, output.buffer.get(), to.nbytes(), cudaMemcpyDefault, stream()));
+        copied_on_gpu = true;
+      } else {  // host memory: one DMA when pinned, else staged
+        KS_RETURN_IF_ERROR(resources_->Download(output.buffer.get(), to.nbytes(), into, stream()));
+      }
+      outputs.emplace(output.name, to);  // a view: the copy shares the bytes
+      continue;
+    }
     // Into page-locked memory from the pool (one DMA, no zero-fill; gRPC sends it from there)
     // when it has room, else into the heap through the staging buffer.
     Tensor host;
@@ -73,6 +107,7 @@ absl::StatusOr<TensorMap> CudaRun::Fetch() {
         resources_->Download(output.buffer.get(), host.nbytes(), host.data(), stream()));
     outputs.emplace(output.name, std::move(host));
   }
+  if (copied_on_gpu) KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
   return outputs;
 }
 

@@ -29,6 +29,10 @@ class CudaRun : public PreparedRun {
   // The outputs of the last successful launch, downloaded through the thread's staging
   // buffer. FailedPrecondition before a successful launch.
   absl::StatusOr<TensorMap> Fetch() override;
+  // Fetch, with the outputs of `places` copied into those tensors (views): on the GPU for GPU
+  // memory (any GPU; across GPUs through peer copies), by DMA for host memory (staged when not
+  // page-locked). InvalidArgument for a place of the wrong size.
+  absl::StatusOr<TensorMap> FetchInto(const TensorMap& places) override;
 
   // Fills every output with 0xff bytes (a NaN in f32, f16 and bf16) and waits, so that an
   // element the next launch leaves unwritten shows in a test.
@@ -41,9 +45,11 @@ class CudaRun : public PreparedRun {
 
   // Creates the timing events; the derived Init calls it first.
   absl::Status InitEvents();
-  // A device buffer holding a copy of the `bytes` bytes at `host` (empty for 0 bytes); the
-  // copy's time counts in upload_seconds.
-  absl::StatusOr<DeviceBuffer> Upload(const void* host, size_t bytes);
+  // A device buffer holding the `bytes` bytes at `source` (empty for 0 bytes): `source` itself
+  // when it is memory of this run's GPU (a tensor in a CUDA shared-memory region, read in
+  // place), else a copy (from the host, or from another GPU); the copy's time counts in
+  // upload_seconds.
+  absl::StatusOr<DeviceBuffer> Upload(const void* source, size_t bytes);
   // Allocates output `name` of `dtype` and `shape` on the device, for Fetch and
   // PoisonOutputs. Returns its device address (null for an empty output).
   absl::StatusOr<void*> AddOutput(const std::string& name, DType dtype, const Shape& shape);

@@ -1,0 +1,95 @@
+#include "kernels/runtime/cuda/cuda_ipc.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/runtime/cuda/cuda_check.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+// The size of the allocation that `address` starts, through the driver's cuMemGetAddressRange
+// (found at run time: the server links the runtime only). nullopt when it cannot be asked.
+absl::StatusOr<size_t> AllocationBytes(void* address) {
+  static const PFN_cuMemGetAddressRange_v3020 get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
+  }();
+  if (get_range == nullptr) {
+    return absl::UnimplementedError("the CUDA driver lacks cuMemGetAddressRange");
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const CUresult result = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(address));
+  if (result != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuMemGetAddressRange failed (CUresult ", static_cast<int>(result), ")"));
+  }
+  return size - (reinterpret_cast<CUdeviceptr>(address) - base);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<void>> OpenIpcBuffer(std::string_view raw_handle, int device,
+                                                    uint64_t byte_size) {
+  cudaIpcMemHandle_t handle{};
+  if (raw_handle.size() != sizeof(handle)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_handle: ", raw_handle.size(), " bytes; a cudaIpcMemHandle_t has ", sizeof(handle)));
+  }
+  std::memcpy(&handle, raw_handle.data(), sizeof(handle));
+  int count = 0;
+  KS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device, ": this server has GPUs 0..", count - 1));
+  }
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  void* address = nullptr;
+  if (cudaError_t error = cudaIpcOpenMemHandle(&address, handle, cudaIpcMemLazyEnablePeerAccess);
+      error != cudaSuccess) {
+    const absl::Status status = CudaStatus(error, "cudaIpcOpenMemHandle");
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_handle does not open on GPU ", device, " (", status.message(),
+                     "); export it with cudaIpcGetMemHandle from a live process on this host"));
+  }
+  std::shared_ptr<void> buffer(address, [device](void* p) {
+    // Errors cannot be reported from a deleter.
+    if (cudaSetDevice(device) != cudaSuccess || cudaIpcCloseMemHandle(p) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  });
+  absl::StatusOr<size_t> bytes = AllocationBytes(address);
+  if (!bytes.ok()) return bytes.status();
+  if (*bytes < byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte_size ", byte_size, " is past the exported allocation's ", *bytes, " bytes"));
+  }
+  return buffer;
+}
+
+absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* host, size_t bytes) {
+  KS_CUDA_RETURN_IF_ERROR(cudaHostRegister(host, bytes, cudaHostRegisterPortable));
+  return std::shared_ptr<void>(host, [](void* p) {
+    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  });
+}
+
+absl::Status CopyGpuToHost(void* host, const void* gpu, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  KS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, gpu, bytes, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+}  // namespace kernelserve::cuda
