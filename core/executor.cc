@@ -190,6 +190,7 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
   result.timings.select_us = MicrosSince(select_start);
 
   KS_RETURN_IF_ERROR(prepare());
+  KS_RETURN_IF_ERROR(run->BindOutputs(output_places));
   result.timings.h2d_us = Micros(run->upload_seconds());
   KS_ASSIGN_OR_RETURN(double kernel_seconds, run->Launch(selection.config));
   result.timings.kernel_us = Micros(kernel_seconds);

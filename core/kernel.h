@@ -30,6 +30,10 @@ class PreparedRun {
   virtual absl::StatusOr<double> Launch(const KernelConfig& config) = 0;
   // Copies the outputs of the last Launch to host tensors. REQUIRES: a successful Launch.
   virtual absl::StatusOr<TensorMap> Fetch() = 0;
+  // Has the next Launch write the outputs named in `places` (views of a client's shared
+  // memory, see FetchInto) straight there where the platform can (a GPU's own memory); the
+  // others FetchInto copies. The default: nothing (every place is copied).
+  virtual absl::Status BindOutputs(const TensorMap& /*places*/) { return absl::OkStatus(); }
   // Fetch, except that the outputs named in `places` (views of a client's shared memory, on a
   // GPU or on the host, each of the output's size) are copied straight there and answered as
   // those tensors. The default, for platforms without device memory: Fetch when `places` is

@@ -123,12 +123,11 @@ absl::Status CudaFlashAttentionRun::Init(const TensorMap& inputs) {
     args_.bias_head_stride = p_.bias_heads == 1 ? 0 : plane;
     args_.bias_batch_stride = p_.bias_batch == 1 ? 0 : p_.bias_heads * plane;
   }
-  KS_ASSIGN_OR_RETURN(args_.out, AddOutput("out", p_.dtype, p_.q_shape));
+  KS_RETURN_IF_ERROR(AddOutput("out", p_.dtype, p_.q_shape, &args_.out));
   if (p_.return_lse) {
     const Shape lse = p_.varlen ? Shape{p_.num_heads_q, p_.total_q}
                                 : Shape{p_.num_sequences, p_.num_heads_q, p_.seq_len_q};
-    KS_ASSIGN_OR_RETURN(void* lse_address, AddOutput("lse", DType::kF32, lse));
-    args_.lse = static_cast<float*>(lse_address);
+    KS_RETURN_IF_ERROR(AddOutput("lse", DType::kF32, lse, &args_.lse));
   }
   return absl::OkStatus();
 }

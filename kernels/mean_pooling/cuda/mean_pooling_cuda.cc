@@ -137,7 +137,7 @@ absl::Status CudaMeanPoolingRun::Init(const TensorMap& inputs) {
     args_.cu_seqlens = static_cast<const int64_t*>(cu_seqlens_.get());
     args_.used_rows = offsets.back();
   }
-  KS_ASSIGN_OR_RETURN(args_.out, AddOutput("out", p_.dtype, {p_.num_sequences, p_.hidden}));
+  KS_RETURN_IF_ERROR(AddOutput("out", p_.dtype, {p_.num_sequences, p_.hidden}, &args_.out));
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ class CudaRun : public PreparedRun {
   // The outputs of the last successful launch, downloaded through the thread's staging
   // buffer. FailedPrecondition before a successful launch.
   absl::StatusOr<TensorMap> Fetch() override;
+  // The outputs of `places` in this run's GPU memory (and of their size) become those bytes:
+  // the next Launch writes them in place. REQUIRES: a Launch follows before Fetch.
+  absl::Status BindOutputs(const TensorMap& places) override;
   // Fetch, with the outputs of `places` copied into those tensors (views): on the GPU for GPU
   // memory (any GPU; across GPUs through peer copies), by DMA for host memory (staged when not
   // page-locked). InvalidArgument for a place of the wrong size.
@@ -51,8 +55,12 @@ class CudaRun : public PreparedRun {
   // upload_seconds.
   absl::StatusOr<DeviceBuffer> Upload(const void* source, size_t bytes);
   // Allocates output `name` of `dtype` and `shape` on the device, for Fetch and
-  // PoisonOutputs. Returns its device address (null for an empty output).
-  absl::StatusOr<void*> AddOutput(const std::string& name, DType dtype, const Shape& shape);
+  // PoisonOutputs, and stores its address (null for an empty output) in `*address`, where the
+  // kernel's launch reads it; BindOutputs may store another there later.
+  template <typename T>
+  absl::Status AddOutput(const std::string& name, DType dtype, const Shape& shape, T** address) {
+    return AddOutputAt(name, dtype, shape, [address](void* p) { *address = static_cast<T*>(p); });
+  }
   // Records the start event, lets `enqueue` queue the launch on the stream (returning the
   // first launch error), records the stop event, waits and returns the seconds between the
   // events. The outputs are fetchable once it succeeds.
@@ -68,7 +76,12 @@ class CudaRun : public PreparedRun {
     DType dtype = DType::kF32;
     Shape shape;
     DeviceBuffer buffer;
+    std::function<void(void*)> set_address;  // tells the kernel where the output is
+    bool bound = false;                      // buffer is a client's region (BindOutputs)
   };
+
+  absl::Status AddOutputAt(const std::string& name, DType dtype, const Shape& shape,
+                           std::function<void(void*)> set_address);
 
   const int ordinal_;
   DeviceThreadResources* const resources_;
