@@ -8,6 +8,8 @@ import asyncio
 import os
 import tempfile
 import unittest
+from multiprocessing import shared_memory
+from unittest import mock
 
 import grpc
 import numpy as np
@@ -473,6 +475,396 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
                                        rtol=1e-5, atol=1e-6)
 
 
+
+
+def shm_objects():
+    """The names of the POSIX shared-memory objects Python made (multiprocessing's "psm_")."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+
+
+class RecordedObjects:
+    """Records the names of the shared-memory objects made while it is on (the package makes
+    them with multiprocessing.shared_memory.SharedMemory), so that a test can check that its
+    own are gone whatever other processes do in /dev/shm."""
+
+    def __init__(self):
+        self.names = []
+        names = self.names
+
+        class Recording(shared_memory.SharedMemory):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                names.append(self.name)
+
+        self._patch = mock.patch.object(shared_memory, "SharedMemory", Recording)
+
+    def __enter__(self):
+        self._patch.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._patch.stop()
+
+    def linked(self):
+        """Those of the recorded objects that still exist."""
+        present = shm_objects()
+        return [name for name in self.names if name in present]
+
+
+def same_bytes(test, got, want):
+    """Bit for bit: the same dtype, shape and bytes."""
+    test.assertEqual((got.dtype, got.shape), (want.dtype, want.shape))
+    test.assertEqual(np.ascontiguousarray(got).tobytes(), np.ascontiguousarray(want).tobytes())
+
+
+def poisoned(view):
+    """`view` filled with NaN (or all ones for integers), so that an output left unwritten
+    shows."""
+    view[...] = np.nan if view.dtype.kind == "f" or view.dtype == kernelserve.bfloat16 else 1
+    return view
+
+
+class SystemSharedMemoryTest(unittest.TestCase):
+    """register_system_shm: inputs read from a region and outputs written into it, equal to the
+    inline calls bit for bit; status, unregister, close; every bad case with its code."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
+        self.objects = RecordedObjects().__enter__()
+        self.addCleanup(self.objects.__exit__)
+
+    def tearDown(self):
+        self.client.unregister_shm()  # every region, whatever the test left
+        self.assertEqual(self.client.shm_status(), [])
+
+    def assertNoObjectLeft(self):
+        self.assertTrue(self.objects.names)
+        self.assertEqual(self.objects.linked(), [])
+
+    def assertCode(self, code, fn, *args, **kwargs):
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
+            fn(*args, **kwargs)
+        self.assertEqual(ctx.exception.code, code, ctx.exception.message)
+        return ctx.exception
+
+    def test_register_status_and_close(self):
+        region = self.client.register_system_shm("status", 1 << 16)
+        self.assertIsInstance(region, kernelserve.SystemSharedMemory)
+        self.assertEqual((region.name, region.byte_size), ("status", 1 << 16))
+        self.assertTrue(region.key.startswith("/psm_"), region.key)
+        self.assertIn(region.key[1:], shm_objects())  # the POSIX object, "/" + its name
+        [listed] = self.client.shm_status()
+        self.assertIsInstance(listed, kernelserve.RegionStatus)
+        self.assertEqual((listed.name, listed.kind, listed.key, listed.offset, listed.byte_size,
+                          listed.in_use, listed.device),
+                         ("status", "system", region.key, 0, 1 << 16, 0, -1))
+        with self.client.register_system_shm("other", 4096) as other:
+            self.assertEqual(sorted(r.name for r in self.client.shm_status()),
+                             ["other", "status"])
+            self.assertEqual([r.key for r in self.client.shm_status("other")], [other.key])
+        # The with block closed it: unregistered and unlinked.
+        self.assertTrue(other.closed)
+        self.assertEqual([r.name for r in self.client.shm_status()], ["status"])
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.shm_status, "other")
+        region.close()
+        self.assertTrue(region.closed)
+        self.assertEqual(self.client.shm_status(), [])
+        self.assertNoObjectLeft()
+        region.close()  # again: nothing to do
+        with self.assertRaisesRegex(ValueError, "closed"):
+            region.ndarray(4)
+
+    def test_views_outlive_close(self):
+        region = self.client.register_system_shm("views", 4096)
+        view = region.put(np.arange(16, dtype=np.int32), offset=64)
+        region.close()
+        self.assertEqual(self.client.shm_status(), [])
+        self.assertNoObjectLeft()
+        view += 1  # still mapped while the view lives
+        np.testing.assert_array_equal(view, np.arange(1, 17, dtype=np.int32))
+
+    def test_mean_pooling_in_and_out_of_a_region_equals_inline(self):
+        x = uniform(self.rng, (3, 37, 24))
+        mask = self.rng.integers(0, 2, size=(3, 37)).astype(bool)
+        want = self.client.mean_pooling(x, mask=mask, chunk_size=8)
+        with self.client.register_system_shm("pool", 1 << 16) as region:
+            x_in = region.put(x)
+            out = poisoned(region.ndarray((3, 24), np.float32, offset=32 * 1024))
+            got = self.client.mean_pooling(x_in, mask=mask, chunk_size=8,
+                                           outputs={"out": out})  # mask inline
+            self.assertIs(got.out, out)  # the view, written by the server
+            self.assertFalse(np.isnan(out).any())
+            same_bytes(self, got.out, want.out)
+            np.testing.assert_allclose(out, references.mean_pooling(x, mask=mask), rtol=1e-5,
+                                       atol=1e-6)
+            # Fresh inputs in the same place give a fresh answer there.
+            x2 = uniform(self.rng, (3, 37, 24))
+            region.put(x2)
+            poisoned(out)
+            again = self.client.execute("mean_pooling", {"x": x_in, "mask": mask},
+                                        outputs={"out": out})
+            self.assertIs(again.out, out)
+            same_bytes(self, out, self.client.mean_pooling(x2, mask=mask).out)
+
+    def test_bf16_and_an_unaligned_input(self):
+        x = uniform(self.rng, (2, 19, 40)).astype(kernelserve.bfloat16)
+        want = self.client.mean_pooling(x)
+        with self.client.register_system_shm("bf16", 1 << 16) as region:
+            # Offset 8: not a multiple of 16, so the server copies it; the same answer.
+            x_in = region.put(x, offset=8)
+            out = poisoned(region.ndarray((2, 40), kernelserve.bfloat16, offset=8192))
+            got = self.client.mean_pooling(x_in, outputs={"out": out})
+            self.assertIs(got.out, out)
+            same_bytes(self, got.out, want.out)
+            # uint16 views are bf16 bits, as inline.
+            bits = poisoned(region.ndarray((2, 40), np.uint16, offset=16384))
+            got = self.client.mean_pooling(x_in.view(np.uint16), outputs={"out": bits})
+            self.assertIs(got.out, bits)
+            same_bytes(self, bits.view(kernelserve.bfloat16), want.out)
+
+    def test_flash_attention_mixed_inline_and_region(self):
+        q = uniform(self.rng, (2, 21, 4, 40), np.float16)
+        k = uniform(self.rng, (2, 30, 2, 40), np.float16)
+        v = uniform(self.rng, (2, 30, 2, 40), np.float16)
+        params = dict(causal=True, return_lse=True, logits_soft_cap=3.0)
+        want = self.client.flash_attention(q, k, v, **params)
+        with self.client.register_system_shm("attention", 1 << 20) as region:
+            q_in = region.put(q, offset=0)
+            k_in = region.put(k, offset=64 * 1024)  # v inline
+            out = poisoned(region.ndarray(q.shape, np.float16, offset=256 * 1024))
+            got = self.client.flash_attention(q_in, k_in, v, outputs={"out": out}, **params)
+            self.assertIs(got.out, out)
+            same_bytes(self, got.out, want.out)
+            same_bytes(self, got.lse, want.lse)  # inline, from the response
+            self.assertFalse(got.lse.flags.writeable)
+
+            # Both outputs in the region, all inputs too; lse through region.ref.
+            v_in = region.put(v, offset=128 * 1024)
+            poisoned(out)
+            lse = poisoned(region.ndarray(want.lse.shape, np.float32, offset=512 * 1024))
+            got = self.client.execute("flash_attention", {"q": q_in, "k": k_in, "v": v_in},
+                                      params, outputs={"out": out, "lse": region.ref(lse)})
+            self.assertIs(got.out, out)
+            self.assertTrue(np.shares_memory(got.lse, lse))
+            same_bytes(self, got.out, want.out)
+            same_bytes(self, lse, want.lse)
+            same_bytes(self, got.lse, want.lse)
+
+            # An output place with room but another shape: the result has the output's own
+            # shape, at that place.
+            flat = poisoned(region.ndarray(q.size + 100, np.float16, offset=768 * 1024))
+            got = self.client.flash_attention(q_in, k_in, v_in, causal=True,
+                                              outputs={"out": flat})
+            self.assertEqual(got.out.shape, q.shape)
+            self.assertTrue(np.shares_memory(got.out, flat))
+            same_bytes(self, got.out, self.client.flash_attention(q, k, v, causal=True).out)
+            self.assertTrue(np.isnan(flat[q.size:]).all())  # past the output: untouched
+
+    def test_region_tensors_stay_out_of_the_messages(self):
+        """A client whose messages are limited to 64 KiB both ways runs a call of a 4 MiB input
+        and a 1 MiB output through a region; inline, the same call is too big."""
+        x = uniform(self.rng, (256, 4, 1024))
+        want = self.client.mean_pooling(x)  # the default limit, 1 GiB
+        with kernelserve.Client(self.server.target, max_message_bytes=64 * 1024) as small:
+            self.assertCode(grpc.StatusCode.RESOURCE_EXHAUSTED, small.mean_pooling, x)
+            region = small.register_system_shm("big", 8 << 20)
+            out = poisoned(region.ndarray((256, 1024), offset=4 << 20))
+            got = small.mean_pooling(region.put(x), outputs={"out": out})
+            self.assertIs(got.out, out)
+            same_bytes(self, out, want.out)
+        # Closing the client closed the region it left open.
+        self.assertTrue(region.closed)
+        self.assertEqual(self.client.shm_status(), [])
+        self.assertNoObjectLeft()
+
+    def test_execute_stream_takes_regions(self):
+        x = uniform(self.rng, (2, 9, 16))
+        q = uniform(self.rng, (1, 12, 2, 8))
+        with self.client.register_system_shm("stream", 1 << 16) as region:
+            x_in = region.put(x)
+            q_in = region.put(q, offset=4096)
+            out_x = poisoned(region.ndarray((2, 16), offset=16384))
+            out_q = poisoned(region.ndarray(q.shape, offset=20480))
+            answers = self.client.execute_stream([
+                kernelserve.Request("mean_pooling", {"x": x_in}, outputs={"out": out_x}),
+                kernelserve.Request("mean_pooling", {"x": kernelserve.RegionTensor(
+                    "stream", 0, (2, 9, 16), byte_size=100)}),  # not its size: in-band error
+                kernelserve.Request("flash_attention", {"q": q_in, "k": q_in, "v": q},
+                                    {"causal": True}, outputs={"out": out_q}),
+            ])
+            self.assertIs(answers[0].out, out_x)
+            same_bytes(self, out_x, self.client.mean_pooling(x).out)
+            self.assertIsInstance(answers[1], kernelserve.KernelserveError)
+            self.assertEqual(answers[1].code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIs(answers[2].out, out_q)
+            same_bytes(self, out_q, self.client.flash_attention(q, q, q, causal=True).out)
+
+    def test_bad_references_get_the_servers_codes(self):
+        x = uniform(self.rng, (2, 8, 16))
+        with self.client.register_system_shm("bad", 64 * 1024) as region:
+            x_in = region.put(x, offset=1024)
+            good = region.ref(x_in)
+            self.assertEqual((good.region, good.offset, good.shape, good.nbytes),
+                             ("bad", 1024, (2, 8, 16), x.nbytes))
+            same_bytes(self, self.client.execute("mean_pooling", {"x": good}).out,
+                       self.client.mean_pooling(x).out)
+            ref = kernelserve.RegionTensor
+            cases = [
+                ("unknown region", grpc.StatusCode.NOT_FOUND, ref("nope", 0, x.shape)),
+                ("past the end", grpc.StatusCode.INVALID_ARGUMENT,
+                 ref("bad", 63 * 1024 + 4, x.shape)),
+                ("not the tensor's size", grpc.StatusCode.INVALID_ARGUMENT,
+                 ref("bad", 1024, x.shape, byte_size=100)),
+            ]
+            for what, code, tensor in cases:
+                with self.subTest(what):
+                    err = self.assertCode(code, self.client.execute, "mean_pooling",
+                                          {"x": tensor})
+                    self.assertIn("nope" if code == grpc.StatusCode.NOT_FOUND else "bad",
+                                  err.message)
+            # Outputs: too small, past the end, one the kernel does not produce.
+            small = region.ndarray(8, np.float32, offset=8192)
+            self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling, x_in,
+                            outputs={"out": small})
+            self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling, x_in,
+                            outputs={"out": ref("bad", 64 * 1024 - 8, (2, 16))})
+            self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling, x_in,
+                            outputs={"lse": region.ndarray(64, offset=8192)})
+
+    def test_duplicate_name_is_already_exists_and_leaves_no_object(self):
+        with self.client.register_system_shm("twice", 4096) as region:
+            self.assertCode(grpc.StatusCode.ALREADY_EXISTS, self.client.register_system_shm,
+                            "twice", 4096)
+            self.assertEqual(len(self.objects.names), 2)  # the second made, then removed
+            self.assertEqual(self.objects.linked(), [region.key[1:]])
+            [listed] = self.client.shm_status()
+            self.assertEqual(listed.key, region.key)  # the first one's
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.register_system_shm,
+                        "", 4096)  # the server's: a region needs a name
+        with self.assertRaises(kernelserve.ArgumentError):
+            self.client.register_system_shm("empty", 0)
+        self.assertNoObjectLeft()
+
+    def test_unregister_then_use_is_not_found(self):
+        x = uniform(self.rng, (2, 5, 8))
+        region = self.client.register_system_shm("gone", 4096)
+        x_in = region.put(x)
+        ref = region.ref(x_in)
+        self.client.unregister_shm("gone")
+        self.assertEqual(self.client.shm_status(), [])
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.execute, "mean_pooling",
+                        {"x": ref})
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.unregister_shm, "gone")
+        # The region is no longer this client's: its views go inline again, and it is no
+        # place for outputs.
+        same_bytes(self, self.client.mean_pooling(x_in).out, self.client.mean_pooling(x).out)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "output 'out'"):
+            self.client.mean_pooling(x_in, outputs={"out": region.ndarray((2, 8), offset=2048)})
+        region.close()  # only unlinks now
+        self.assertNoObjectLeft()
+
+    def test_client_side_checks(self):
+        x = uniform(self.rng, (2, 5, 8))
+        with self.client.register_system_shm("checks", 4096) as region:
+            x_in = region.put(x)
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "output 'out'"):
+                self.client.mean_pooling(x, outputs={"out": np.zeros((2, 8), np.float32)})
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "output 'out'.*'elsewhere'"):
+                self.client.mean_pooling(x, outputs={
+                    "out": kernelserve.RegionTensor("elsewhere", 0, (2, 8))})
+            with self.assertRaisesRegex(ValueError, "not a non-empty, C-contiguous view"):
+                region.ref(x)
+            with self.assertRaisesRegex(ValueError, "do not fit"):
+                region.ndarray(1025, np.float32)
+            # Batch takes data only: a view goes as its bytes, a RegionTensor is refused.
+            [item] = self.client.execute_batch("mean_pooling", [{"x": x_in}])
+            same_bytes(self, item.out, self.client.mean_pooling(x).out)
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "execute and execute_stream"):
+                self.client.execute_batch("mean_pooling", [{"x": region.ref(x_in)}])
+            # A view that is not C-contiguous goes inline.
+            wide = region.ndarray((2, 5, 16), offset=1024)
+            wide[..., :8] = x
+            same_bytes(self, self.client.mean_pooling(wide[..., :8]).out,
+                       self.client.mean_pooling(x).out)
+
+    def test_shared_memory_off_and_limit(self):
+        off = ServerProcess("--shared-memory=off")
+        try:
+            with kernelserve.Client(off.target) as client:
+                err = self.assertCode(grpc.StatusCode.UNIMPLEMENTED, client.register_system_shm,
+                                      "r", 4096)
+                self.assertIn("--shared-memory=off", err.message)
+        finally:
+            off.stop()
+        limited = ServerProcess("--max-shared-memory-bytes=8192")
+        try:
+            with kernelserve.Client(limited.target) as client:
+                with client.register_system_shm("a", 8192):
+                    self.assertCode(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    client.register_system_shm, "b", 4096)
+        finally:
+            limited.stop()
+        self.assertNoObjectLeft()
+
+
+class AsyncSharedMemoryTest(unittest.IsolatedAsyncioTestCase):
+    """kernelserve.aio.Client.register_system_shm."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    async def asyncSetUp(self):
+        asyncio.get_running_loop().slow_callback_duration = 1.0
+        self.client = kernelserve.aio.Client(self.server.target)
+        self.rng = np.random.default_rng(12)
+
+    async def asyncTearDown(self):
+        await self.client.close()
+
+    async def test_region_in_and_out(self):
+        objects = RecordedObjects().__enter__()
+        self.addCleanup(objects.__exit__)
+        x = uniform(self.rng, (3, 11, 32))
+        want = await self.client.mean_pooling(x)
+        async with await self.client.register_system_shm("async", 1 << 16) as region:
+            self.assertIsInstance(region, kernelserve.AsyncSystemSharedMemory)
+            [listed] = await self.client.shm_status()
+            self.assertEqual((listed.name, listed.key), ("async", region.key))
+            out = poisoned(region.ndarray((3, 32), offset=32768))
+            got = await self.client.mean_pooling(region.put(x), outputs={"out": out})
+            self.assertIs(got.out, out)
+            same_bytes(self, out, want.out)
+            [streamed] = await self.client.execute_stream(
+                [kernelserve.Request("mean_pooling", {"x": region.ref(region.ndarray(
+                    x.shape))}, outputs={"out": poisoned(out)})])
+            self.assertIs(streamed.out, out)
+            same_bytes(self, out, want.out)
+        self.assertEqual(await self.client.shm_status(), [])
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.unregister_shm("async")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        region = await self.client.register_system_shm("left-open", 4096)
+        await self.client.close()  # closes the region too
+        self.assertTrue(region.closed)
+        self.assertEqual(len(objects.names), 2)
+        self.assertEqual(objects.linked(), [])
+        self.client = kernelserve.aio.Client(self.server.target)
+        self.assertEqual(await self.client.shm_status(), [])
 
 
 @unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import typing
 import unittest
 import zipfile
@@ -27,14 +28,14 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import kernelserve
-from kernelserve import calls, info, tensors
+from kernelserve import calls, info, results, shm, tensors
 from kernelserve.v1 import kernel_service_pb2 as pb
 from server_fixture import free_port
 
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
 MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "errors.py", "info.py",
-           "results.py", "tensors.py"]
+           "results.py", "shm.py", "tensors.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 
 
@@ -69,7 +70,9 @@ class InstalledPackageTest(unittest.TestCase):
         """Every parameter and return of the public functions and methods has a type hint, and
         the hints resolve."""
         objects = [kernelserve.Client, kernelserve.aio.Client, kernelserve.to_bf16,
-                   kernelserve.from_bf16, kernelserve.KernelserveError]
+                   kernelserve.from_bf16, kernelserve.KernelserveError, shm.SharedMemoryRegion,
+                   kernelserve.SystemSharedMemory, kernelserve.AsyncSystemSharedMemory,
+                   kernelserve.RegionTensor]
         checked = 0
         for obj in objects:
             functions = ([obj] if inspect.isfunction(obj) else
@@ -88,7 +91,8 @@ class InstalledPackageTest(unittest.TestCase):
                 checked += 1
         self.assertGreater(checked, 25)
         for cls in (kernelserve.Result, kernelserve.ServerInfo, kernelserve.KernelSchema,
-                    kernelserve.TuneResult, kernelserve.ConfigEntry):
+                    kernelserve.TuneResult, kernelserve.ConfigEntry, kernelserve.RegionStatus,
+                    kernelserve.RegionTensor):
             self.assertTrue(typing.get_type_hints(cls), cls)
 
 
@@ -210,6 +214,136 @@ class TensorTest(unittest.TestCase):
         np.testing.assert_array_equal(kernelserve.from_bf16(bits),
                                       [1.0, 1.0, 1.0 + 2**-6, -2.5, np.inf])
         self.assertTrue(np.isnan(kernelserve.from_bf16(kernelserve.to_bf16([np.nan])))[0])
+
+
+def psm_objects():
+    """The names of the POSIX shared-memory objects Python made (multiprocessing's "psm_")."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+
+
+@unittest.skipUnless(os.path.isdir("/dev/shm"), "no /dev/shm")
+class SharedMemoryRegionTest(unittest.TestCase):
+    """Regions without a server: views, references, the wire form of a call that uses them,
+    and the life of the POSIX object (close, garbage, exit, a killed process)."""
+
+    def setUp(self):
+        self.region = kernelserve.SystemSharedMemory("r", 4096)  # created, not registered
+        self.regions = shm.Regions()
+        self.regions.add(self.region)
+
+    def tearDown(self):
+        self.region.close()
+        self.assertNotIn(self.region.key[1:], psm_objects())
+
+    def test_views_and_refs(self):
+        region = self.region
+        self.assertIn(region.key[1:], psm_objects())
+        view = region.ndarray((4, 8), np.float16, offset=32)
+        self.assertTrue(view.flags.writeable and view.flags.c_contiguous)
+        view[...] = 2
+        self.assertEqual(bytes(region.buffer[32:34]), np.float16(2).tobytes())
+        ref = region.ref(view)
+        self.assertEqual((ref.region, ref.offset, ref.shape, np.dtype(ref.dtype), ref.nbytes),
+                         ("r", 32, (4, 8), np.dtype(np.float16), 64))
+        self.assertEqual(region.offset_of(view[1:]), 48)
+        self.assertIsNone(region.offset_of(view[:, :4]))  # not C-contiguous
+        self.assertIsNone(region.offset_of(view.copy()))
+        self.assertIsNone(region.offset_of(view[:0]))  # empty
+        put = region.put(np.arange(3, dtype=np.int64), offset=4096 - 24)
+        np.testing.assert_array_equal(put, [0, 1, 2])
+        for shape, offset in (((1025,), 0), ((1,), 4093), ((-1,), 0)):
+            with self.assertRaisesRegex(ValueError, "do not fit"):
+                region.ndarray(shape, np.float32, offset)
+        self.assertEqual(self.regions.locate(put), region.ref(put))
+        self.assertIsNone(self.regions.locate(np.zeros(3)))
+
+    def test_wire_form(self):
+        x = self.region.put(np.ones((2, 3, 4), np.float32), offset=64)
+        mask = np.ones((2, 3), bool)
+        out = self.region.ndarray((2, 4), offset=1024)
+        call = kernelserve.Request("mean_pooling", {"x": x, "mask": mask},
+                                   outputs={"out": out})
+        request = calls.execute_request(call, regions=self.regions)
+        tensor = request.inputs["x"]
+        self.assertEqual((tensor.dtype, list(tensor.shape), tensor.data), (pb.DTYPE_F32,
+                                                                           [2, 3, 4], b""))
+        self.assertEqual((tensor.ref.region, tensor.ref.offset, tensor.ref.byte_size),
+                         ("r", 64, 96))
+        self.assertFalse(request.inputs["mask"].HasField("ref"))  # inline
+        self.assertEqual(request.inputs["mask"].data, mask.tobytes())
+        place = request.output_regions["out"]
+        self.assertEqual((place.region, place.offset, place.byte_size), ("r", 1024, 32))
+        # Without the client's regions the same view is only an array: inline.
+        self.assertEqual(calls.execute_request(kernelserve.Request("mean_pooling", {"x": x}))
+                         .inputs["x"].data, np.ones(24, np.float32).tobytes())
+        # bf16 by its bits, and a RegionTensor made by hand.
+        bits = self.region.ndarray(6, np.uint16, offset=2048)
+        hand = kernelserve.RegionTensor("other", 16, (2, 2), kernelserve.bfloat16)
+        request = calls.execute_request(kernelserve.Request("k", {"a": bits, "b": hand}),
+                                        regions=self.regions)
+        self.assertEqual((request.inputs["a"].dtype, request.inputs["a"].ref.byte_size),
+                         (pb.DTYPE_BF16, 12))
+        self.assertEqual((request.inputs["b"].ref.region, request.inputs["b"].ref.offset,
+                          request.inputs["b"].ref.byte_size), ("other", 16, 8))
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "input 'a': dtype float64"):
+            calls.execute_request(kernelserve.Request("k", {"a": self.region.ndarray(2, float)}),
+                                  regions=self.regions)
+
+    def test_results_are_the_views(self):
+        out = self.region.ndarray((2, 4), offset=1024)
+        places = calls.output_places({"out": out, "lse": self.region.ref(
+            self.region.ndarray(16, np.float32, offset=2048))}, self.regions)
+        response = pb.ExecuteResponse()
+        response.outputs["out"].dtype = pb.DTYPE_F32
+        response.outputs["out"].shape[:] = [2, 4]
+        response.outputs["lse"].dtype = pb.DTYPE_F32
+        response.outputs["lse"].shape[:] = [2, 2]
+        self.region.ndarray(4, np.float32, offset=2048)[...] = [1, 2, 3, 4]
+        result = results.result_of(response, places)
+        self.assertIs(result.out, out)
+        np.testing.assert_array_equal(result.lse, [[1, 2], [3, 4]])
+        self.assertTrue(result.lse.flags.writeable)
+        # An output bigger than its place: the server does not do that; INTERNAL.
+        response.outputs["out"].shape[:] = [2, 1000]
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            results.result_of(response, places)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INTERNAL)
+
+    def test_close_garbage_and_exit_unlink_it(self):
+        view = self.region.ndarray(8)
+        key = self.region.key[1:]
+        self.region.close()
+        self.assertNotIn(key, psm_objects())
+        view[...] = 1  # the mapping lives on with its views
+        self.assertTrue(self.region.closed)
+        dropped = kernelserve.SystemSharedMemory("dropped", 4096)
+        key = dropped.key[1:]
+        self.assertIn(key, psm_objects())
+        del dropped  # garbage: unlinked without a warning
+        self.assertNotIn(key, psm_objects())
+        # A process that exits with its region open: unlinked, and the resource_tracker has
+        # nothing to say (it says "leaked shared_memory objects" when it has to clean up).
+        code = ("import sys, kernelserve; r = kernelserve.SystemSharedMemory('x', 4096); "
+                "v = r.ndarray(4); print(r.key[1:]); sys.stdout.flush()")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        self.assertNotIn(done.stdout.strip(), psm_objects())
+
+    def test_a_killed_process_leaves_nothing(self):
+        """The resource_tracker knows of the object while it is linked: it removes it when the
+        process dies without a chance to."""
+        code = ("import os, signal, sys, kernelserve; r = kernelserve.SystemSharedMemory('x', "
+                "4096); print(r.key[1:]); sys.stdout.flush(); os.kill(os.getpid(), "
+                "signal.SIGKILL)")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        key = done.stdout.strip()
+        self.assertTrue(key.startswith("psm_"), done.stdout + done.stderr)
+        deadline = time.monotonic() + 10
+        while key in psm_objects() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertNotIn(key, psm_objects())
 
 
 class HealthTest(unittest.TestCase):

@@ -3,6 +3,7 @@
     import kernelserve
     with kernelserve.Client("127.0.0.1:50051") as client:
         client.mean_pooling(x).out
+        region = client.register_system_shm("tensors", 1 << 26)  # shared memory (same host)
 
 kernelserve.aio.Client is the same client for asyncio.
 """
@@ -14,10 +15,13 @@ from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeErro
                                 UnknownKernelError)
 from kernelserve.info import (DeviceInfo, InputSchema, KernelSchema, OutputSchema, ParamSchema,
                               ServerInfo)
-from kernelserve.results import Candidate, ConfigEntry, ItemResult, Result, TuneResult
+from kernelserve.results import (Candidate, ConfigEntry, ItemResult, RegionStatus, Result,
+                                 TuneResult)
+from kernelserve.shm import AsyncSystemSharedMemory, RegionTensor, SystemSharedMemory
 from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
 
-__all__ = ["ArgumentError", "Candidate", "Client", "ConfigEntry", "DeviceInfo", "InputSchema",
-           "ItemResult", "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema",
-           "ParamSchema", "Request", "Result", "ServerInfo", "TensorSpec", "TuneResult",
+__all__ = ["ArgumentError", "AsyncSystemSharedMemory", "Candidate", "Client", "ConfigEntry",
+           "DeviceInfo", "InputSchema", "ItemResult", "KernelSchema", "KernelServeError",
+           "KernelserveError", "OutputSchema", "ParamSchema", "RegionStatus", "RegionTensor",
+           "Request", "Result", "ServerInfo", "SystemSharedMemory", "TensorSpec", "TuneResult",
            "UnknownKernelError", "aio", "bfloat16", "from_bf16", "to_bf16"]

@@ -3,6 +3,8 @@
     async with kernelserve.aio.Client("127.0.0.1:50051") as client:
         result = await client.mean_pooling(x)
         results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
+        async with await client.register_system_shm("tensors", 1 << 26) as region:
+            await client.mean_pooling(region.put(x))
 
 The same methods as kernelserve.Client, each a coroutine, with the same arguments, results and
 errors; every kernel the server lists is a method here too. Make the client inside the event
@@ -18,10 +20,10 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kernelserve import calls, results
-from kernelserve.calls import Config, Inputs, Params, Request
+from kernelserve import calls, results, shm
+from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
-from kernelserve.errors import from_rpc_error
+from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
 from kernelserve.info import KernelSchema, ServerInfo, kernel_schema_of, server_info_of
 from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
@@ -47,8 +49,15 @@ class Client:
         self._metadata = calls.call_metadata(token)
         self._timeout = timeout
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
+        self._regions = shm.Regions()  # the shared-memory regions registered and not closed
 
     async def close(self) -> None:
+        """See kernelserve.Client.close."""
+        for region in self._regions:
+            try:
+                await region.close()  # type: ignore[attr-defined]  # AsyncSystemSharedMemory
+            except KernelserveError:
+                pass
         await self._channel.close()
 
     async def __aenter__(self) -> Client:
@@ -67,12 +76,16 @@ class Client:
     async def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                       config: Optional[Config] = None, platform: str = "",
                       device: Optional[int] = None, allow_autotune: Optional[bool] = None,
-                      request_id: str = "", timeout: Optional[float] = None) -> results.Result:
+                      request_id: str = "", timeout: Optional[float] = None,
+                      outputs: Optional[Outputs] = None) -> results.Result:
         """See kernelserve.Client.execute."""
+        places = calls.output_places(outputs, self._regions)
         request = calls.execute_request(Request(
             kernel=kernel, inputs=inputs, params=params, config=config, platform=platform,
-            device=device, allow_autotune=allow_autotune, request_id=request_id))
-        return results.result_of(await self._call(self._stub.Execute, request, timeout))
+            device=device, allow_autotune=allow_autotune, request_id=request_id),
+            regions=self._regions, places=places)
+        return results.result_of(await self._call(self._stub.Execute, request, timeout),
+                                 places)
 
     async def execute_batch(self, kernel: str, items: Sequence[Inputs],
                             params: Optional[Params] = None, *, config: Optional[Config] = None,
@@ -89,7 +102,7 @@ class Client:
                              timeout: Optional[float] = None) -> list[results.ItemResult]:
         """See kernelserve.Client.execute_stream: a Result or a KernelserveError per request,
         in request order, over one ExecuteStream call."""
-        answers = calls.StreamAnswers(list(requests))
+        answers = calls.StreamAnswers(list(requests), self._regions)
         try:
             stream = self._stub.ExecuteStream(answers.wire_requests(),
                                               timeout=timeout or self._timeout,
@@ -176,3 +189,38 @@ class Client:
         await self._call(self._stub.DeleteConfig,
                          pb.DeleteConfigRequest(cache_key=cache_key,
                                                 device_fingerprint=device_fingerprint))
+
+    async def register_system_shm(self, name: str, byte_size: int, *,
+                                  timeout: Optional[float] = None
+                                  ) -> shm.AsyncSystemSharedMemory:
+        """See kernelserve.Client.register_system_shm: the region's close() is a coroutine
+        (`await region.close()`, `async with`)."""
+        if byte_size <= 0:
+            raise ArgumentError(f"register_system_shm: byte_size must be positive, got "
+                                f"{byte_size}")
+        region = shm.AsyncSystemSharedMemory(name, byte_size)
+        request = pb.RegisterSystemSharedMemoryRequest(name=name, key=region.key,
+                                                       byte_size=byte_size)
+        try:
+            await self._call(self._stub.RegisterSystemSharedMemory, request, timeout)
+        except BaseException:
+            await region.close()  # not registered: only unlinks
+            raise
+        region._unregister = self._unregister_region
+        self._regions.add(region)
+        return region
+
+    async def _unregister_region(self, name: str) -> None:
+        await self._call(self._stub.UnregisterSharedMemory,
+                         pb.UnregisterSharedMemoryRequest(name=name))
+
+    async def unregister_shm(self, name: str = "") -> None:
+        """See kernelserve.Client.unregister_shm."""
+        await self._unregister_region(name)
+        self._regions.forget(name)
+
+    async def shm_status(self, name: str = "") -> list[results.RegionStatus]:
+        """See kernelserve.Client.shm_status."""
+        response = await self._call(self._stub.SharedMemoryStatus,
+                                    pb.SharedMemoryStatusRequest(name=name))
+        return [results.region_status_of(region) for region in response.regions]

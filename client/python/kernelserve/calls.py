@@ -2,7 +2,9 @@
 
 Also the two pieces of logic both clients need around a call: the arguments of a kernel method
 split by the kernel's schema (split_call), and the answers of a stream put back in request
-order (StreamAnswers).
+order (StreamAnswers). Execute and ExecuteStream also take shared-memory tensors (kernelserve.shm):
+inputs that are views into a region the client registered go as references, and `outputs` place
+outputs in regions.
 """
 
 from __future__ import annotations
@@ -20,16 +22,21 @@ import numpy as np
 from kernelserve import results, tensors
 from kernelserve.errors import ArgumentError, KernelserveError, UnknownKernelError
 from kernelserve.info import KernelSchema, ParamValue
+from kernelserve.shm import OutputPlace, Regions, RegionTensor
 from kernelserve.tensors import TensorLike
 from kernelserve.v1 import kernel_service_pb2 as pb
 
 # Keyword arguments of every kernel method that are not the kernel's: how the call runs.
-RUN_OPTIONS = ("config", "platform", "device", "allow_autotune", "request_id", "timeout")
+RUN_OPTIONS = ("config", "platform", "device", "allow_autotune", "request_id", "timeout",
+               "outputs")
 _CONFIG_FIELDS = tuple(f.name for f in pb.KernelConfig.DESCRIPTOR.fields)
 
 Inputs = Mapping[str, TensorLike]  # input name -> array (or TensorSpec where shapes suffice)
 Params = Mapping[str, ParamValue]  # param name -> value
 Config = Mapping[str, Union[int, str]]  # KernelConfig field -> value: an explicit config
+# Output name -> where the server writes it: a view into a shared-memory region the client
+# registered (region.ndarray), or a RegionTensor (region.ref(view)).
+Outputs = Mapping[str, Union[np.ndarray, RegionTensor]]
 
 
 @dataclasses.dataclass
@@ -44,6 +51,7 @@ class Request:
     device: Optional[int] = None
     allow_autotune: Optional[bool] = None
     request_id: str = ""
+    outputs: Optional[Outputs] = None
 
 
 def _hint(name: str, known: Sequence[str]) -> str:
@@ -90,21 +98,78 @@ def kernel_config(config: Config) -> pb.KernelConfig:
         raise ArgumentError(f"config: {error}") from None
 
 
-def fill_call(request: Any, kernel: str, inputs: Inputs, params: Optional[Params]) -> None:
+def input_tensor(value: tensors.TensorLike, out: pb.Tensor, name: str,
+                 regions: Optional[Regions]) -> None:
+    """Writes the input `value` into `out`: a RegionTensor, or an array lying in one of
+    `regions`, as a Tensor.ref (dtype, shape and the place); anything else as data."""
+    ref = value if isinstance(value, RegionTensor) else (
+        regions.locate(value) if regions is not None else None)
+    if ref is None:
+        tensors.to_proto(value, out, name)
+        return
+    out.dtype = tensors.wire_dtype(ref.dtype, name)  # type: ignore[assignment]
+    out.shape[:] = ref.shape
+    out.ref.region = ref.region
+    out.ref.offset = ref.offset
+    out.ref.byte_size = ref.nbytes
+
+
+def fill_call(request: Any, kernel: str, inputs: Inputs, params: Optional[Params],
+              regions: Optional[Regions] = None) -> None:
     """Sets the kernel, inputs and params (sent as `parameters`) of `request` (ExecuteRequest,
-    AutotuneRequest or PutConfigRequest)."""
+    AutotuneRequest or PutConfigRequest). regions (ExecuteRequest only): inputs lying in one of
+    them go as references."""
     request.kernel = kernel
     for name, array in inputs.items():
-        tensors.to_proto(array, request.inputs[name], name)
+        input_tensor(array, request.inputs[name], name, regions)
     for name, value in (params or {}).items():
         request.parameters[name].CopyFrom(param_value(name, value))
 
 
-def execute_request(call: Request, request_id: Optional[str] = None) -> pb.ExecuteRequest:
-    """The ExecuteRequest of `call` (request_id: the id to send instead of call.request_id)."""
+def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
+                  ) -> dict[str, OutputPlace]:
+    """Where each output of `outputs` goes; ArgumentError for one that is neither a view into a
+    region of `regions` nor a RegionTensor of a region whose memory is here."""
+    places: dict[str, OutputPlace] = {}
+    for name, target in (outputs or {}).items():
+        if isinstance(target, RegionTensor):
+            ref = target
+            if ref.memory is None:
+                region = regions.get(ref.region) if regions is not None else None
+                if region is None or region.closed:
+                    raise ArgumentError(
+                        f"output {name!r}: region {ref.region!r} is not one this client "
+                        "registered, so its result cannot be read here; pass region.ref(view)")
+                ref = dataclasses.replace(target,
+                                          memory=region.ndarray(region.byte_size, np.uint8))
+            places[name] = OutputPlace(ref)
+            continue
+        located = regions.locate(target) if regions is not None else None
+        if located is None:
+            raise ArgumentError(
+                f"output {name!r}: expected a C-contiguous view into a shared-memory region this "
+                "client registered (region.ndarray) or a RegionTensor (region.ref(view)), got "
+                f"{type(target).__name__}")
+        places[name] = OutputPlace(located, target)
+    return places
+
+
+def execute_request(call: Request, request_id: Optional[str] = None,
+                    regions: Optional[Regions] = None,
+                    places: Optional[Mapping[str, OutputPlace]] = None) -> pb.ExecuteRequest:
+    """The ExecuteRequest of `call` (request_id: the id to send instead of call.request_id).
+    regions: the client's shared-memory regions (inputs lying in one go as references). places:
+    output_places(call.outputs, regions), when the caller has it already."""
     request = pb.ExecuteRequest(platform=call.platform,
                                 request_id=call.request_id if request_id is None else request_id)
-    fill_call(request, call.kernel, call.inputs, call.params)
+    fill_call(request, call.kernel, call.inputs, call.params, regions)
+    if places is None:
+        places = output_places(call.outputs, regions)
+    for name, place in places.items():
+        target = request.output_regions[name]
+        target.region = place.ref.region
+        target.offset = place.ref.offset
+        target.byte_size = place.ref.nbytes
     if call.config:
         request.config.CopyFrom(kernel_config(call.config))
     if call.device is not None:
@@ -235,15 +300,20 @@ class StreamAnswers:
     result gets its caller's id back. A bad item answers with its own in-band error.
     """
 
-    def __init__(self, requests: Sequence[Request]) -> None:
+    def __init__(self, requests: Sequence[Request], regions: Optional[Regions] = None) -> None:
+        """regions: the client's shared-memory regions. Every request's outputs are checked
+        here, before the call."""
         self._requests = requests
+        self._regions = regions
+        self._places = [output_places(call.outputs, regions) for call in requests]
         self._answers: list[Optional[results.ItemResult]] = [None] * len(requests)
         self._stray: Optional[str] = None  # a request_id that matches no request
 
     def wire_requests(self) -> Iterator[pb.ExecuteRequest]:
         """The requests to send, built one at a time as the stream takes them."""
         for index, call in enumerate(self._requests):
-            yield execute_request(call, request_id=f"{index}:{call.request_id}")
+            yield execute_request(call, request_id=f"{index}:{call.request_id}",
+                                  regions=self._regions, places=self._places[index])
 
     def add(self, response: pb.ExecuteResponse) -> None:
         """Takes one answer off the stream."""
@@ -254,7 +324,7 @@ class StreamAnswers:
             self._stray = response.request_id
             return
         response.request_id = self._requests[index].request_id
-        self._answers[index] = results.item_of(response)
+        self._answers[index] = results.item_of(response, self._places[index])
 
     def results(self) -> list[results.ItemResult]:
         """One answer per request, in request order; INTERNAL when an answer matched no

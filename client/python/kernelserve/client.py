@@ -6,6 +6,9 @@
         client.flash_attention(q, k, v, causal=True)   # any kernel the server lists
         client.execute_batch("mean_pooling", [{"x": x0}, {"x": x1}])
         client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
+        with client.register_system_shm("tensors", 1 << 26) as region:   # on the server's host
+            out = region.ndarray((8, 1024), offset=1 << 25)
+            client.mean_pooling(region.put(x), outputs={"out": out})   # out holds the result
 
 Every kernel the server lists (ListKernels) is a method: its required inputs positional or by
 name, its optional inputs and params by name, checked against the kernel's schema before the
@@ -13,7 +16,7 @@ call: a misspelt name is an ArgumentError (a KernelserveError and a TypeError) t
 the closest right one and every one the kernel takes.
 
 Calls raise KernelserveError carrying the server's status code and message. kernelserve.aio
-has the same client for asyncio.
+has the same client for asyncio; kernelserve.shm describes the shared-memory regions.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from typing import Any, Callable, Optional
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kernelserve import calls, results
-from kernelserve.calls import Config, Inputs, Params, Request
-from kernelserve.errors import from_rpc_error
+from kernelserve import calls, results, shm
+from kernelserve.calls import Config, Inputs, Outputs, Params, Request
+from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
 from kernelserve.info import KernelSchema, ServerInfo, kernel_schema_of, server_info_of
 from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
@@ -59,8 +62,16 @@ class Client:
         self._metadata = calls.call_metadata(token)
         self._timeout = timeout
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
+        self._regions = shm.Regions()  # the shared-memory regions registered and not closed
 
     def close(self) -> None:
+        """Closes the regions this client registered and left open (unregistering them when
+        the server answers), then the channel."""
+        for region in self._regions:
+            try:
+                region.close()  # type: ignore[attr-defined]  # a SystemSharedMemory
+            except KernelserveError:
+                pass
         self._channel.close()
 
     def __enter__(self) -> Client:
@@ -78,14 +89,20 @@ class Client:
     def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                 config: Optional[Config] = None, platform: str = "",
                 device: Optional[int] = None, allow_autotune: Optional[bool] = None,
-                request_id: str = "", timeout: Optional[float] = None) -> results.Result:
+                request_id: str = "", timeout: Optional[float] = None,
+                outputs: Optional[Outputs] = None) -> results.Result:
         """Runs `kernel` on `inputs` (name -> array). params: the kernel's params by name.
         config: an explicit KernelConfig (dict of its fields). platform: "", "cpu", "cuda", ...
-        allow_autotune: tune on a cache miss for this call."""
+        allow_autotune: tune on a cache miss for this call. An input that is a view into a
+        region of register_system_shm (or a RegionTensor, region.ref(view)) is sent as a
+        reference, not its bytes. outputs: output name -> such a view (or RegionTensor), for the
+        server to write that output into; the result's output is then that view."""
+        places = calls.output_places(outputs, self._regions)
         request = calls.execute_request(Request(
             kernel=kernel, inputs=inputs, params=params, config=config, platform=platform,
-            device=device, allow_autotune=allow_autotune, request_id=request_id))
-        return results.result_of(self._call(self._stub.Execute, request, timeout))
+            device=device, allow_autotune=allow_autotune, request_id=request_id),
+            regions=self._regions, places=places)
+        return results.result_of(self._call(self._stub.Execute, request, timeout), places)
 
     def execute_batch(self, kernel: str, items: Sequence[Inputs], params: Optional[Params] = None,
                       *, config: Optional[Config] = None, platform: str = "",
@@ -106,8 +123,8 @@ class Client:
         request order: its Result (with its own request_id), or the KernelserveError of that
         request alone; the stream goes on past a bad one. Raises the stream's own error
         (UNAVAILABLE, UNAUTHENTICATED, DEADLINE_EXCEEDED: the timeout covers the whole
-        stream)."""
-        answers = calls.StreamAnswers(list(requests))
+        stream). Shared-memory inputs and Request.outputs as in execute()."""
+        answers = calls.StreamAnswers(list(requests), self._regions)
         try:
             for response in self._stub.ExecuteStream(answers.wire_requests(),
                                                      timeout=timeout or self._timeout,
@@ -199,3 +216,49 @@ class Client:
         self._call(self._stub.DeleteConfig,
                    pb.DeleteConfigRequest(cache_key=cache_key,
                                           device_fingerprint=device_fingerprint))
+
+    def register_system_shm(self, name: str, byte_size: int, *,
+                            timeout: Optional[float] = None) -> shm.SystemSharedMemory:
+        """Creates a POSIX shared-memory object of `byte_size` bytes (its key "/" + a fresh
+        name) and registers it with the server as region `name`; the server must run on this
+        host. Returns the region: region.ndarray(shape, dtype, offset) and region.put(array,
+        offset) give views into it, which execute and execute_stream send as references
+        (inputs) or have the server write (outputs=); region.close() (or a with block)
+        unregisters it and removes the object. Codes: ALREADY_EXISTS for a name taken,
+        RESOURCE_EXHAUSTED past the server's --max-shared-memory-bytes, UNIMPLEMENTED where
+        the server serves no shared memory (--shared-memory=off, or a listener that is not
+        loopback or unix), NOT_FOUND from a server on another host (it cannot see the
+        object); the object is removed then."""
+        if byte_size <= 0:
+            raise ArgumentError(f"register_system_shm: byte_size must be positive, got "
+                                f"{byte_size}")
+        region = shm.SystemSharedMemory(name, byte_size)
+        request = pb.RegisterSystemSharedMemoryRequest(name=name, key=region.key,
+                                                       byte_size=byte_size)
+        try:
+            self._call(self._stub.RegisterSystemSharedMemory, request, timeout)
+        except BaseException:
+            region.close()  # not registered: only unlinks
+            raise
+        region._unregister = self._unregister_region
+        self._regions.add(region)
+        return region
+
+    def _unregister_region(self, name: str) -> None:
+        self._call(self._stub.UnregisterSharedMemory,
+                   pb.UnregisterSharedMemoryRequest(name=name))
+
+    def unregister_shm(self, name: str = "") -> None:
+        """Unregisters the shared-memory region `name` ("" = every region, this client's or
+        not); NOT_FOUND for a name the server does not have. A call holding it keeps it mapped
+        until it ends. This client's region of that name stays here (its views go as data
+        from now on) until closed."""
+        self._unregister_region(name)
+        self._regions.forget(name)
+
+    def shm_status(self, name: str = "") -> list[results.RegionStatus]:
+        """The registered shared-memory regions ("" = all; NOT_FOUND for a name the server
+        does not have), with the calls holding each."""
+        response = self._call(self._stub.SharedMemoryStatus,
+                              pb.SharedMemoryStatusRequest(name=name))
+        return [results.region_status_of(region) for region in response.regions]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Optional, Union
 
+import grpc
 import numpy as np
 
 from kernelserve import tensors
-from kernelserve.errors import KernelserveError, error_of
+from kernelserve.errors import ArgumentError, KernelserveError, error_of
+from kernelserve.shm import OutputPlace
 from kernelserve.v1 import kernel_service_pb2 as pb
 
 _TIMINGS = ("recv_us", "queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us", "total_us")
@@ -18,7 +21,9 @@ _TIMINGS = ("recv_us", "queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us",
 class Result:
     """The answer to one kernel call."""
 
-    outputs: dict[str, np.ndarray]  # name -> array (read-only; bf16 as ml_dtypes.bfloat16)
+    # name -> array (bf16 as ml_dtypes.bfloat16): read-only, sharing the response's bytes, or
+    # for an output placed in shared memory (outputs=) the writable view the server wrote.
+    outputs: dict[str, np.ndarray]
     timings: dict[str, int]  # recv_us, queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
     config: dict[str, Union[int, str]]  # the KernelConfig that ran, by field name
     source: str  # "memory", "heuristic", "autotune", "override", ...
@@ -84,6 +89,19 @@ class ConfigEntry:
     tier: str  # "memory", "file", "redis"
 
 
+@dataclasses.dataclass
+class RegionStatus:
+    """One registered shared-memory region as shm_status reports it."""
+
+    name: str
+    kind: str  # "system" or "cuda"
+    key: str  # the shm_open name of a "system" region
+    offset: int  # of the registered part in the object
+    byte_size: int
+    in_use: int  # calls holding it now
+    device: int  # the GPU of a "cuda" region; -1 for "system"
+
+
 def config_dict(config: pb.KernelConfig) -> dict[str, Union[int, str]]:
     """A pb.KernelConfig as a dict of every field."""
     return {f.name: getattr(config, f.name) for f in config.DESCRIPTOR.fields}
@@ -95,13 +113,42 @@ def source_name(source: int) -> str:
     return name.removeprefix("CONFIG_SOURCE_").lower()
 
 
-def item_of(response: pb.ExecuteResponse) -> ItemResult:
-    """The Result of a pb.ExecuteResponse, or its in-band error."""
+def placed_output(name: str, tensor: pb.Tensor, place: OutputPlace) -> np.ndarray:
+    """The array of an output the server wrote into shared memory (`tensor` has its dtype and
+    shape, no data): the caller's view when it has that shape and dtype, else a view of them at
+    the same place."""
+    shape = tuple(tensor.shape)
+    array = place.array
+    if array is not None and array.shape == shape:
+        try:
+            if tensors.wire_dtype(array.dtype, name) == tensor.dtype:
+                return array
+        except ArgumentError:
+            pass
+    try:
+        return place.ref.view(shape, tensors.numpy_dtype(tensor.dtype))
+    except ValueError as error:
+        raise KernelserveError(grpc.StatusCode.INTERNAL,
+                               f"output {name!r} in shared memory: {error}") from None
+
+
+def output_of(name: str, tensor: pb.Tensor, places: Optional[Mapping[str, OutputPlace]]
+              ) -> np.ndarray:
+    place = places.get(name) if places else None
+    if place is None or tensor.data:
+        return tensors.from_proto(tensor)
+    return placed_output(name, tensor, place)
+
+
+def item_of(response: pb.ExecuteResponse,
+            places: Optional[Mapping[str, OutputPlace]] = None) -> ItemResult:
+    """The Result of a pb.ExecuteResponse, or its in-band error. places: the outputs the call
+    put in shared memory."""
     error = error_of(response.status)
     if error is not None:
         return error
     return Result(
-        outputs={name: tensors.from_proto(t) for name, t in response.outputs.items()},
+        outputs={name: output_of(name, t, places) for name, t in response.outputs.items()},
         timings={name: getattr(response.timing, name) for name in _TIMINGS},
         config=config_dict(response.config),
         source=source_name(response.config_source),
@@ -114,9 +161,10 @@ def item_of(response: pb.ExecuteResponse) -> ItemResult:
     )
 
 
-def result_of(response: pb.ExecuteResponse) -> Result:
+def result_of(response: pb.ExecuteResponse,
+              places: Optional[Mapping[str, OutputPlace]] = None) -> Result:
     """The Result of a pb.ExecuteResponse; raises its in-band error."""
-    item = item_of(response)
+    item = item_of(response, places)
     if isinstance(item, KernelserveError):
         raise item
     return item
@@ -144,3 +192,9 @@ def entry_of(entry: pb.ConfigEntry) -> ConfigEntry:
         device_fingerprint=entry.device_fingerprint, config=config_dict(entry.config),
         origin=entry.origin, measured_us=entry.measured_us, host=entry.host,
         stored_at_unix_ms=entry.stored_at_unix_ms, tier=entry.tier)
+
+
+def region_status_of(region: pb.SharedMemoryRegion) -> RegionStatus:
+    """The RegionStatus of a pb.SharedMemoryRegion."""
+    return RegionStatus(name=region.name, kind=region.kind, key=region.key, offset=region.offset,
+                        byte_size=region.byte_size, in_use=region.in_use, device=region.device)

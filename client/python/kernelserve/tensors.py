@@ -4,7 +4,8 @@ bf16 is `ml_dtypes.bfloat16` (re-exported as `kernelserve.bfloat16`): a bfloat16
 as DTYPE_BF16 and a DTYPE_BF16 output comes back as a bfloat16 array. For compatibility a
 uint16 array is also sent as bf16 (its values are the raw bits); `to_bf16` and `from_bf16`
 convert between floats and those bits. A TensorSpec stands for a tensor by its shape alone, for
-the calls that need no data (autotune, put_config).
+the calls that need no data (autotune, put_config); a RegionTensor (kernelserve.shm) for one in a
+registered shared-memory region, for execute and execute_stream.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kernelserve.errors import ArgumentError
+from kernelserve.shm import RegionTensor
 from kernelserve.v1 import kernel_service_pb2 as pb
 
 bfloat16: type = ml_dtypes.bfloat16
@@ -54,11 +56,14 @@ class TensorSpec:
     dtype: npt.DTypeLike = np.float32
 
 
-# What an input may be: an array (or anything np.asarray takes), or a TensorSpec.
-TensorLike = Union[npt.ArrayLike, TensorSpec]
+# What an input may be: an array (or anything np.asarray takes), a TensorSpec, or a RegionTensor
+# (execute and execute_stream).
+TensorLike = Union[npt.ArrayLike, TensorSpec, RegionTensor]
 
 
-def _wire_dtype(dtype_like: npt.DTypeLike, name: str) -> int:
+def wire_dtype(dtype_like: npt.DTypeLike, name: str) -> int:
+    """The wire dtype of a NumPy dtype; ArgumentError naming the input `name` for one that is
+    not sent."""
     dtype = np.dtype(dtype_like)
     wire = _TO_WIRE.get(dtype if dtype == _BF16 else dtype.newbyteorder("<"))
     if wire is None:
@@ -70,13 +75,17 @@ def _wire_dtype(dtype_like: npt.DTypeLike, name: str) -> int:
 
 def to_proto(array: TensorLike, out: pb.Tensor, name: str = "") -> None:
     """Writes `array` (array-like, or a TensorSpec: shape only) into the pb.Tensor `out`;
-    ArgumentError naming the input `name` for a dtype that is not sent."""
+    ArgumentError naming the input `name` for a dtype that is not sent, or a RegionTensor (a
+    reference goes in execute and execute_stream only)."""
+    if isinstance(array, RegionTensor):
+        raise ArgumentError(f"input {name!r}: a shared-memory tensor (RegionTensor) is taken by "
+                            "execute and execute_stream only; pass the array here")
     if isinstance(array, TensorSpec):
-        out.dtype = _wire_dtype(array.dtype, name)  # type: ignore[assignment]
+        out.dtype = wire_dtype(array.dtype, name)  # type: ignore[assignment]
         out.shape[:] = array.shape
         return
     values = np.asarray(array)
-    wire = _wire_dtype(values.dtype, name)
+    wire = wire_dtype(values.dtype, name)
     out.dtype = wire  # type: ignore[assignment]  # an enum value; the .pyi wants its type
     out.shape[:] = values.shape
     bits = wire == pb.DTYPE_BF16 and values.dtype != _BF16  # uint16 bf16 bits
@@ -84,11 +93,18 @@ def to_proto(array: TensorLike, out: pb.Tensor, name: str = "") -> None:
     out.data = np.ascontiguousarray(values, dtype=dtype).tobytes()
 
 
+def numpy_dtype(wire: int) -> np.dtype[Any]:
+    """The NumPy dtype of the arrays this package returns for a wire dtype (bf16: bfloat16);
+    ValueError for an unknown one."""
+    dtype = _FROM_WIRE.get(wire)
+    if dtype is None:
+        raise ValueError(f"tensor has unknown dtype {wire}")
+    return dtype
+
+
 def from_proto(tensor: pb.Tensor) -> np.ndarray:
     """The array of a pb.Tensor (read-only, sharing the message's bytes); bf16 is bfloat16."""
-    dtype = _FROM_WIRE.get(tensor.dtype)
-    if dtype is None:
-        raise ValueError(f"tensor has unknown dtype {tensor.dtype}")
+    dtype = numpy_dtype(tensor.dtype)
     array: np.ndarray = np.frombuffer(tensor.data, dtype=dtype)
     return array.reshape(tuple(tensor.shape))
 
