@@ -183,9 +183,11 @@ int main(int argc, char** argv) {
   }
   const std::string raw(reinterpret_cast<const char*>(&handle), sizeof(handle));
   (void)(*client)->UnregisterSharedMemory("bench-cuda");
-  if (absl::Status s = (*client)->RegisterCudaSharedMemory("bench-cuda", raw, 0, bytes); !s.ok()) {
-    std::fprintf(stderr, "shm-bench: RegisterCudaSharedMemory: %s\n",
-                 std::string(s.message()).c_str());
+  absl::StatusOr<std::unique_ptr<ks::SharedMemoryRegion>> cuda_region =
+      ks::SharedMemoryRegion::RegisterCuda(**client, "bench-cuda", raw, gpu, bytes, 0);
+  if (!cuda_region.ok()) {
+    std::fprintf(stderr, "shm-bench: RegisterCuda: %s\n",
+                 std::string(cuda_region.status().message()).c_str());
     return 1;
   }
   const std::vector<std::string> ways = {"inline", "system", "cuda"};
@@ -233,7 +235,7 @@ int main(int argc, char** argv) {
                         {"errors", s.errors}});
     }
   }
-  (void)(*client)->UnregisterSharedMemory("bench-cuda");
+  cuda_region->reset();  // unregisters
   cudaFree(gpu);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream(path) << report.dump(2) << "\n";

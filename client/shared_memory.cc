@@ -16,11 +16,15 @@
 namespace kernelserve {
 
 // The mapping of the object; unmapped when the region and every view have let go.
+// A CUDA region's "mapping" is the caller's buffer, left alone.
 struct SharedMemoryRegion::Mapping {
   void* data = nullptr;
   size_t size = 0;
-  Mapping(void* d, size_t s) : data(d), size(s) {}
-  ~Mapping() { munmap(data, size); }
+  bool mapped = true;  // by mmap here
+  Mapping(void* d, size_t s, bool m) : data(d), size(s), mapped(m) {}
+  ~Mapping() {
+    if (mapped) munmap(data, size);
+  }
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
 };
@@ -74,27 +78,43 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> SharedMemoryRegion::CreateSy
   }
   std::string key = NewKey(name);
   KS_ASSIGN_OR_RETURN(void* data, CreateAndMap(key, byte_size));
-  auto mapping = std::make_shared<Mapping>(data, byte_size);
+  auto mapping = std::make_shared<Mapping>(data, byte_size, /*mapped=*/true);
   if (absl::Status registered = client.RegisterSystemSharedMemory(name, key, 0, byte_size);
       !registered.ok()) {
     shm_unlink(key.c_str());
     return registered;
   }
   return std::unique_ptr<SharedMemoryRegion>(new SharedMemoryRegion(
-      client, std::move(name), std::move(key), byte_size, std::move(mapping)));
+      client, std::move(name), std::move(key), byte_size, /*device=*/-1, std::move(mapping)));
+}
+
+absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> SharedMemoryRegion::RegisterCuda(
+    const Client& client, std::string name, std::string raw_handle, void* gpu_data,
+    uint64_t byte_size, int device) {
+  if (name.empty()) return absl::InvalidArgumentError("shared memory: the region needs a name");
+  if (byte_size == 0 || gpu_data == nullptr || device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory region '", name, "': expected a GPU buffer, byte_size > 0, device >= 0"));
+  }
+  KS_RETURN_IF_ERROR(client.RegisterCudaSharedMemory(name, raw_handle, device, byte_size));
+  auto mapping = std::make_shared<Mapping>(gpu_data, byte_size, /*mapped=*/false);
+  return std::unique_ptr<SharedMemoryRegion>(
+      new SharedMemoryRegion(client, std::move(name), "", byte_size, device, std::move(mapping)));
 }
 
 SharedMemoryRegion::SharedMemoryRegion(const Client& client, std::string name, std::string key,
-                                       uint64_t byte_size, std::shared_ptr<Mapping> mapping)
+                                       uint64_t byte_size, int device,
+                                       std::shared_ptr<Mapping> mapping)
     : client_(client),
       name_(std::move(name)),
       key_(std::move(key)),
       byte_size_(byte_size),
+      device_(device),
       mapping_(std::move(mapping)) {}
 
 SharedMemoryRegion::~SharedMemoryRegion() {
   Unregister().IgnoreError();
-  shm_unlink(key_.c_str());
+  if (!key_.empty()) shm_unlink(key_.c_str());
 }
 
 absl::Status SharedMemoryRegion::Unregister() {
@@ -119,11 +139,15 @@ absl::StatusOr<Tensor> SharedMemoryRegion::View(uint64_t offset, DType dtype, Sh
   }
   auto buffer = std::make_shared<HostBuffer>(
       data() + offset, bytes, /*pinned=*/false, [mapping = mapping_](void* /*data*/) {},
-      /*view=*/true);
+      /*view=*/true, device_);
   return Tensor::FromBuffer(dtype, std::move(shape), std::move(buffer));
 }
 
 absl::StatusOr<Tensor> SharedMemoryRegion::Put(uint64_t offset, const Tensor& tensor) const {
+  if (device_ >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared memory region '", name_, "' is GPU memory: copy into it with cudaMemcpy"));
+  }
   KS_ASSIGN_OR_RETURN(Tensor view, View(offset, tensor.dtype(), tensor.shape()));
   if (tensor.nbytes() > 0) std::memmove(data() + offset, tensor.data(), tensor.nbytes());
   return view;

@@ -42,8 +42,19 @@ class SharedMemoryRegion {
   static absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> CreateSystem(const Client& client,
                                                                           std::string name,
                                                                           uint64_t byte_size);
-  // Unregisters (unless Unregister ran; errors are dropped) and unlinks the object. Tensors
-  // that view the region keep its mapping alive.
+  // Registers the caller's GPU buffer as CUDA region `name`: the `byte_size` bytes at
+  // `gpu_data` (this process's address of a cudaMalloc allocation's start, on the server's GPU
+  // `device`), whose cudaIpcMemHandle_t the caller got from cudaIpcGetMemHandle(gpu_data) and
+  // passes in `raw_handle`. Calls on that GPU read and write the buffer in place. Its views are
+  // GPU tensors (Tensor::device() == device; their bytes cannot be read here, and Put refuses:
+  // copy with cudaMemcpy). The buffer stays the caller's: destroying the region unregisters it
+  // only. Errors as CreateSystem (the server's InvalidArgument for a handle it cannot open).
+  // REQUIRES: `client` outlives the region, the buffer outlives its registration.
+  static absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> RegisterCuda(
+      const Client& client, std::string name, std::string raw_handle, void* gpu_data,
+      uint64_t byte_size, int device);
+  // Unregisters (unless Unregister ran; errors are dropped) and unlinks a system region's
+  // object. Tensors that view a system region keep its mapping alive.
   ~SharedMemoryRegion();
   SharedMemoryRegion(const SharedMemoryRegion&) = delete;
   SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
@@ -52,16 +63,19 @@ class SharedMemoryRegion {
   absl::Status Unregister();
 
   const std::string& name() const { return name_; }
-  const std::string& key() const { return key_; }
+  const std::string& key() const { return key_; }  // "" for a CUDA region
   uint64_t byte_size() const { return byte_size_; }
-  // The region's first byte, in this process.
+  // The GPU of a CUDA region; -1 for a system region.
+  int device() const { return device_; }
+  // The region's first byte, in this process (a GPU address for a CUDA region).
   char* data() const;
 
   // A tensor of `dtype` and `shape` whose bytes are the region's at `offset` (written through
   // data(), read by the server in place when 16-byte aligned). InvalidArgument when they do
   // not fit.
   absl::StatusOr<Tensor> View(uint64_t offset, DType dtype, Shape shape) const;
-  // Copies `tensor`'s bytes to `offset` and returns the view of them.
+  // Copies `tensor`'s bytes to `offset` of a system region and returns the view of them;
+  // FailedPrecondition for a CUDA region.
   absl::StatusOr<Tensor> Put(uint64_t offset, const Tensor& tensor) const;
   // Where `tensor`'s bytes lie in this region; nullopt when they are not all in it.
   std::optional<v1::TensorRef> RefOf(const Tensor& tensor) const;
@@ -69,12 +83,13 @@ class SharedMemoryRegion {
  private:
   struct Mapping;
   SharedMemoryRegion(const Client& client, std::string name, std::string key, uint64_t byte_size,
-                     std::shared_ptr<Mapping> mapping);
+                     int device, std::shared_ptr<Mapping> mapping);
 
   const Client& client_;
   const std::string name_;
   const std::string key_;
   const uint64_t byte_size_;
+  const int device_;                        // -1: a system region
   const std::shared_ptr<Mapping> mapping_;  // shared with the views
   absl::Mutex mu_;
   bool registered_ ABSL_GUARDED_BY(mu_) = true;

@@ -131,6 +131,19 @@ TEST_F(ClientServerTest, SharedMemoryErrors) {
   EXPECT_LT(shm_open(key.c_str(), O_RDONLY, 0), 0) << key << " is still there";
 }
 
+TEST_F(ClientServerTest, SharedMemoryCudaRegionNeedsAGpuServer) {
+  char buffer[64];
+  EXPECT_EQ(SharedMemoryRegion::RegisterCuda(*client_, "c", std::string(64, 'h'), nullptr, 64, 0)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // This server has no GPU: the server's UNIMPLEMENTED, saying so.
+  absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> region =
+      SharedMemoryRegion::RegisterCuda(*client_, "c", std::string(64, 'h'), buffer, 64, 0);
+  EXPECT_EQ(region.status().code(), absl::StatusCode::kUnimplemented) << region.status();
+  EXPECT_NE(region.status().message().find("GPU"), std::string::npos) << region.status();
+}
+
 TEST_F(ClientServerTest, SharedMemoryViewsOutliveTheRegion) {
   absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> region =
       SharedMemoryRegion::CreateSystem(*client_, "outlive", 4096);

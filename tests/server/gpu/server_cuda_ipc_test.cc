@@ -16,6 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/shared_memory.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "tests/server/server_process.h"
@@ -96,6 +98,7 @@ class Mapped {
     if (base_ != nullptr) cudaIpcCloseMemHandle(base_);
   }
   bool ok() const { return base_ != nullptr; }
+  void* base() const { return base_; }
   void Write(uint64_t offset, const Tensor& t) const {
     ASSERT_EQ(cudaMemcpy(static_cast<char*>(base_) + offset, t.data(), t.nbytes(),
                          cudaMemcpyHostToDevice),
@@ -258,6 +261,44 @@ TEST(ServerCudaIpcTest, KernelsComputeInPlaceAndMatchInlineCalls) {
   pool.clear_platform();
   EXPECT_EQ(Unregister(*stub, "ipc"), grpc::StatusCode::OK);
   EXPECT_EQ(Call(*stub, pool, &refused).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// The C++ client's helper: SharedMemoryRegion::RegisterCuda, GPU views as inputs and outputs.
+TEST(ServerCudaIpcTest, TheClientsCudaRegionRunsTypedCalls) {
+  START_GPU_SERVER(server);
+  Exporter exporter(4 * kMiB);
+  ASSERT_EQ(exporter.handle().size(), 64u);
+  Mapped mapped(exporter.handle());
+  ASSERT_TRUE(mapped.ok());
+  ClientOptions options;
+  options.target = server.address();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> region = SharedMemoryRegion::RegisterCuda(
+      **client, "typed", exporter.handle(), mapped.base(), 4 * kMiB, 0);
+  ASSERT_TRUE(region.ok()) << region.status();
+  const Tensor x = RandomTensor(DType::kF16, {3, 77, 256}, 6, -1.0f, 1.0f);
+  mapped.Write(0, x);
+  absl::StatusOr<Tensor> x_view = (*region)->View(0, DType::kF16, x.shape());
+  absl::StatusOr<Tensor> out_view = (*region)->View(2 * kMiB, DType::kF16, {3, 256});
+  ASSERT_TRUE(x_view.ok() && out_view.ok());
+  EXPECT_EQ(x_view->device(), 0);
+  EXPECT_EQ((*region)->Put(0, x).status().code(), absl::StatusCode::kFailedPrecondition);
+  MeanPoolingOptions shared;
+  shared.run.regions = {region->get()};
+  shared.run.outputs["out"] = *out_view;
+  absl::StatusOr<RunResult> r = (*client)->MeanPooling(*x_view, shared);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outputs.at("out").device(), 0);
+  absl::StatusOr<RunResult> plain = (*client)->MeanPooling(x);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const Tensor out = mapped.Read(2 * kMiB, DType::kF16, {3, 256});
+  EXPECT_LE(RelativeError(out, plain->outputs.at("out")), 5e-3);
+  region->reset();  // unregisters; the buffer stays the exporter's
+  v1::SharedMemoryStatusResponse listed;
+  grpc::ClientContext context;
+  ASSERT_TRUE(MakeStub(server.address())->SharedMemoryStatus(&context, {}, &listed).ok());
+  EXPECT_EQ(listed.regions_size(), 0);
 }
 
 TEST(ServerCudaIpcTest, BadHandlesAndDeadClientsLeaveAServingServer) {
