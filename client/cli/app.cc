@@ -154,14 +154,15 @@ void AddCallCommands(CLI::App* app) {
   Value(bench, "duration", "DURATION", "how long to send (5s)");
   Value(bench, "requests", "N", "stop after N calls; 0 = no limit (0)");
   Value(bench, "protocol", "native|v2", "kernelserve.v1 Execute, or KServe v2 ModelInfer (native)");
-  Value(bench, "shared-memory", "off|system",
-        "system: inputs and outputs in a shared-memory region, server on this host (off)");
+  Value(bench, "shared-memory", "off|system|cuda",
+        "inputs and outputs in a shared-memory region or a GPU buffer; server on this host (off)");
   bench->footer(
       "--protocol=v2 sends each call as a KServe v2 ModelInfer (inference.GRPCInferenceService,\n"
       "same port, token, TLS and deadline); --config, --autotune, --platform, --device and a\n"
       "KERNEL@VERSION id are native only.\n"
-      "--shared-memory=system puts the inputs and outputs in a POSIX shared-memory region\n"
-      "registered with the server (which must run on this host), so each call sends\n"
+      "--shared-memory=system puts the inputs and outputs in a POSIX shared-memory region,\n"
+      "--shared-memory=cuda in a buffer on GPU --device (default 0; the CUDA runtime is loaded\n"
+      "then), registered with the server (which must run on this host), so each call sends\n"
       "references only.\n\n" +
       bench->get_footer());
   CLI::App* tune = Command(app, "tune", "autotune for the shapes: every candidate, the winner");

@@ -20,8 +20,8 @@ uint64_t Aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> MoveIntoSharedMemory(
-    const Client& client, v1::ExecuteRequest* request) {
+absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, v1::ExecuteRequest* request,
+                                                 bool cuda, int device) {
   KS_ASSIGN_OR_RETURN(const RunResult probe, client.Execute(*request));
   std::map<std::string, uint64_t> offsets;  // inputs', then outputs'
   uint64_t size = 0;
@@ -33,26 +33,38 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> MoveIntoSharedMemory(
     offsets[absl::StrCat("out:", name)] = size;
     size += Aligned(tensor.nbytes());
   }
-  KS_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemoryRegion> region,
-                      SharedMemoryRegion::CreateSystem(client, absl::StrCat("bench-", getpid()),
-                                                       std::max<uint64_t>(size, 1)));
-  for (auto& [name, tensor] : *request->mutable_inputs()) {
-    const uint64_t offset = offsets[absl::StrCat("in:", name)];
+  size = std::max<uint64_t>(size, 1);
+  const std::string name = absl::StrCat("bench-", getpid());
+  BenchRegion where;
+  if (cuda) {
+    KS_ASSIGN_OR_RETURN(where.gpu, GpuBuffer::Allocate(device, size));
+    KS_ASSIGN_OR_RETURN(std::string handle, where.gpu->IpcHandle());
+    KS_ASSIGN_OR_RETURN(where.region, SharedMemoryRegion::RegisterCuda(
+                                          client, name, handle, where.gpu->data(), size, device));
+  } else {
+    KS_ASSIGN_OR_RETURN(where.region, SharedMemoryRegion::CreateSystem(client, name, size));
+  }
+  for (auto& [input, tensor] : *request->mutable_inputs()) {
+    const uint64_t offset = offsets[absl::StrCat("in:", input)];
     const uint64_t bytes = tensor.data().size();
-    std::memcpy(region->data() + offset, tensor.data().data(), bytes);
+    if (cuda) {
+      KS_RETURN_IF_ERROR(where.gpu->CopyIn(offset, tensor.data().data(), bytes));
+    } else {
+      std::memcpy(where.region->data() + offset, tensor.data().data(), bytes);
+    }
     tensor.clear_data();
     v1::TensorRef* ref = tensor.mutable_ref();
-    ref->set_region(region->name());
+    ref->set_region(name);
     ref->set_offset(offset);
     ref->set_byte_size(bytes);
   }
-  for (const auto& [name, tensor] : probe.outputs) {
-    v1::TensorRef& ref = (*request->mutable_output_regions())[name];
-    ref.set_region(region->name());
-    ref.set_offset(offsets[absl::StrCat("out:", name)]);
+  for (const auto& [output, tensor] : probe.outputs) {
+    v1::TensorRef& ref = (*request->mutable_output_regions())[output];
+    ref.set_region(name);
+    ref.set_offset(offsets[absl::StrCat("out:", output)]);
     ref.set_byte_size(tensor.nbytes());
   }
-  return region;
+  return where;
 }
 
 }  // namespace kernelserve::cli

@@ -5,20 +5,29 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "client/cli/cuda_loader.h"
 #include "client/client.h"
 #include "client/shared_memory.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 
 namespace kernelserve::cli {
 
-// Moves the inputs of `request` into a new system region registered with the server of
-// `client`, and names every output there too (output_regions), so that each call of the bench
-// sends and receives references only. One call with inline bytes first learns the outputs'
-// sizes. The region lives, registered, as long as the returned object. The server's error
-// when it refuses the region or the call (Unimplemented: shared memory is off there; NotFound:
-// the server is on another host).
-absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> MoveIntoSharedMemory(
-    const Client& client, v1::ExecuteRequest* request);
+// Where a bench's tensors live: a registered region (and, for a CUDA one, the GPU buffer it
+// is), registered while the object lives.
+struct BenchRegion {
+  std::unique_ptr<GpuBuffer> gpu;  // a CUDA region's buffer; destroyed after the region
+  std::unique_ptr<SharedMemoryRegion> region;
+};
+
+// Moves the inputs of `request` into a new region registered with the server of `client` and
+// names every output there too (output_regions), so that each call of the bench sends and
+// receives references only: a system region (`cuda` false) or this process's buffer on GPU
+// `device` (`cuda` true; the CUDA runtime is loaded at run time, see GpuBuffer). One call with
+// inline bytes first learns the outputs' sizes. The server's error when it refuses the region
+// or the call (Unimplemented: that kind is off there or it has no GPU; NotFound: the server is
+// on another host).
+absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, v1::ExecuteRequest* request,
+                                                 bool cuda, int device);
 
 }  // namespace kernelserve::cli
 

@@ -62,19 +62,18 @@ absl::StatusOr<std::string> ProtocolFromArgs(const Args& args) {
       absl::StrCat("--protocol=", protocol, ": expected native or v2"));
 }
 
-// --shared-memory: "off" (false) or "system" (true; native protocol only).
-absl::StatusOr<bool> SharedMemoryFromArgs(const Args& args, const std::string& protocol) {
-  const std::string kind = args.Get("shared-memory", "off");
-  if (kind == "off") return false;
-  if (kind != "system") {
+// --shared-memory: "off", "system" or "cuda" (native protocol only).
+absl::StatusOr<std::string> SharedMemoryFromArgs(const Args& args, const std::string& protocol) {
+  std::string kind = args.Get("shared-memory", "off");
+  if (kind != "off" && kind != "system" && kind != "cuda") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--shared-memory=", kind, ": expected off or system"));
+        absl::StrCat("--shared-memory=", kind, ": expected off, system or cuda"));
   }
-  if (protocol != "native") {
-    return absl::InvalidArgumentError(
-        "--shared-memory=system is not taken with --protocol=v2; use --protocol=native");
+  if (kind != "off" && protocol != "native") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared-memory=", kind, " is not taken with --protocol=v2; use --protocol=native"));
   }
-  return true;
+  return kind;
 }
 
 absl::StatusOr<BenchOptions> OptionsFromArgs(const CommandContext& ctx) {
@@ -126,12 +125,14 @@ absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
 
 absl::Status CmdBench(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(const std::string protocol, ProtocolFromArgs(*ctx.args));
-  KS_ASSIGN_OR_RETURN(const bool shared_memory, SharedMemoryFromArgs(*ctx.args, protocol));
+  KS_ASSIGN_OR_RETURN(const std::string shared_memory, SharedMemoryFromArgs(*ctx.args, protocol));
   KS_ASSIGN_OR_RETURN(const BenchOptions options, OptionsFromArgs(ctx));
   KS_ASSIGN_OR_RETURN(v1::ExecuteRequest request, RequestFromArgs(ctx));
-  std::unique_ptr<SharedMemoryRegion> region;  // registered while the bench runs
-  if (shared_memory) {
-    KS_ASSIGN_OR_RETURN(region, MoveIntoSharedMemory(*ctx.client, &request));
+  BenchRegion region;  // registered while the bench runs
+  if (shared_memory != "off") {
+    const int device = request.has_device() && request.device() >= 0 ? request.device() : 0;
+    KS_ASSIGN_OR_RETURN(region, MoveIntoSharedMemory(*ctx.client, &request,
+                                                     /*cuda=*/shared_memory == "cuda", device));
   }
   BenchReport report;
   if (protocol == "v2") {

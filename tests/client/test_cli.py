@@ -332,7 +332,7 @@ class CliTest(CliTestBase):
             status = rpc.KernelServiceStub(channel).SharedMemoryStatus(
                 pb.SharedMemoryStatusRequest(), timeout=10)
         self.assertEqual(list(status.regions), [])
-        for flags, message in ((["--shared-memory=cuda"], "expected off or system"),
+        for flags, message in ((["--shared-memory=gpu"], "expected off, system or cuda"),
                                (["--shared-memory=system", "--protocol=v2"],
                                 "not taken with --protocol=v2")):
             proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
@@ -432,6 +432,14 @@ class CliSharedMemoryOffTest(CliTestBase):
         proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
                         "--shared-memory=system", code=UNIMPLEMENTED)
         self.assertIn("--shared-memory=off", proc.stderr)
+
+    def test_bench_with_cuda_shared_memory_needs_a_gpu(self):
+        # Without a CUDA runtime here: UNAVAILABLE naming it; with one but no GPU (CI): the
+        # runtime's error; on a GPU host: the server's UNIMPLEMENTED (it is off there).
+        proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
+                        "--shared-memory=cuda", code=None)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertRegex(proc.stderr, "CUDA runtime|cuda|CUDA|shared-memory=off")
 
 
 class CliAuthTest(CliTestBase):
