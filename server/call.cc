@@ -77,8 +77,8 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response, wire::Ten
 }
 
 void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,
-                     const v1::Timing& timing, double seconds) {
-  if (deps.stats != nullptr) deps.stats->Record(kernel, status, timing, seconds);
+                     const v1::Timing& timing, double seconds, int64_t inferences) {
+  if (deps.stats != nullptr) deps.stats->Record(kernel, status, timing, seconds, inferences);
 }
 
 void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource source,

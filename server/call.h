@@ -109,7 +109,7 @@ absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const Tensor
 
 // Counts a kernel call that reached its worker in deps.stats (when kept): see ModelStats::Record.
 void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,
-                     const v1::Timing& timing, double seconds);
+                     const v1::Timing& timing, double seconds, int64_t inferences = 1);
 
 // Records a tuning outcome from a selection that tuned (or not).
 void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource source,

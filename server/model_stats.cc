@@ -16,7 +16,7 @@ constexpr int64_t kNsPerUs = 1000;
 }  // namespace
 
 void ModelStats::Record(const std::string& kernel, const absl::Status& status,
-                        const v1::Timing& timing, double seconds) {
+                        const v1::Timing& timing, double seconds, int64_t inferences) {
   const auto ns = static_cast<int64_t>(seconds * 1e9);
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
@@ -29,7 +29,7 @@ void ModelStats::Record(const std::string& kernel, const absl::Status& status,
     return;
   }
   stats.set_last_inference(static_cast<uint64_t>(now_ms));
-  stats.set_inference_count(stats.inference_count() + 1);
+  stats.set_inference_count(stats.inference_count() + static_cast<uint64_t>(inferences));
   stats.set_execution_count(stats.execution_count() + 1);
   Add(infer->mutable_success(), ns);
   Add(infer->mutable_queue(), timing.queue_us() * kNsPerUs);

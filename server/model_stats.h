@@ -20,10 +20,12 @@ class ModelStats {
  public:
   // One kernel call that reached a device worker: `status` its outcome (a call dropped from the
   // queue counts as failed), `timing` its phases (queue_us included), `seconds` from arrival to
-  // answer. Successes add to inference and execution counts, success, queue, compute_input
-  // (h2d), compute_infer (the run but its copies) and compute_output (d2h); failures to fail.
+  // answer, `inferences` the items it ran (an ExecuteBatch's that succeeded; 1 otherwise).
+  // Successes add `inferences` to the inference count, one to the execution count, and to
+  // success, queue, compute_input (h2d), compute_infer (the run but its copies) and
+  // compute_output (d2h); failures to fail.
   void Record(const std::string& kernel, const absl::Status& status, const v1::Timing& timing,
-              double seconds);
+              double seconds, int64_t inferences = 1);
   // The statistics of `kernel`, version "1" (zeros for one never called).
   inference::ModelStatistics Get(const std::string& kernel) const;
 

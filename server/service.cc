@@ -166,6 +166,19 @@ void KernelServiceImpl::RunBatch(BatchCall* call, const CallPlan& plan, const Ba
     FillBatchResponse(call->request(), items, *std::move(batch), plan, queue_us, *deps_.metrics,
                       &call->response());
   }
+  // One execution of the items that ran; its phases summed over them.
+  v1::Timing timing;
+  timing.set_queue_us(queue_us);
+  int64_t ran = 0;
+  for (const v1::ExecuteResponse& item : call->response().items()) {
+    if (item.status().code() != 0) continue;
+    ++ran;
+    timing.set_h2d_us(timing.h2d_us() + item.timing().h2d_us());
+    timing.set_d2h_us(timing.d2h_us() + item.timing().d2h_us());
+    timing.set_total_us(timing.total_us() + item.timing().total_us());
+  }
+  RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(batch.status()), timing,
+                  call->tracker().seconds(), ran);
   call->Finish(batch.status());
 }
 

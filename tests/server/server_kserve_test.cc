@@ -354,6 +354,34 @@ TEST_F(KServeTest, StatisticsCountSuccessfulCalls) {
   EXPECT_GT(after.last_inference(), 0u);
 }
 
+TEST_F(KServeTest, StatisticsCountABatchAsOneExecutionOfItsItems) {
+  auto stats = [&] {
+    grpc::ClientContext context;
+    Deadline(&context);
+    inference::ModelStatisticsRequest request;
+    request.set_name("mean_pooling");
+    inference::ModelStatisticsResponse response;
+    EXPECT_TRUE(v2_->ModelStatistics(&context, request, &response).ok());
+    return response.model_stats(0);
+  };
+  const inference::ModelStatistics before = stats();
+  v1::ExecuteBatchRequest batch;
+  batch.set_kernel("mean_pooling");
+  for (int i = 0; i < 3; ++i) {
+    *batch.add_items() = MeanPoolingRequest(RandomTensor(DType::kF32, {1, 4, 8}, 60 + i));
+  }
+  *batch.add_items() = MeanPoolingRequest(RandomTensor(DType::kF32, {1, 4}, 63));  // bad item
+  v1::ExecuteBatchResponse response;
+  grpc::ClientContext context;
+  Deadline(&context);
+  ASSERT_TRUE(native_->ExecuteBatch(&context, batch, &response).ok());
+  const inference::ModelStatistics after = stats();
+  EXPECT_EQ(after.inference_count() - before.inference_count(), 3u);
+  EXPECT_EQ(after.execution_count() - before.execution_count(), 1u);
+  EXPECT_EQ(after.inference_stats().success().count() - before.inference_stats().success().count(),
+            1u);
+}
+
 void Region(ModelInferRequest::InferInputTensor* input, const std::string& region, int64_t offset,
             int64_t bytes) {
   auto& parameters = *input->mutable_parameters();
