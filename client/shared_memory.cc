@@ -76,20 +76,21 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> SharedMemoryRegion::CreateSy
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory region '", name, "': byte_size must be > 0"));
   }
-  std::string key = NewKey(name);
-  KS_ASSIGN_OR_RETURN(void* data, CreateAndMap(key, byte_size));
-  auto mapping = std::make_shared<Mapping>(data, byte_size, /*mapped=*/true);
-  if (absl::Status registered = client.RegisterSystemSharedMemory(name, key, 0, byte_size);
+  std::string object_key = NewKey(name);
+  KS_ASSIGN_OR_RETURN(void* mapped, CreateAndMap(object_key, byte_size));
+  auto mapping = std::make_shared<Mapping>(mapped, byte_size, /*mapped=*/true);
+  if (absl::Status registered = client.RegisterSystemSharedMemory(name, object_key, 0, byte_size);
       !registered.ok()) {
-    shm_unlink(key.c_str());
+    shm_unlink(object_key.c_str());
     return registered;
   }
-  return std::unique_ptr<SharedMemoryRegion>(new SharedMemoryRegion(
-      client, std::move(name), std::move(key), byte_size, /*device=*/-1, std::move(mapping)));
+  return std::unique_ptr<SharedMemoryRegion>(
+      new SharedMemoryRegion(client, std::move(name), std::move(object_key), byte_size,
+                             /*device=*/-1, std::move(mapping)));
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> SharedMemoryRegion::RegisterCuda(
-    const Client& client, std::string name, std::string raw_handle, void* gpu_data,
+    const Client& client, std::string name, const std::string& raw_handle, void* gpu_data,
     uint64_t byte_size, int device) {
   if (name.empty()) return absl::InvalidArgumentError("shared memory: the region needs a name");
   if (byte_size == 0 || gpu_data == nullptr || device < 0) {

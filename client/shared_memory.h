@@ -51,7 +51,7 @@ class SharedMemoryRegion {
   // only. Errors as CreateSystem (the server's InvalidArgument for a handle it cannot open).
   // REQUIRES: `client` outlives the region, the buffer outlives its registration.
   static absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> RegisterCuda(
-      const Client& client, std::string name, std::string raw_handle, void* gpu_data,
+      const Client& client, std::string name, const std::string& raw_handle, void* gpu_data,
       uint64_t byte_size, int device);
   // Unregisters (unless Unregister ran; errors are dropped) and unlinks a system region's
   // object. Tensors that view a system region keep its mapping alive.

@@ -56,15 +56,15 @@ absl::StatusOr<std::unique_ptr<GpuBuffer>> GpuBuffer::Allocate(int device, size_
         "--shared-memory=cuda needs the CUDA runtime (libcudart.so.13, .12 or libcudart.so on "
         "the library path)");
   }
-  void* data = nullptr;
+  void* buffer = nullptr;
   if (const int error = runtime->set_device(device); error != 0) {
     return absl::UnavailableError(
         absl::StrCat("--shared-memory=cuda: GPU ", device, ": ", runtime->error_string(error)));
   }
-  if (absl::Status s = runtime->Check(runtime->malloc(&data, bytes), "cudaMalloc"); !s.ok()) {
+  if (absl::Status s = runtime->Check(runtime->malloc(&buffer, bytes), "cudaMalloc"); !s.ok()) {
     return s;
   }
-  return std::unique_ptr<GpuBuffer>(new GpuBuffer(runtime, device, data));
+  return std::unique_ptr<GpuBuffer>(new GpuBuffer(runtime, device, buffer));
 }
 
 GpuBuffer::~GpuBuffer() {
