@@ -817,6 +817,55 @@ class SystemSharedMemoryTest(unittest.TestCase):
         self.assertNoObjectLeft()
 
 
+class FakeCudaArray:
+    """A GPU array as __cuda_array_interface__ shows one (made up: this host has no GPU)."""
+
+    def __init__(self, address, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"version": 3, "shape": shape, "typestr": typestr,
+                                         "data": (address, False), "strides": None}
+
+
+def fake_export(address):
+    """kernelserve.cuda.export of an allocation at 0x7f0000000000 (a made-up handle)."""
+    return kernelserve.cuda.Allocation(bytes(range(64)), 0x7F0000000000, 1 << 20, 0)
+
+
+class CudaSharedMemoryTest(unittest.TestCase):
+    """register_cuda_shm against this CPU-only server: UNIMPLEMENTED, saying why."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_register_without_a_gpu_is_unimplemented(self):
+        buffer = FakeCudaArray(0x7F0000000000 + 256, (1024,), "|u1")
+        with mock.patch.object(kernelserve.cuda, "export", fake_export), \
+                kernelserve.Client(self.server.target) as client:
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.register_cuda_shm("gpu", buffer)
+            self.assertEqual(raised.exception.code, grpc.StatusCode.UNIMPLEMENTED)
+            self.assertIn("needs a GPU", raised.exception.message)
+            self.assertEqual(client.shm_status(), [])
+            # Nothing registered: its tensors are refused before any call, and so is an
+            # object that is no CUDA tensor.
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "outside every CUDA region"):
+                client.mean_pooling(FakeCudaArray(0x7F0000000000 + 4096, (2, 3, 4)))
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "expected a CUDA tensor"):
+                client.register_cuda_shm("gpu", np.zeros(4, np.float32).tolist())
+
+            async def register():
+                async with kernelserve.aio.Client(self.server.target) as aclient:
+                    await aclient.register_cuda_shm("gpu", buffer)
+
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                asyncio.run(register())
+            self.assertEqual(raised.exception.code, grpc.StatusCode.UNIMPLEMENTED)
+
+
 class AsyncSharedMemoryTest(unittest.IsolatedAsyncioTestCase):
     """kernelserve.aio.Client.register_system_shm."""
 

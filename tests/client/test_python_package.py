@@ -21,6 +21,7 @@ import typing
 import unittest
 import zipfile
 from concurrent import futures
+from unittest import mock
 from pathlib import Path
 
 import grpc
@@ -28,13 +29,13 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import kernelserve
-from kernelserve import calls, info, results, shm, tensors
+from kernelserve import calls, cuda, info, results, shm, tensors
 from kernelserve.v1 import kernel_service_pb2 as pb
 from server_fixture import free_port
 
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
-MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "errors.py", "info.py",
+MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "cuda.py", "errors.py", "info.py",
            "results.py", "shm.py", "tensors.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 
@@ -72,7 +73,8 @@ class InstalledPackageTest(unittest.TestCase):
         objects = [kernelserve.Client, kernelserve.aio.Client, kernelserve.to_bf16,
                    kernelserve.from_bf16, kernelserve.KernelserveError, shm.SharedMemoryRegion,
                    kernelserve.SystemSharedMemory, kernelserve.AsyncSystemSharedMemory,
-                   kernelserve.RegionTensor]
+                   kernelserve.RegionTensor, shm.CudaRegion, kernelserve.CudaSharedMemory,
+                   kernelserve.AsyncCudaSharedMemory, cuda.describe, cuda.export]
         checked = 0
         for obj in objects:
             functions = ([obj] if inspect.isfunction(obj) else
@@ -344,6 +346,179 @@ class SharedMemoryRegionTest(unittest.TestCase):
         while key in psm_objects() and time.monotonic() < deadline:
             time.sleep(0.05)
         self.assertNotIn(key, psm_objects())
+
+
+class FakeCudaArray:
+    """A GPU array as __cuda_array_interface__ shows one, at a made-up device address."""
+
+    def __init__(self, address, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {"version": 3, "shape": shape, "typestr": typestr,
+                                         "data": (address, False), "strides": strides}
+
+
+class FakeDLPack:
+    """A NumPy array shown as DLPack on CUDA device 1: the capsule is NumPy's own."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack_device__(self):
+        return (2, 1)
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__()
+
+
+BASE = 0x7F0000000000  # the allocation the fake exporter gives
+
+
+class CudaSharedMemoryTest(unittest.TestCase):
+    """CUDA regions without a GPU: tensors described from their interfaces, the handle, base
+    and offsets from a fake export, the wire form, results, close."""
+
+    def setUp(self):
+        self.exported = []
+
+        def export(address):
+            self.exported.append(address)
+            return cuda.Allocation(bytes(range(64)), BASE, 1 << 20, 2)
+
+        patcher = mock.patch.object(cuda, "export", export)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.region = kernelserve.CudaSharedMemory("gpu", FakeCudaArray(BASE + 512, (1024,),
+                                                                        "|u1"))
+        self.regions = shm.Regions()
+        self.regions.add(self.region)
+
+    def test_region_from_an_export(self):
+        region = self.region
+        self.assertEqual(self.exported, [BASE + 512])  # any dtype may be registered
+        self.assertEqual((region.name, region.handle, region.base, region.byte_size,
+                          region.device, region.local_device), ("gpu", bytes(range(64)), BASE,
+                                                                1 << 20, 2, 2))
+        x = FakeCudaArray(BASE + 4096, (2, 3, 4), "<f2")
+        ref = region.ref(x)
+        self.assertEqual((ref.region, ref.offset, ref.shape, np.dtype(ref.dtype), ref.nbytes,
+                          ref.device), ("gpu", 4096, (2, 3, 4), np.dtype(np.float16), 48, 2))
+        self.assertEqual(self.regions.locate(x, "input 'x'"), ref)
+        self.assertEqual(region.offset_of(x), 4096)
+        self.assertIsNone(region.offset_of(np.zeros(3)))
+        self.assertIsNone(region.offset_of(FakeCudaArray(BASE + (1 << 20) - 4, (2,))))  # past it
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "does not lie in"):
+            region.ref(FakeCudaArray(BASE - 16, (2,)))
+        other = kernelserve.CudaSharedMemory("other", FakeCudaArray(BASE, (4,)), device=0)
+        self.assertEqual((other.device, other.local_device), (0, 2))  # the server's ordinal
+
+    def test_describe(self):
+        self.assertEqual(cuda.describe(FakeCudaArray(BASE, (2, 3), "<i8")),
+                         cuda.CudaTensor(BASE, (2, 3), np.dtype(np.int64)))
+        self.assertEqual(cuda.describe(FakeCudaArray(BASE, (2, 1, 3), "|b1",
+                                                     strides=(3, 99, 1))).dtype, bool)
+        array = np.arange(12, dtype=np.float32).reshape(3, 4)
+        described = cuda.describe(FakeDLPack(array[1:]))
+        self.assertEqual((described.address, described.shape, described.dtype, described.device),
+                         (array[1:].ctypes.data, (2, 4), np.dtype(np.float32), 1))
+        bad = [(FakeCudaArray(BASE, (4, 4), strides=(4, 16)), "not C-contiguous"),
+               (FakeDLPack(array[:, 1:]), "not C-contiguous"),
+               (FakeCudaArray(BASE, (4,), "<f8"), "dtype <f8 is not sent"),
+               (FakeCudaArray(BASE, (4,), "<V2"), "torch bfloat16"),
+               (FakeCudaArray(BASE, (0, 4)), "empty"),
+               (np.zeros(3, np.float32), "not CUDA"),
+               (object(), "expected a CUDA tensor")]
+        for obj, message in bad:
+            with self.assertRaisesRegex(kernelserve.ArgumentError, message):
+                cuda.describe(obj)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "expected a CUDA tensor"):
+            kernelserve.CudaSharedMemory("x", [1.0])
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "GPU ordinal"):
+            kernelserve.CudaSharedMemory("x", FakeCudaArray(BASE, (4,)), device=-1)
+
+    def test_wire_form_and_results(self):
+        x = FakeCudaArray(BASE + 4096, (2, 3, 4))
+        out = FakeCudaArray(BASE + 8192, (2, 4))
+        mask = np.ones((2, 3), bool)
+        call = kernelserve.Request("mean_pooling", {"x": x, "mask": mask}, outputs={"out": out})
+        request = calls.execute_request(call, regions=self.regions)
+        tensor = request.inputs["x"]
+        self.assertEqual((tensor.dtype, list(tensor.shape), tensor.data, tensor.ref.region,
+                          tensor.ref.offset, tensor.ref.byte_size),
+                         (pb.DTYPE_F32, [2, 3, 4], b"", "gpu", 4096, 96))
+        self.assertEqual(request.inputs["mask"].data, mask.tobytes())
+        place = request.output_regions["out"]
+        self.assertEqual((place.region, place.offset, place.byte_size), ("gpu", 8192, 32))
+        # Outputs come back as the tensor given, or a RegionTensor; no bytes.
+        places = calls.output_places({"out": out, "lse": self.region.ref(
+            FakeCudaArray(BASE + 16384, (4, 4)))}, self.regions)
+        response = pb.ExecuteResponse()
+        response.outputs["out"].dtype = pb.DTYPE_F32
+        response.outputs["out"].shape[:] = [2, 4]
+        response.outputs["lse"].dtype = pb.DTYPE_F32
+        response.outputs["lse"].shape[:] = [2, 2]
+        result = results.result_of(response, places)
+        self.assertIs(result.out, out)
+        self.assertEqual(result.lse, kernelserve.RegionTensor("gpu", 16384, (2, 2), np.float32,
+                                                              device=2))
+        # A RegionTensor by hand: this client's region (its device found), or any CUDA one.
+        hand = calls.output_places({"out": kernelserve.RegionTensor("gpu", 0, (2,))},
+                                   self.regions)["out"]
+        self.assertEqual(hand.ref.device, 2)
+        calls.output_places({"out": kernelserve.RegionTensor("elsewhere", 0, (2,), device=0)},
+                            self.regions)
+        # A CUDA tensor outside every region, or one not C-contiguous, is refused here.
+        stray = FakeCudaArray(BASE + (4 << 20), (2, 3, 4))
+        for inputs, outputs, message in (
+                ({"x": stray}, None, "input 'x': a CUDA tensor .* outside every CUDA region"),
+                ({"x": x}, {"out": stray}, "output 'out': a CUDA tensor .* outside"),
+                ({"x": FakeCudaArray(BASE, (4, 4), strides=(4, 16))}, None,
+                 "input 'x': the CUDA tensor is not C-contiguous")):
+            with self.assertRaisesRegex(kernelserve.ArgumentError, message):
+                calls.execute_request(kernelserve.Request("k", inputs, outputs=outputs),
+                                      regions=self.regions)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "register_cuda_shm"):
+            calls.batch_request("k", [{"x": x}], None, None, "", (), None, "")
+
+    def test_close_unregisters_once_and_frees_nothing(self):
+        names = []
+        self.region._unregister = names.append
+        held = self.region.tensor
+        with self.region as region:
+            self.assertIs(region, self.region)
+        self.assertEqual(names, ["gpu"])
+        self.assertTrue(self.region.closed)
+        self.assertIsNone(self.region.tensor)
+        self.assertEqual(list(self.regions), [])  # its views go inline from now on: refused
+        self.region.close()
+        self.assertEqual(names, ["gpu"])
+        self.assertIsNotNone(held)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "closed"):
+            self.region.ref(FakeCudaArray(BASE, (4,)))
+
+    def test_async_region(self):
+        async def unregister(name):
+            names.append(name)
+
+        names = []
+        region = kernelserve.AsyncCudaSharedMemory("a", FakeCudaArray(BASE, (4,)))
+        region._unregister = unregister
+
+        async def run():
+            async with region:
+                pass
+
+        asyncio.run(run())
+        self.assertEqual((names, region.closed), (["a"], True))
+
+    def test_no_driver_is_failed_precondition(self):
+        with mock.patch.object(cuda.ctypes, "CDLL", side_effect=OSError("no libcuda.so.1")):
+            cuda._driver.cache_clear()
+            try:
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    cuda._driver()
+            finally:
+                cuda._driver.cache_clear()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("libcuda.so.1", raised.exception.message)
 
 
 class HealthTest(unittest.TestCase):

@@ -4,11 +4,12 @@
     with kernelserve.Client("127.0.0.1:50051") as client:
         client.mean_pooling(x).out
         region = client.register_system_shm("tensors", 1 << 26)  # shared memory (same host)
+        gpu = client.register_cuda_shm("gpu", torch_or_cupy_tensor)  # its GPU allocation
 
 kernelserve.aio.Client is the same client for asyncio.
 """
 
-from kernelserve import aio
+from kernelserve import aio, cuda
 from kernelserve.calls import Request
 from kernelserve.client import Client
 from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeError,
@@ -17,11 +18,13 @@ from kernelserve.info import (DeviceInfo, InputSchema, KernelSchema, OutputSchem
                               ServerInfo)
 from kernelserve.results import (Candidate, ConfigEntry, ItemResult, RegionStatus, Result,
                                  TuneResult)
-from kernelserve.shm import AsyncSystemSharedMemory, RegionTensor, SystemSharedMemory
+from kernelserve.shm import (AsyncCudaSharedMemory, AsyncSystemSharedMemory, CudaSharedMemory,
+                             RegionTensor, SystemSharedMemory)
 from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
 
-__all__ = ["ArgumentError", "AsyncSystemSharedMemory", "Candidate", "Client", "ConfigEntry",
-           "DeviceInfo", "InputSchema", "ItemResult", "KernelSchema", "KernelServeError",
-           "KernelserveError", "OutputSchema", "ParamSchema", "RegionStatus", "RegionTensor",
-           "Request", "Result", "ServerInfo", "SystemSharedMemory", "TensorSpec", "TuneResult",
-           "UnknownKernelError", "aio", "bfloat16", "from_bf16", "to_bf16"]
+__all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncSystemSharedMemory", "Candidate",
+           "Client", "ConfigEntry", "CudaSharedMemory", "DeviceInfo", "InputSchema", "ItemResult",
+           "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema", "ParamSchema",
+           "RegionStatus", "RegionTensor", "Request", "Result", "ServerInfo", "SystemSharedMemory",
+           "TensorSpec", "TuneResult", "UnknownKernelError", "aio", "bfloat16", "cuda", "from_bf16",
+           "to_bf16"]

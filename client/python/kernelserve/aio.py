@@ -55,7 +55,7 @@ class Client:
         """See kernelserve.Client.close."""
         for region in self._regions:
             try:
-                await region.close()  # type: ignore[attr-defined]  # AsyncSystemSharedMemory
+                await region.close()  # type: ignore[union-attr]  # Async*SharedMemory
             except KernelserveError:
                 pass
         await self._channel.close()
@@ -206,6 +206,19 @@ class Client:
         except BaseException:
             await region.close()  # not registered: only unlinks
             raise
+        region._unregister = self._unregister_region
+        self._regions.add(region)
+        return region
+
+    async def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
+                                timeout: Optional[float] = None) -> shm.AsyncCudaSharedMemory:
+        """See kernelserve.Client.register_cuda_shm: the region's close() is a coroutine
+        (`await region.close()`, `async with`)."""
+        region = shm.AsyncCudaSharedMemory(name, tensor, device)
+        request = pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=region.handle,
+                                                     device=region.device,
+                                                     byte_size=region.byte_size)
+        await self._call(self._stub.RegisterCudaSharedMemory, request, timeout)
         region._unregister = self._unregister_region
         self._regions.add(region)
         return region

@@ -22,7 +22,7 @@ import numpy as np
 from kernelserve import results, tensors
 from kernelserve.errors import ArgumentError, KernelserveError, UnknownKernelError
 from kernelserve.info import KernelSchema, ParamValue
-from kernelserve.shm import OutputPlace, Regions, RegionTensor
+from kernelserve.shm import CudaRegion, OutputPlace, Regions, RegionTensor
 from kernelserve.tensors import TensorLike
 from kernelserve.v1 import kernel_service_pb2 as pb
 
@@ -35,8 +35,9 @@ Inputs = Mapping[str, TensorLike]  # input name -> array (or TensorSpec where sh
 Params = Mapping[str, ParamValue]  # param name -> value
 Config = Mapping[str, Union[int, str]]  # KernelConfig field -> value: an explicit config
 # Output name -> where the server writes it: a view into a shared-memory region the client
-# registered (region.ndarray), or a RegionTensor (region.ref(view)).
-Outputs = Mapping[str, Union[np.ndarray, RegionTensor]]
+# registered (region.ndarray), a CUDA tensor in a CUDA region it registered, or a RegionTensor
+# (region.ref(view)).
+Outputs = Mapping[str, Union[np.ndarray, RegionTensor, Any]]
 
 
 @dataclasses.dataclass
@@ -100,10 +101,10 @@ def kernel_config(config: Config) -> pb.KernelConfig:
 
 def input_tensor(value: tensors.TensorLike, out: pb.Tensor, name: str,
                  regions: Optional[Regions]) -> None:
-    """Writes the input `value` into `out`: a RegionTensor, or an array lying in one of
-    `regions`, as a Tensor.ref (dtype, shape and the place); anything else as data."""
+    """Writes the input `value` into `out`: a RegionTensor, or an array (or CUDA tensor) lying
+    in one of `regions`, as a Tensor.ref (dtype, shape and the place); anything else as data."""
     ref = value if isinstance(value, RegionTensor) else (
-        regions.locate(value) if regions is not None else None)
+        regions.locate(value, f"input {name!r}") if regions is not None else None)
     if ref is None:
         tensors.to_proto(value, out, name)
         return
@@ -129,26 +130,31 @@ def fill_call(request: Any, kernel: str, inputs: Inputs, params: Optional[Params
 def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
                   ) -> dict[str, OutputPlace]:
     """Where each output of `outputs` goes; ArgumentError for one that is neither a view into a
-    region of `regions` nor a RegionTensor of a region whose memory is here."""
+    region of `regions`, a CUDA tensor in one, nor a RegionTensor of a region whose memory is
+    here (or of a CUDA region: its `device` set)."""
     places: dict[str, OutputPlace] = {}
     for name, target in (outputs or {}).items():
         if isinstance(target, RegionTensor):
             ref = target
-            if ref.memory is None:
+            if ref.memory is None and ref.device is None:
                 region = regions.get(ref.region) if regions is not None else None
                 if region is None or region.closed:
                     raise ArgumentError(
                         f"output {name!r}: region {ref.region!r} is not one this client "
                         "registered, so its result cannot be read here; pass region.ref(view)")
-                ref = dataclasses.replace(target,
-                                          memory=region.ndarray(region.byte_size, np.uint8))
+                if isinstance(region, CudaRegion):
+                    ref = dataclasses.replace(target, device=region.device)
+                else:
+                    ref = dataclasses.replace(target,
+                                              memory=region.ndarray(region.byte_size, np.uint8))
             places[name] = OutputPlace(ref)
             continue
-        located = regions.locate(target) if regions is not None else None
+        located = (regions.locate(target, f"output {name!r}") if regions is not None else None)
         if located is None:
             raise ArgumentError(
                 f"output {name!r}: expected a C-contiguous view into a shared-memory region this "
-                "client registered (region.ndarray) or a RegionTensor (region.ref(view)), got "
+                "client registered (region.ndarray), a CUDA tensor in a CUDA region it "
+                "registered, or a RegionTensor (region.ref(view)), got "
                 f"{type(target).__name__}")
         places[name] = OutputPlace(located, target)
     return places

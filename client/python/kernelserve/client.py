@@ -9,6 +9,8 @@
         with client.register_system_shm("tensors", 1 << 26) as region:   # on the server's host
             out = region.ndarray((8, 1024), offset=1 << 25)
             client.mean_pooling(region.put(x), outputs={"out": out})   # out holds the result
+        with client.register_cuda_shm("gpu", gpu_buffer):   # a torch/CuPy GPU tensor's memory
+            client.mean_pooling(gpu_x, outputs={"out": gpu_out})   # views of it, on its GPU
 
 Every kernel the server lists (ListKernels) is a method: its required inputs positional or by
 name, its optional inputs and params by name, checked against the kernel's schema before the
@@ -69,7 +71,7 @@ class Client:
         the server answers), then the channel."""
         for region in self._regions:
             try:
-                region.close()  # type: ignore[attr-defined]  # a SystemSharedMemory
+                region.close()  # type: ignore[union-attr]  # System/CudaSharedMemory
             except KernelserveError:
                 pass
         self._channel.close()
@@ -240,6 +242,33 @@ class Client:
         except BaseException:
             region.close()  # not registered: only unlinks
             raise
+        region._unregister = self._unregister_region
+        self._regions.add(region)
+        return region
+
+    def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
+                          timeout: Optional[float] = None) -> shm.CudaSharedMemory:
+        """Registers the GPU allocation holding `tensor` (a torch tensor on a GPU, a CuPy or
+        Numba array, anything with __cuda_array_interface__ or DLPack on a CUDA device) with
+        the server as CUDA region `name`: its IPC handle (cuIpcGetMemHandle through libcuda.so.1,
+        see kernelserve.cuda) and the whole allocation's size. The server must run on this host.
+        device: the GPU as the server numbers them; by default this process's ordinal of it,
+        which is the server's only when both see the same GPUs (CUDA_VISIBLE_DEVICES). Returns
+        the region: CUDA tensors in the allocation go as references (inputs; the server reads
+        them on that GPU) and as outputs= the server writes in place (the result's output is
+        then the tensor given); region.ref(tensor) gives the RegionTensor. region.close() (or a
+        with block) unregisters it and frees nothing; the caller synchronizes its own writes
+        before a call. ArgumentError for an object that is no C-contiguous CUDA tensor or
+        memory the driver cannot export; FAILED_PRECONDITION without a CUDA driver; the
+        server's codes otherwise: UNIMPLEMENTED where it serves no CUDA shared memory (no GPU,
+        --shared-memory=off, a listener that is not loopback or unix), INVALID_ARGUMENT for a
+        handle that does not open there or a GPU it lacks, ALREADY_EXISTS, RESOURCE_EXHAUSTED
+        as for system regions."""
+        region = shm.CudaSharedMemory(name, tensor, device)
+        request = pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=region.handle,
+                                                     device=region.device,
+                                                     byte_size=region.byte_size)
+        self._call(self._stub.RegisterCudaSharedMemory, request, timeout)
         region._unregister = self._unregister_region
         self._regions.add(region)
         return region

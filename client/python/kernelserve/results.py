@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import grpc
 import numpy as np
@@ -22,8 +22,9 @@ class Result:
     """The answer to one kernel call."""
 
     # name -> array (bf16 as ml_dtypes.bfloat16): read-only, sharing the response's bytes, or
-    # for an output placed in shared memory (outputs=) the writable view the server wrote.
-    outputs: dict[str, np.ndarray]
+    # for an output placed in shared memory (outputs=) the writable view the server wrote; for
+    # one placed in a CUDA region, the CUDA tensor (or RegionTensor) given for it.
+    outputs: dict[str, Any]
     timings: dict[str, int]  # recv_us, queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
     config: dict[str, Union[int, str]]  # the KernelConfig that ran, by field name
     source: str  # "memory", "heuristic", "autotune", "override", ...
@@ -35,12 +36,12 @@ class Result:
     request_id: str = ""  # the caller's request_id, echoed
 
     @property
-    def out(self) -> np.ndarray:
+    def out(self) -> Any:
         """outputs["out"]."""
         return self.outputs["out"]
 
     @property
-    def lse(self) -> Optional[np.ndarray]:
+    def lse(self) -> Optional[Any]:
         """outputs["lse"] (flash_attention with return_lse=True), else None."""
         return self.outputs.get("lse")
 
@@ -113,11 +114,25 @@ def source_name(source: int) -> str:
     return name.removeprefix("CONFIG_SOURCE_").lower()
 
 
-def placed_output(name: str, tensor: pb.Tensor, place: OutputPlace) -> np.ndarray:
+def placed_output(name: str, tensor: pb.Tensor, place: OutputPlace) -> Any:
     """The array of an output the server wrote into shared memory (`tensor` has its dtype and
     shape, no data): the caller's view when it has that shape and dtype, else a view of them at
-    the same place."""
+    the same place. In a CUDA region: the caller's CUDA tensor (or RegionTensor) when it has
+    that shape and dtype, else a RegionTensor of them at the same place."""
     shape = tuple(tensor.shape)
+    if place.ref.device is not None:
+        same = place.ref.shape == shape
+        try:
+            same = same and tensors.wire_dtype(place.ref.dtype, name) == tensor.dtype
+        except ArgumentError:
+            same = False
+        if same:
+            return place.ref if place.array is None else place.array
+        try:
+            dtype = tensors.numpy_dtype(tensor.dtype)
+        except ValueError as error:
+            raise KernelserveError(grpc.StatusCode.INTERNAL, f"output {name!r}: {error}") from None
+        return dataclasses.replace(place.ref, shape=shape, dtype=dtype, byte_size=None)
     array = place.array
     if array is not None and array.shape == shape:
         try:
@@ -133,7 +148,7 @@ def placed_output(name: str, tensor: pb.Tensor, place: OutputPlace) -> np.ndarra
 
 
 def output_of(name: str, tensor: pb.Tensor, places: Optional[Mapping[str, OutputPlace]]
-              ) -> np.ndarray:
+              ) -> Any:
     place = places.get(name) if places else None
     if place is None or tensor.data:
         return tensors.from_proto(tensor)

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from kernelserve import cuda
 from kernelserve.errors import ArgumentError
 from kernelserve.shm import RegionTensor
 from kernelserve.v1 import kernel_service_pb2 as pb
@@ -84,6 +85,10 @@ def to_proto(array: TensorLike, out: pb.Tensor, name: str = "") -> None:
         out.dtype = wire_dtype(array.dtype, name)  # type: ignore[assignment]
         out.shape[:] = array.shape
         return
+    if cuda.is_cuda_tensor(array):
+        raise ArgumentError(f"input {name!r}: a CUDA tensor is sent only from a CUDA region this "
+                            "client registered (register_cuda_shm), by execute and "
+                            "execute_stream; copy it to the host here")
     values = np.asarray(array)
     wire = wire_dtype(values.dtype, name)
     out.dtype = wire  # type: ignore[assignment]  # an enum value; the .pyi wants its type
