@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -263,6 +265,18 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int ordinal, size_t bytes,
     KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     KS_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
     error = cudaMallocAsync(&buffer.ptr_, bytes, stream);
+    // Another call on this GPU may hold the memory for a moment (a large call that does not fit
+    // holds what it got until it fails). A small allocation waits a little for it, so that the
+    // call that cannot fit fails alone; a large one fails now, giving its memory back at once.
+    constexpr size_t kPatientBytes = size_t{16} << 20;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (error == cudaErrorMemoryAllocation && bytes <= kPatientBytes &&
+           std::chrono::steady_clock::now() < give_up) {
+      (void)cudaGetLastError();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      KS_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
+      error = cudaMallocAsync(&buffer.ptr_, bytes, stream);
+    }
   }
   if (error != cudaSuccess) {
     buffer.ptr_ = nullptr;

@@ -81,7 +81,8 @@ class DeviceBuffer {
 
   // `bytes` bytes on device `ordinal`, usable by work queued on `stream` after this call (and
   // by other streams once `stream` has been synchronized). bytes == 0 gives an empty buffer.
-  // Out of device memory (after giving the pool's cached memory back) -> ResourceExhausted.
+  // Out of device memory (after giving the pool's cached memory back, and for up to 16 MiB
+  // after waiting up to 1 s for other calls to give theirs) -> ResourceExhausted.
   static absl::StatusOr<DeviceBuffer> Allocate(int ordinal, size_t bytes, cudaStream_t stream);
   // The `bytes` bytes at `data`, device memory that someone else owns (a client's CUDA
   // shared-memory region): never freed by the buffer.

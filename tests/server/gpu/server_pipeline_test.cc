@@ -263,10 +263,11 @@ TEST(ServerPipelineTest, OutOfDeviceMemoryFailsThatCallAloneAndTheNextOneRuns) {
 }
 
 TEST(ServerPipelineTest, PinnedPoolAtItsLimitFallsBackAndStaysWithinIt) {
-  constexpr int64_t kLimit = int64_t{64} << 20;
+  constexpr int64_t kLimit = int64_t{32} << 20;
   START_GPU_SERVER(server, "--gpu-lanes=3", "--metrics-listen=127.0.0.1:0",
                    absl::StrCat("--max-pinned-bytes=", kLimit));
-  // Eight 24 MiB calls at once: the pool holds at most two of their inputs.
+  // Eight 24 MiB calls at once: the pool holds one of their inputs at a time (with room for
+  // two, the calls of this fast GPU seldom overlapped three deep, and nothing was refused).
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
