@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,7 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/shared_memory.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "proto/convert.h"
 #include "tests/server/server_process.h"
 #include "tests/support/testing.h"
@@ -298,6 +302,94 @@ TEST(ServerCudaIpcTest, TheClientsCudaRegionRunsTypedCalls) {
   v1::SharedMemoryStatusResponse listed;
   grpc::ClientContext context;
   ASSERT_TRUE(MakeStub(server.address())->SharedMemoryStatus(&context, {}, &listed).ok());
+  EXPECT_EQ(listed.regions_size(), 0);
+}
+
+void V2Region(google::protobuf::Map<std::string, inference::InferParameter>* parameters,
+              const std::string& region, int64_t offset, int64_t bytes) {
+  (*parameters)["shared_memory_region"].set_string_param(region);
+  (*parameters)["shared_memory_offset"].set_int64_param(offset);
+  (*parameters)["shared_memory_byte_size"].set_int64_param(bytes);
+}
+
+// The KServe v2 front door's CUDA shared memory (what Triton's clients and perf_analyzer
+// --shared-memory=cuda call): register, infer with input and output in the region, status,
+// unregister of everything.
+TEST(ServerCudaIpcTest, KServeV2CudaSharedMemory) {
+  START_GPU_SERVER(server);
+  Exporter exporter(4 * kMiB);
+  ASSERT_EQ(exporter.handle().size(), 64u);
+  Mapped mapped(exporter.handle());
+  ASSERT_TRUE(mapped.ok());
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  auto v2 = inference::GRPCInferenceService::NewStub(channel);
+  auto unary = [&](auto method, const auto& request, auto* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return (v2.get()->*method)(&context, request, response);
+  };
+  inference::ServerMetadataResponse metadata;
+  ASSERT_TRUE(unary(&inference::GRPCInferenceService::Stub::ServerMetadata,
+                    inference::ServerMetadataRequest(), &metadata)
+                  .ok());
+  EXPECT_NE(
+      std::find(metadata.extensions().begin(), metadata.extensions().end(), "cuda_shared_memory"),
+      metadata.extensions().end());
+  inference::CudaSharedMemoryRegisterRequest reg;
+  reg.set_name("v2");
+  reg.set_raw_handle(exporter.handle());
+  reg.set_device_id(0);
+  reg.set_byte_size(4 * kMiB);
+  inference::CudaSharedMemoryRegisterResponse registered;
+  grpc::Status status =
+      unary(&inference::GRPCInferenceService::Stub::CudaSharedMemoryRegister, reg, &registered);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  const Tensor x = RandomTensor(DType::kF16, {2, 300, 128}, 7, -1.0f, 1.0f);
+  mapped.Write(0, x);
+  inference::ModelInferRequest request;
+  request.set_model_name("mean_pooling");
+  auto* input = request.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP16");
+  for (int64_t d : x.shape()) input->add_shape(d);
+  V2Region(input->mutable_parameters(), "v2", 0, static_cast<int64_t>(x.nbytes()));
+  auto* output = request.add_outputs();
+  output->set_name("out");
+  V2Region(output->mutable_parameters(), "v2", 2 * kMiB, 2 * 128 * 2);
+  inference::ModelInferResponse response;
+  status = unary(&inference::GRPCInferenceService::Stub::ModelInfer, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_EQ(response.raw_output_contents(0), "");  // in the region
+  EXPECT_EQ(response.parameters().at("device").int64_param(), 0);
+  const Tensor out = mapped.Read(2 * kMiB, DType::kF16, {2, 128});
+  v1::ExecuteRequest plain = MeanPoolingRequest(x);
+  plain.set_platform(response.parameters().at("platform").string_param());
+  plain.set_device(0);
+  v1::ExecuteResponse inline_answer;
+  ASSERT_TRUE(Call(*MakeStub(server.address()), plain, &inline_answer).ok());
+  EXPECT_EQ(out.bytes(), WireOut(inline_answer, "out").bytes()) << "v2 in place == inline";
+
+  inference::CudaSharedMemoryStatusResponse listed;
+  ASSERT_TRUE(unary(&inference::GRPCInferenceService::Stub::CudaSharedMemoryStatus,
+                    inference::CudaSharedMemoryStatusRequest(), &listed)
+                  .ok());
+  ASSERT_EQ(listed.regions_size(), 1);
+  EXPECT_EQ(listed.regions().at("v2").byte_size(), 4 * kMiB);
+  inference::SystemSharedMemoryStatusResponse system;
+  ASSERT_TRUE(unary(&inference::GRPCInferenceService::Stub::SystemSharedMemoryStatus,
+                    inference::SystemSharedMemoryStatusRequest(), &system)
+                  .ok());
+  EXPECT_EQ(system.regions_size(), 0) << "each kind lists its own";
+  inference::CudaSharedMemoryUnregisterResponse gone;
+  EXPECT_TRUE(unary(&inference::GRPCInferenceService::Stub::CudaSharedMemoryUnregister,
+                    inference::CudaSharedMemoryUnregisterRequest(), &gone)
+                  .ok());
+  listed.Clear();
+  ASSERT_TRUE(unary(&inference::GRPCInferenceService::Stub::CudaSharedMemoryStatus,
+                    inference::CudaSharedMemoryStatusRequest(), &listed)
+                  .ok());
   EXPECT_EQ(listed.regions_size(), 0);
 }
 
