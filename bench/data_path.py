@@ -2,7 +2,8 @@
 """The data path of GPU calls end to end, beside its floors, in one run on the GPU host.
 
     bench/data_path.py [--out DIR] [--sizes 1,8,64,256,1000] [--reps N] [--lanes 2]
-                       [--compare-lanes 1,2,3] [--sections sizes,concurrency,mixed] [--platform cpu]
+                       [--compare-lanes 1,2,3] [--sections sizes,concurrency,mixed,shm]
+                       [--platform cpu]
 
 Needs on PATH: kernelserve-server, kernelserve (the CLI), kernelserve-grpc-floor and
 kernelserve-copy-bench; the Python client (client/python) importable. It runs:
@@ -23,6 +24,12 @@ kernelserve-copy-bench; the Python client (client/python) importable. It runs:
 5. tiny calls (mean_pooling [1,16,64] on the GPU) at concurrency 1 while four clients send
    256 MB attention calls, at each of --compare-lanes: does a tiny call wait behind the large
    ones' copies?
+6. (section shm) concurrency 8 with the tensors in a system shared-memory region (the CLI's
+   --shared-memory=system: each call carries references, the server copies by DMA from the
+   registered, page-locked region), at each of --compare-lanes: a load that gRPC can carry
+   faster than the GPU serves it, so the copies of one call and the kernel of another must
+   overlap for the throughput to pass the GPU's serial bound. The transport bound is the
+   bare gRPC floor's rate for a tiny call at the same concurrency.
 
 Writes DIR/data_path.json and prints markdown tables.
 """
@@ -75,10 +82,11 @@ def start(args: list[str], port: int) -> subprocess.Popen:
 
 
 def cli_bench(port: int, kernel: str, shapes: dict[str, list[int]], params: dict[str, str],
-              concurrency: int, requests: int, duration: str = "60s") -> dict[str, Any]:
+              concurrency: int, requests: int, duration: str = "60s",
+              extra: tuple[str, ...] = ()) -> dict[str, Any]:
     command = ["kernelserve", "--target", f"127.0.0.1:{port}", "--json", "--deadline", "120s",
                "bench", kernel, "--platform", PLATFORM, "--concurrency", str(concurrency),
-               "--duration", duration]
+               "--duration", duration, *extra]
     if requests:
         command += ["--requests", str(requests)]
     for name, shape in shapes.items():
@@ -134,14 +142,14 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=2, help="--gpu-lanes of the sizes section")
     parser.add_argument("--compare-lanes", default="1,2,3",
                         help="--gpu-lanes values of the concurrency and mixed sections")
-    parser.add_argument("--sections", default="sizes,concurrency,mixed")
+    parser.add_argument("--sections", default="sizes,concurrency,mixed,shm")
     parser.add_argument("--platform", default="cuda", help="cpu: a smoke run without a GPU")
     opts = parser.parse_args()
     global PLATFORM
     PLATFORM = opts.platform
     sections = opts.sections.split(",")
     compare = [int(n) for n in opts.compare_lanes.split(",")]
-    report: dict[str, Any] = {"cases": [], "concurrency": [], "mixed": []}
+    report: dict[str, Any] = {"cases": [], "concurrency": [], "mixed": [], "shm": []}
     from google.protobuf.internal import api_implementation
     print(f"# Python {sys.version.split()[0]}, protobuf {api_implementation.Type()}", flush=True)
 
@@ -174,6 +182,8 @@ def main() -> None:
                 server = start(server_command(lanes), SERVER_PORT)
                 run_mixed(report, lanes)
                 stop(server)
+        if "shm" in sections:
+            run_shm(report, compare)
     finally:
         for process in (server, floor):
             if process is not None:
@@ -213,6 +223,49 @@ def run_sizes(report: dict[str, Any], opts: argparse.Namespace) -> None:
         row["py_server"] = python_round_trip(SERVER_PORT, kernel, shapes, params, py_reps)
         report["cases"].append(row)
         print_row(row, kernel, shapes)
+
+
+def shm_cases() -> list[tuple[str, str, dict[str, list[int]], dict[str, str]]]:
+    qkv = {name: [1, 4096, 16, 128] for name in ("q", "k", "v")}
+    return cases([8]) + [("flash_attention 12 MB, S 4096, not causal", "flash_attention", qkv,
+                          {"causal": "false"})]
+
+
+def run_shm(report: dict[str, Any], compare: list[int]) -> None:
+    """Concurrency 8 through a system shared-memory region, at each lane count."""
+    tiny = cli_bench(FLOOR_PORT, "mean_pooling", {"x": [1, 16, 64]}, {}, 8, 0, duration="5s")
+    transport = tiny.get("throughput_rps", float("nan"))
+    report["shm_transport_rps"] = transport
+    print(f"\n# transport bound (grpc floor, tiny call, concurrency 8): {transport:.0f} req/s")
+    print("\n| shared memory, concurrency 8 | lanes | req/s | copies+kernel per second | h2d us "
+          "| kernel us | d2h us | GPU bound serial / overlapped | req/s / min(transport, "
+          "GPU overlapped) |\n|---|---|---|---|---|---|---|---|---|", flush=True)
+    serial: dict[str, dict[str, float]] = {}  # each case's fields at the first lane count
+    shm = ("--shared-memory", "system")
+    for lanes in compare:
+        server = start(server_command(lanes), SERVER_PORT)
+        try:
+            for name, kernel, shapes, params in shm_cases():
+                cli_bench(SERVER_PORT, kernel, shapes, params, 3, 6, extra=shm)  # streams, pool
+                result = cli_bench(SERVER_PORT, kernel, shapes, params, 8, 0, duration="6s",
+                                   extra=shm)
+                report["shm"].append({"name": name, "lanes": lanes, "result": result})
+                if "error" in result:
+                    print(f"| {name} | {lanes} | error {result['error']} |", flush=True)
+                    continue
+                mean = result["server_mean"]
+                stages = [mean["h2d_us"], mean["kernel_us"], mean["d2h_us"]]
+                base = serial.setdefault(name, {"sum": sum(stages), "max": max(stages)})
+                # GPU bounds from the first lane count's stages (with 1 lane: no overlap).
+                bound_serial = 1e6 / base["sum"] if base["sum"] else float("inf")
+                bound_overlap = 1e6 / base["max"] if base["max"] else float("inf")
+                rps = result["throughput_rps"]
+                print(f"| {name} | {lanes} | {rps:.0f} | {overlap(result):.2f} | "
+                      f"{stages[0]:.0f} | {stages[1]:.0f} | {stages[2]:.0f} | "
+                      f"{bound_serial:.0f} / {bound_overlap:.0f} | "
+                      f"{rps / min(transport, bound_overlap):.2f} |", flush=True)
+        finally:
+            stop(server)
 
 
 def run_mixed(report: dict[str, Any], lanes: int) -> None:

@@ -1,5 +1,7 @@
 #include "core/host_pool.h"
 
+#include <iterator>
+#include <list>
 #include <map>
 #include <utility>
 #include <vector>
@@ -8,50 +10,112 @@
 #include "absl/synchronization/mutex.h"
 
 namespace kernelserve {
+namespace {
+
+// One allocation of `options.allocate`, lent out in ranges.
+struct Segment {
+  char* base = nullptr;
+  size_t size = 0;
+  size_t used = 0;                // bytes of ranges held by buffers
+  std::map<size_t, size_t> free;  // offset -> length; merged, never adjacent
+  absl::Time last_used;           // when a range was last released (or the segment made)
+};
+
+}  // namespace
 
 struct HostBufferPool::State {
   explicit State(HostPoolOptions o) : options(std::move(o)) {}
 
-  struct Cached {
-    void* data;
-    absl::Time last_used;
-  };
-
   const HostPoolOptions options;
   mutable absl::Mutex mu;
-  // Cached blocks by capacity (several of one capacity possible).
-  std::multimap<size_t, Cached> cached ABSL_GUARDED_BY(mu);
-  size_t held_bytes ABSL_GUARDED_BY(mu) = 0;  // in use + cached + being allocated
+  // std::list: a Segment's address is stable while buffers point into it.
+  std::list<Segment> segments ABSL_GUARDED_BY(mu);
+  size_t held_bytes ABSL_GUARDED_BY(mu) = 0;  // segments + segments being allocated
   HostPoolStats stats ABSL_GUARDED_BY(mu);
-  bool closed ABSL_GUARDED_BY(mu) = false;  // the pool is gone: returned blocks are freed
+  bool closed ABSL_GUARDED_BY(mu) = false;  // the pool is gone: unused segments are freed
 
-  // Frees cached blocks, least recently used first, until `bytes` more fit under the limit.
-  // The blocks to free are moved to `doomed` (freed by the caller, outside the lock).
-  void MakeRoom(size_t bytes, std::vector<void*>* doomed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    while (held_bytes + bytes > options.limit_bytes && !cached.empty()) {
-      auto oldest = cached.begin();
-      for (auto it = cached.begin(); it != cached.end(); ++it) {
-        if (it->second.last_used < oldest->second.last_used) oldest = it;
+  // The smallest free range of `capacity` bytes or more, taken from its start; nullptr when
+  // none fits.
+  char* TakeBestFit(size_t capacity, Segment** from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    Segment* best_segment = nullptr;
+    std::map<size_t, size_t>::iterator best;
+    for (Segment& segment : segments) {
+      for (auto it = segment.free.begin(); it != segment.free.end(); ++it) {
+        if (it->second >= capacity && (best_segment == nullptr || it->second < best->second)) {
+          best_segment = &segment;
+          best = it;
+        }
       }
-      held_bytes -= oldest->first;
-      stats.cached_bytes -= oldest->first;
-      doomed->push_back(oldest->second.data);
-      cached.erase(oldest);
+    }
+    if (best_segment == nullptr) return nullptr;
+    const size_t offset = best->first;
+    const size_t length = best->second;
+    best_segment->free.erase(best);
+    if (length > capacity) best_segment->free.emplace(offset + capacity, length - capacity);
+    best_segment->used += capacity;
+    *from = best_segment;
+    return best_segment->base + offset;
+  }
+
+  // Moves wholly unused segments to `doomed` (freed by the caller, outside the lock), least
+  // recently used first, until `bytes` more fit under the limit.
+  void MakeRoom(size_t bytes, std::vector<void*>* doomed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (held_bytes + bytes > options.limit_bytes) {
+      auto oldest = segments.end();
+      for (auto it = segments.begin(); it != segments.end(); ++it) {
+        if (it->used == 0 && (oldest == segments.end() || it->last_used < oldest->last_used)) {
+          oldest = it;
+        }
+      }
+      if (oldest == segments.end()) return;
+      Drop(oldest, doomed);
     }
   }
 
-  void Return(void* data, size_t capacity) {
+  void Drop(std::list<Segment>::iterator segment, std::vector<void*>* doomed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    held_bytes -= segment->size;
+    stats.cached_bytes -= segment->size;
+    --stats.segments;
+    doomed->push_back(segment->base);
+    segments.erase(segment);
+  }
+
+  // Gives the range at `data` back to `segment`, merging it with free neighbours.
+  void Return(Segment* segment, char* data, size_t capacity) {
+    std::vector<void*> doomed;
     {
       absl::MutexLock lock(&mu);
-      stats.in_use_bytes -= capacity;
-      if (!closed) {
-        cached.emplace(capacity, Cached{data, absl::Now()});
-        stats.cached_bytes += capacity;
-        return;
+      size_t offset = static_cast<size_t>(data - segment->base);
+      size_t length = capacity;
+      auto next = segment->free.lower_bound(offset);
+      if (next != segment->free.end() && next->first == offset + length) {
+        length += next->second;
+        next = segment->free.erase(next);
       }
-      held_bytes -= capacity;
+      if (next != segment->free.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second == offset) {
+          offset = prev->first;
+          length += prev->second;
+          segment->free.erase(prev);
+        }
+      }
+      segment->free.emplace(offset, length);
+      segment->used -= capacity;
+      segment->last_used = absl::Now();
+      stats.in_use_bytes -= capacity;
+      stats.cached_bytes += capacity;
+      if (closed && segment->used == 0) {
+        for (auto it = segments.begin(); it != segments.end(); ++it) {
+          if (&*it == segment) {
+            Drop(it, &doomed);
+            break;
+          }
+        }
+      }
     }
-    options.free(data);
+    for (void* p : doomed) options.free(p);
   }
 };
 
@@ -68,10 +132,12 @@ HostBufferPool::~HostBufferPool() {
 
 namespace {
 
-std::shared_ptr<HostBuffer> Wrap(const std::shared_ptr<HostBufferPool::State>& state, void* data,
-                                 size_t bytes, size_t capacity) {
+std::shared_ptr<HostBuffer> Wrap(const std::shared_ptr<HostBufferPool::State>& state,
+                                 Segment* segment, char* data, size_t bytes, size_t capacity) {
   return std::make_shared<HostBuffer>(data, bytes, state->options.pinned,
-                                      [state, capacity](void* p) { state->Return(p, capacity); });
+                                      [state, segment, capacity](void* p) {
+                                        state->Return(segment, static_cast<char*>(p), capacity);
+                                      });
 }
 
 }  // namespace
@@ -85,16 +151,12 @@ std::shared_ptr<HostBuffer> HostBufferPool::TryAllocate(size_t bytes) {
   bool reserved = false;
   {
     absl::MutexLock lock(&s.mu);
-    // The smallest cached block that fits, if it is not more than twice the size.
-    auto it = s.cached.lower_bound(capacity);
-    if (it != s.cached.end() && it->first / 2 <= capacity) {
-      void* data = it->second.data;
-      const size_t got = it->first;
-      s.cached.erase(it);
-      s.stats.cached_bytes -= got;
-      s.stats.in_use_bytes += got;
+    Segment* segment = nullptr;
+    if (char* data = s.TakeBestFit(capacity, &segment); data != nullptr) {
+      s.stats.cached_bytes -= capacity;
+      s.stats.in_use_bytes += capacity;
       ++s.stats.hits;
-      return Wrap(state_, data, bytes, got);
+      return Wrap(state_, segment, data, bytes, capacity);
     }
     if (capacity <= s.options.limit_bytes) s.MakeRoom(capacity, &doomed);
     reserved = s.held_bytes + capacity <= s.options.limit_bytes;
@@ -113,9 +175,15 @@ std::shared_ptr<HostBuffer> HostBufferPool::TryAllocate(size_t bytes) {
     ++s.stats.refusals;
     return nullptr;
   }
+  Segment& segment = s.segments.emplace_back();
+  segment.base = static_cast<char*>(data);
+  segment.size = capacity;
+  segment.used = capacity;
+  segment.last_used = absl::Now();
   s.stats.in_use_bytes += capacity;
   ++s.stats.allocations;
-  return Wrap(state_, data, bytes, capacity);
+  ++s.stats.segments;
+  return Wrap(state_, &segment, segment.base, bytes, capacity);
 }
 
 size_t HostBufferPool::Trim(absl::Time now) {
@@ -124,18 +192,15 @@ size_t HostBufferPool::Trim(absl::Time now) {
   size_t freed = 0;
   {
     absl::MutexLock lock(&s.mu);
-    const absl::Time cutoff =
-        now == absl::InfiniteFuture() ? absl::InfiniteFuture() : now - s.options.idle_release;
-    for (auto it = s.cached.begin(); it != s.cached.end();) {
-      if (it->second.last_used < cutoff || cutoff == absl::InfiniteFuture()) {
-        freed += it->first;
-        s.held_bytes -= it->first;
-        s.stats.cached_bytes -= it->first;
-        doomed.push_back(it->second.data);
-        it = s.cached.erase(it);
-      } else {
-        ++it;
+    const bool all = now == absl::InfiniteFuture();
+    const absl::Time cutoff = all ? now : now - s.options.idle_release;
+    for (auto it = s.segments.begin(); it != s.segments.end();) {
+      auto next = std::next(it);
+      if (it->used == 0 && (all || it->last_used < cutoff)) {
+        freed += it->size;
+        s.Drop(it, &doomed);
       }
+      it = next;
     }
   }
   for (void* p : doomed) s.options.free(p);

@@ -33,22 +33,26 @@ struct HostPoolOptions {
   bool pinned = true;
 };
 
-// Blocks are sizes rounded up to this many bytes.
+// Ranges and segments are sizes rounded up to this many bytes.
 inline constexpr size_t kHostPoolGranule = size_t{2} << 20;
 
 // What a pool holds, for metrics and tests.
 struct HostPoolStats {
-  size_t in_use_bytes = 0;  // blocks held by buffers
-  size_t cached_bytes = 0;  // blocks kept for reuse
-  int64_t hits = 0;         // allocations served from the cache
-  int64_t allocations = 0;  // blocks allocated anew
+  size_t in_use_bytes = 0;  // bytes of segments held by buffers
+  size_t cached_bytes = 0;  // bytes of segments kept for reuse (free ranges)
+  int64_t hits = 0;         // allocations served from a segment already held
+  int64_t allocations = 0;  // segments allocated anew (each one call of `allocate`)
   int64_t refusals = 0;     // requests of min_bytes or more that got nullptr (limit or failure)
+  int64_t segments = 0;     // segments held now
 };
 
-// A HostAllocator over blocks from `options.allocate`. TryAllocate reuses the smallest cached
-// block that fits (and is at most twice the size asked for), else allocates a new one, first
-// freeing cached blocks when the limit would be passed; past the limit it returns nullptr.
-// Buffers may outlive the pool (they then free their block when released).
+// A HostAllocator over segments from `options.allocate`. A buffer is a range of a segment:
+// TryAllocate takes the smallest free range that fits (best fit, split, so that a freed 1 GB
+// segment serves 336 MB and 600 MB calls alike), else allocates a segment of the size asked
+// for, first freeing wholly unused segments (least recently used first) when the limit would
+// be passed; past the limit it returns nullptr. Released ranges merge with their free
+// neighbours, so steady traffic of mixed sizes stops allocating once its peak fits.
+// Buffers may outlive the pool (their segment is freed when its last range is released).
 // Thread safety: thread-safe.
 class HostBufferPool final : public HostAllocator {
  public:
@@ -59,7 +63,7 @@ class HostBufferPool final : public HostAllocator {
 
   std::shared_ptr<HostBuffer> TryAllocate(size_t bytes) override;
 
-  // Frees cached blocks unused since `now - idle_release` (all of them with
+  // Frees wholly unused segments idle since `now - idle_release` (all unused ones with
   // absl::InfiniteFuture()). Returns the bytes freed.
   size_t Trim(absl::Time now = absl::Now());
 

@@ -1,8 +1,11 @@
 #include "core/host_pool.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -88,14 +91,104 @@ TEST(HostBufferPoolTest, ReleasedBlocksAreReused) {
   EXPECT_EQ(pool.stats().hits, 1);
 }
 
-TEST(HostBufferPoolTest, ABlockMoreThanTwiceTheSizeIsNotUsed) {
+TEST(HostBufferPoolTest, AFreeSegmentIsSplitForSmallerBuffers) {
   CountingHeap heap;
   HostBufferPool pool(heap.Options(64 * kMiB));
   pool.TryAllocate(32 * kMiB).reset();
-  std::shared_ptr<HostBuffer> small = pool.TryAllocate(2 * kMiB);
-  ASSERT_NE(small, nullptr);
-  EXPECT_EQ(heap.allocations(), 2);
+  std::shared_ptr<HostBuffer> a = pool.TryAllocate(2 * kMiB);
+  std::shared_ptr<HostBuffer> b = pool.TryAllocate(20 * kMiB);
+  std::shared_ptr<HostBuffer> c = pool.TryAllocate(10 * kMiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(heap.allocations(), 1) << "all three fit the one 32 MiB segment";
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
+  EXPECT_EQ(pool.stats().segments, 1);
+  // The ranges do not overlap: each keeps its own bytes.
+  std::memset(a->data(), 1, a->size());
+  std::memset(b->data(), 2, b->size());
+  std::memset(c->data(), 3, c->size());
+  EXPECT_EQ(static_cast<const char*>(a->data())[a->size() - 1], 1);
+  EXPECT_EQ(static_cast<const char*>(b->data())[b->size() - 1], 2);
+  EXPECT_EQ(static_cast<const char*>(c->data())[0], 3);
+}
+
+TEST(HostBufferPoolTest, ReleasedRangesMergeBackIntoTheWholeSegment) {
+  CountingHeap heap;
+  HostBufferPool pool(heap.Options(64 * kMiB));
+  pool.TryAllocate(32 * kMiB).reset();
+  std::shared_ptr<HostBuffer> a = pool.TryAllocate(8 * kMiB);
+  std::shared_ptr<HostBuffer> b = pool.TryAllocate(8 * kMiB);
+  std::shared_ptr<HostBuffer> c = pool.TryAllocate(16 * kMiB);
+  b.reset();  // a free hole between a and c
+  a.reset();  // merges with the hole on its right
+  c.reset();  // merges with both sides
   EXPECT_EQ(pool.stats().cached_bytes, 32 * kMiB);
+  std::shared_ptr<HostBuffer> whole = pool.TryAllocate(32 * kMiB);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(heap.allocations(), 1) << "the ranges merged back into one 32 MiB range";
+}
+
+TEST(HostBufferPoolTest, SteadyMixedSizesStopAllocating) {
+  // The traffic that made a pool of whole blocks allocate in every call: a large size fills
+  // the limit, then a smaller one (less than half of it) arrives.
+  CountingHeap heap;
+  HostBufferPool pool(heap.Options(64 * kMiB));
+  for (int round = 0; round < 5; ++round) {
+    std::shared_ptr<HostBuffer> large = pool.TryAllocate(60 * kMiB);
+    ASSERT_NE(large, nullptr);
+    large.reset();
+    std::shared_ptr<HostBuffer> medium = pool.TryAllocate(22 * kMiB);
+    std::shared_ptr<HostBuffer> other = pool.TryAllocate(22 * kMiB);
+    ASSERT_NE(medium, nullptr);
+    ASSERT_NE(other, nullptr);
+  }
+  EXPECT_EQ(heap.allocations(), 1);
+  EXPECT_EQ(pool.stats().hits, 14);
+  EXPECT_EQ(pool.stats().refusals, 0);
+}
+
+TEST(HostBufferPoolTest, BestFitPrefersTheSmallestRangeThatFits) {
+  CountingHeap heap;
+  HostBufferPool pool(heap.Options(64 * kMiB));
+  std::shared_ptr<HostBuffer> big = pool.TryAllocate(32 * kMiB);
+  std::shared_ptr<HostBuffer> small = pool.TryAllocate(4 * kMiB);
+  void* small_data = small->data();
+  big.reset();
+  small.reset();
+  std::shared_ptr<HostBuffer> again = pool.TryAllocate(3 * kMiB);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->data(), small_data) << "the 4 MiB segment, not a split of the 32 MiB one";
+  EXPECT_EQ(heap.allocations(), 2);
+}
+
+TEST(HostBufferPoolTest, ConcurrentBuffersNeverShareBytes) {
+  CountingHeap heap;
+  HostBufferPool pool(heap.Options(96 * kMiB));
+  std::vector<std::thread> threads;
+  std::atomic<int> corrupted{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&pool, &corrupted, t] {
+      std::mt19937 rng(1234 + t);
+      for (int i = 0; i < 200; ++i) {
+        const size_t bytes = kMiB + rng() % (12 * kMiB);
+        std::shared_ptr<HostBuffer> b = pool.TryAllocate(bytes);
+        if (b == nullptr) continue;  // the limit, with the other threads' buffers
+        const auto mark = static_cast<unsigned char>(t * 50 + i % 50 + 1);
+        auto* data = static_cast<unsigned char*>(b->data());
+        std::memset(data, mark, bytes);
+        std::this_thread::yield();
+        if (data[0] != mark || data[bytes / 2] != mark || data[bytes - 1] != mark) ++corrupted;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(corrupted.load(), 0);
+  const HostPoolStats stats = pool.stats();
+  EXPECT_EQ(stats.in_use_bytes, 0u);
+  EXPECT_LE(stats.cached_bytes, 96 * kMiB);
+  EXPECT_EQ(pool.Trim(absl::InfiniteFuture()), stats.cached_bytes);
+  EXPECT_EQ(heap.live(), 0u);
 }
 
 TEST(HostBufferPoolTest, NeverHoldsMoreThanTheLimit) {
@@ -143,6 +236,7 @@ TEST(HostBufferPoolTest, TrimFreesIdleBlocksOnly) {
   EXPECT_EQ(pool.Trim(absl::Now()), 0u) << "released just now";
   EXPECT_EQ(pool.Trim(absl::Now() + absl::Seconds(31)), 8 * kMiB);
   EXPECT_EQ(heap.live(), 1u);
+  EXPECT_EQ(pool.stats().segments, 1);
   EXPECT_EQ(pool.stats().in_use_bytes, 4 * kMiB);
 }
 
