@@ -116,15 +116,23 @@ def python_round_trip(port: int, kernel: str, shapes: dict[str, list[int]],
     return {"p50_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3}
 
 
-def pool_counts() -> tuple[float, float]:
-    """(blocks allocated anew, refusals) of the server's pinned pool, after its next sample."""
+def pool_counts(label: str = "") -> tuple[float, float]:
+    """(segments allocated anew, refusals) of the server's pinned pool, after its next sample.
+
+    With `label`, also prints the pool's bytes in use and cached at that point."""
     time.sleep(2.1)  # the server samples the pool every 2 s
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
     def value(name: str) -> float:
-        match = re.search(rf"^{name} (\S+)$", text, re.M)
+        match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
         return float(match.group(1)) if match else 0.0
-    return (value("kernelserve_pinned_host_allocations_total"),
-            value("kernelserve_pinned_host_refusals_total"))
+    counts = (value("kernelserve_pinned_host_allocations_total"),
+              value("kernelserve_pinned_host_refusals_total"))
+    if label:
+        in_use = value('kernelserve_pinned_host_bytes{state="in_use"}') / 2**20
+        cached = value('kernelserve_pinned_host_bytes{state="cached"}') / 2**20
+        print(f"# pool {label}: {counts[0]:.0f} segments allocated so far, in use {in_use:.0f} "
+              f"MiB, cached {cached:.0f} MiB", flush=True)
+    return counts
 
 
 def overlap(result: dict[str, Any]) -> float:
@@ -211,12 +219,15 @@ def run_sizes(report: dict[str, Any], opts: argparse.Namespace) -> None:
         small = nbytes(shapes) < 32e6
         reps = 30 if small else opts.reps
         row: dict[str, Any] = {"name": name, "bytes_in": nbytes(shapes)}
-        for port in (FLOOR_PORT, SERVER_PORT):  # each lane's first call makes its stream
-            cli_bench(port, kernel, shapes, params, 3, 3)
+        cli_bench(FLOOR_PORT, kernel, shapes, params, 3, 3)
         row["cli_floor"] = cli_bench(FLOOR_PORT, kernel, shapes, params, 1, reps)
-        before = pool_counts()
+        # Each lane's first call makes its stream; the pool's segments of the warm-up stay
+        # while they are used within 30 s (the CLI takes seconds to fill 1 GB of inputs, so
+        # the warm-up comes right before the measured calls).
+        cli_bench(SERVER_PORT, kernel, shapes, params, 3, 3)
+        before = pool_counts(f"before the measured calls of {name}")
         row["cli_server"] = cli_bench(SERVER_PORT, kernel, shapes, params, 1, reps)
-        after = pool_counts()
+        after = pool_counts(f"after the measured calls of {name}")
         row["pool_new_blocks"], row["pool_refusals"] = (after[0] - before[0], after[1] - before[1])
         py_reps = reps if small else max(2, reps // 2)
         row["py_floor"] = python_round_trip(FLOOR_PORT, kernel, shapes, params, py_reps)
