@@ -51,7 +51,10 @@ struct HostPoolStats {
 // segment serves 336 MB and 600 MB calls alike), else allocates a segment of the size asked
 // for, first freeing wholly unused segments (least recently used first) when the limit would
 // be passed; past the limit it returns nullptr. Released ranges merge with their free
-// neighbours, so steady traffic of mixed sizes stops allocating once its peak fits.
+// neighbours, so steady traffic of mixed sizes stops allocating once its peak fits. Only a
+// wholly unused segment is freed: a long-held small range keeps its segment, and when free
+// space is split so that no range fits and the limit is reached, the request is refused (the
+// caller then copies through the heap; `refusals` counts it).
 // Buffers may outlive the pool (their segment is freed when its last range is released).
 // Thread safety: thread-safe.
 class HostBufferPool final : public HostAllocator {
