@@ -1,5 +1,7 @@
 #include "core/host_pool.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <list>
 #include <map>
@@ -37,24 +39,24 @@ struct HostBufferPool::State {
   // The smallest free range of `capacity` bytes or more, taken from its start; nullptr when
   // none fits.
   char* TakeBestFit(size_t capacity, Segment** from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    Segment* best_segment = nullptr;
-    std::map<size_t, size_t>::iterator best;
+    Segment* best = nullptr;
+    size_t best_offset = 0;
+    size_t best_length = SIZE_MAX;
     for (Segment& segment : segments) {
-      for (auto it = segment.free.begin(); it != segment.free.end(); ++it) {
-        if (it->second >= capacity && (best_segment == nullptr || it->second < best->second)) {
-          best_segment = &segment;
-          best = it;
+      for (const auto& [offset, length] : segment.free) {
+        if (length >= capacity && length < best_length) {
+          best = &segment;
+          best_offset = offset;
+          best_length = length;
         }
       }
     }
-    if (best_segment == nullptr) return nullptr;
-    const size_t offset = best->first;
-    const size_t length = best->second;
-    best_segment->free.erase(best);
-    if (length > capacity) best_segment->free.emplace(offset + capacity, length - capacity);
-    best_segment->used += capacity;
-    *from = best_segment;
-    return best_segment->base + offset;
+    if (best == nullptr) return nullptr;
+    best->free.erase(best_offset);
+    if (best_length > capacity) best->free.emplace(best_offset + capacity, best_length - capacity);
+    best->used += capacity;
+    *from = best;
+    return best->base + best_offset;
   }
 
   // Moves wholly unused segments to `doomed` (freed by the caller, outside the lock), least
@@ -82,7 +84,7 @@ struct HostBufferPool::State {
   }
 
   // Gives the range at `data` back to `segment`, merging it with free neighbours.
-  void Return(Segment* segment, char* data, size_t capacity) {
+  void Return(Segment* segment, const char* data, size_t capacity) {
     std::vector<void*> doomed;
     {
       absl::MutexLock lock(&mu);
@@ -107,12 +109,9 @@ struct HostBufferPool::State {
       stats.in_use_bytes -= capacity;
       stats.cached_bytes += capacity;
       if (closed && segment->used == 0) {
-        for (auto it = segments.begin(); it != segments.end(); ++it) {
-          if (&*it == segment) {
-            Drop(it, &doomed);
-            break;
-          }
-        }
+        auto it = std::find_if(segments.begin(), segments.end(),
+                               [segment](const Segment& s) { return &s == segment; });
+        if (it != segments.end()) Drop(it, &doomed);
       }
     }
     for (void* p : doomed) options.free(p);
