@@ -10,7 +10,6 @@ The binaries come from the environment: KERNELSERVE_SERVER and KERNELSERVE_CLI.
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,18 +24,13 @@ from tritonclient.utils import InferenceServerException
 from tritonclient.utils import shared_memory as shm
 
 import references
+from triton_fixture import TritonServer, free_port
 
 SERVER = os.environ.get("KERNELSERVE_SERVER", "")
 CLI = os.environ.get("KERNELSERVE_CLI", "")
 SOURCE = os.environ.get("KERNELSERVE_SOURCE_DIR", "")
 REQUIRED = {"mean_pooling": {"x"}, "flash_attention": {"q", "k", "v"}}
 TOLERANCE = {np.float32: 2e-5, np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_input(name, array):
@@ -51,32 +45,13 @@ def make_input(name, array):
 class KServeV2Test(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.target = f"127.0.0.1:{free_port()}"
-        cls.log = tempfile.NamedTemporaryFile(prefix="kernelserve-v2-", suffix=".log")
-        cls.process = subprocess.Popen(
-            [SERVER, f"--listen={cls.target}", "--metrics-listen=off", "--cache=memory"],
-            stdout=cls.log, stderr=subprocess.STDOUT)
-        cls.client = grpcclient.InferenceServerClient(cls.target)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if cls.client.is_server_ready():
-                    break
-            except InferenceServerException:
-                pass
-            if time.monotonic() > deadline or cls.process.poll() is not None:
-                cls.process.kill()
-                with open(cls.log.name) as log:
-                    raise RuntimeError(f"kernelserve-server not ready:\n{log.read()}")
-            time.sleep(0.1)
+        cls.server = TritonServer(SERVER, timeout=30)
+        cls.target, cls.client = cls.server.target, cls.server.client
         cls.dir = tempfile.mkdtemp(prefix="kernelserve-v2-")
 
     @classmethod
     def tearDownClass(cls):
-        cls.client.close()
-        cls.process.terminate()
-        cls.process.wait(timeout=30)
-        cls.log.close()
+        cls.server.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def setUp(self):

@@ -14,11 +14,7 @@ with the same calls made inline over v2, and with the NumPy references.
 """
 
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
 import numpy as np
@@ -31,17 +27,12 @@ try:
     import tritonclient.grpc as grpcclient
     import tritonclient.utils.cuda_shared_memory as cudashm
     from tritonclient.utils import InferenceServerException
-except ImportError as error:  # no tritonclient, or no cuda-python
+    from triton_fixture import TritonServer
+except (ImportError, RuntimeError) as error:  # no tritonclient; no cuda-python: RuntimeError
     grpcclient = None
     IMPORT_ERROR = str(error)
 
 SERVER = os.environ.get("KERNELSERVE_SERVER", "")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @unittest.skipUnless(grpcclient is not None and SERVER,
@@ -49,36 +40,17 @@ def free_port():
 class TritonCudaSharedMemoryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.target = f"127.0.0.1:{free_port()}"
-        cls.log = tempfile.NamedTemporaryFile(prefix="kernelserve-triton-cuda-", suffix=".log")
-        cls.process = subprocess.Popen(
-            [SERVER, f"--listen={cls.target}", "--metrics-listen=off", "--cache=memory"],
-            stdout=cls.log, stderr=subprocess.STDOUT)
-        cls.client = grpcclient.InferenceServerClient(cls.target)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if cls.client.is_server_ready():
-                    break
-            except InferenceServerException:
-                pass
-            if time.monotonic() > deadline or cls.process.poll() is not None:
-                cls.process.kill()
-                with open(cls.log.name) as log:
-                    raise RuntimeError(f"kernelserve-server not ready:\n{log.read()}")
-            time.sleep(0.1)
+        cls.server = TritonServer(SERVER)
+        cls.client = cls.server.client
         extensions = cls.client.get_server_metadata().extensions
         if "cuda_shared_memory" not in extensions:
-            cls.tearDownClass()
+            cls.server.stop()
             raise unittest.SkipTest(f"the server offers no CUDA shared memory: {extensions}")
 
     @classmethod
     def tearDownClass(cls):
         cls.client.unregister_cuda_shared_memory()
-        cls.client.close()
-        cls.process.terminate()
-        cls.process.wait(timeout=30)
-        cls.log.close()
+        cls.server.stop()
 
     def setUp(self):
         self.rng = np.random.default_rng(abs(hash(self.id())) % (1 << 32))
