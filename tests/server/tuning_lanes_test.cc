@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/barrier.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/executor.h"
@@ -47,9 +48,14 @@ TEST(TuningOnLanesTest, TwoCallsOfOneNewKeyTuneOnceWithoutDeadlock) {
   std::atomic<int> tuned{0};
   std::atomic<int> finished{0};
   absl::Notification both;
+  // Both calls run on their lanes before either asks for a config: otherwise a slow machine
+  // may start the second only after the first has tuned (its hold keeps the lanes from taking
+  // items), and the second then finds the config in memory, which is right but not this test.
+  absl::Barrier started(2);
   for (int i = 0; i < 2; ++i) {
     WorkItem item;
     item.run = [&](absl::Status, int64_t) {
+      started.Block();
       absl::StatusOr<ExecuteResult> result = executor.Execute("fake_scale", in, {}, cuda);
       if (result.ok()) {
         ++ok;
