@@ -4,6 +4,8 @@
 #ifndef KERNELSERVE_PROTO_KSERVE_CONVERT_H_
 #define KERNELSERVE_PROTO_KSERVE_CONVERT_H_
 
+#include <grpcpp/support/slice.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -68,17 +70,29 @@ struct InferCall {
 absl::StatusOr<InferCall> FromInferRequest(inference::ModelInferRequest* request,
                                            const KernelSchema& schema);
 
-// The native answer as a ModelInferResponse: the outputs asked for (all produced when
-// `outputs` is empty) in the schema's order with their bytes moved into raw_output_contents,
-// and every other field of the answer as a response parameter (config_source, cache_key,
-// platform, device, device_fingerprint, config, the timing fields as *_us, warnings). An
-// output of `output_regions` (its bytes written there already) gets an empty raw entry and its
-// region, offset and byte size as parameters. InvalidArgument naming an output asked for that
-// the call did not produce.
-absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
-                             const std::vector<std::string>& outputs, std::string_view id,
-                             inference::ModelInferResponse* out,
-                             const RegionRefs& output_regions = {});
+// A message serialized in pieces, in order: what grpc::ByteBuffer takes. Large tensor bytes
+// have slices of their own (not copied). A value type.
+struct WireMessage {
+  std::vector<grpc::Slice> slices;
+  size_t bytes = 0;  // in all slices
+};
+
+// The native answer as the bytes of a ModelInferResponse: the outputs asked for (all produced
+// when `outputs` is empty) in the schema's order with their bytes moved into
+// raw_output_contents, and every other field of the answer as a response parameter
+// (config_source, cache_key, platform, device, device_fingerprint, config, the timing fields as
+// *_us, warnings). An output of `output_regions` (its bytes written there already) gets an
+// empty raw entry and its region, offset and byte size as parameters. InvalidArgument naming an
+// output asked for that the call did not produce; ResourceExhausted over 2 GiB.
+absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,
+                                            const KernelSchema& schema,
+                                            const std::vector<std::string>& outputs,
+                                            std::string_view id,
+                                            const RegionRefs& output_regions = {});
+
+// Makes `message` field `number` (length-delimited) of an enclosing message, whose only field
+// it is: e.g. ModelStreamInferResponse.infer_response around a ToInferResponse.
+void NestAs(uint32_t number, WireMessage* message);
 
 }  // namespace kernelserve::kserve
 

@@ -1,10 +1,8 @@
 // The call side of the Open Inference Protocol mapping: ModelInferRequest to the native
-// ExecuteRequest, and the native answer to ModelInferResponse.
+// ExecuteRequest (the answer is proto/kserve_answer.cc).
 #include <cstring>
-#include <set>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -222,60 +220,6 @@ absl::Status TakeOutputs(const KernelSchema& schema, const ModelInferRequest& re
   return absl::OkStatus();
 }
 
-InferParameter Int64Param(int64_t value) {
-  InferParameter p;
-  p.set_int64_param(value);
-  return p;
-}
-
-InferParameter StringParam(std::string value) {
-  InferParameter p;
-  p.set_string_param(std::move(value));
-  return p;
-}
-
-// "autotune" for CONFIG_SOURCE_AUTOTUNE.
-std::string SourceName(v1::ConfigSource source) {
-  std::string name = v1::ConfigSource_Name(source);
-  constexpr std::string_view kPrefix = "CONFIG_SOURCE_";
-  if (absl::StartsWith(name, Sv(kPrefix))) name = name.substr(kPrefix.size());
-  return absl::AsciiStrToLower(name);
-}
-
-// The JSON of `config`, remembered per thread for the last config seen: a server answers most
-// calls with the config it answered the previous one with, and the JSON is the costliest
-// parameter to make.
-const std::string& ConfigJson(const v1::KernelConfig& proto) {
-  thread_local KernelConfig last;
-  thread_local std::string json;
-  KernelConfig config = FromProto(proto);
-  if (json.empty() || !(config == last)) {
-    json = config.ToJson();
-    last = std::move(config);
-  }
-  return json;
-}
-
-void PutParameters(const v1::ExecuteResponse& response, ParameterMap& out) {
-  out["config_source"] = StringParam(SourceName(response.config_source()));
-  out["cache_key"] = StringParam(response.cache_key());
-  out["platform"] = StringParam(response.platform());
-  out["device"] = Int64Param(response.device());
-  out["device_fingerprint"] = StringParam(response.device_fingerprint());
-  out["config"] = StringParam(ConfigJson(response.config()));
-  const v1::Timing& t = response.timing();
-  out["queue_us"] = Int64Param(t.queue_us());
-  out["select_us"] = Int64Param(t.select_us());
-  out["h2d_us"] = Int64Param(t.h2d_us());
-  out["kernel_us"] = Int64Param(t.kernel_us());
-  out["d2h_us"] = Int64Param(t.d2h_us());
-  out["total_us"] = Int64Param(t.total_us());
-  out["recv_us"] = Int64Param(t.recv_us());
-  if (!response.warnings().empty()) {
-    out["warnings"] = StringParam(absl::StrJoin(response.warnings(), "\n"));
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const KernelSchema& schema) {
@@ -286,47 +230,6 @@ absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const Ker
   KS_RETURN_IF_ERROR(TakeInputs(schema, *request, call));
   KS_RETURN_IF_ERROR(TakeOutputs(schema, *request, call));
   return call;
-}
-
-absl::Status ToInferResponse(v1::ExecuteResponse* response, const KernelSchema& schema,
-                             const std::vector<std::string>& outputs, std::string_view id,
-                             inference::ModelInferResponse* out, const RegionRefs& output_regions) {
-  for (const std::string& name : outputs) {
-    if (!response->outputs().contains(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output '", name, "' was asked for but this call does not produce it"));
-    }
-  }
-  out->set_model_name(schema.name);
-  out->set_model_version(std::string(kModelVersion));
-  out->set_id(std::string(id));
-  for (const OutputSchema& output : schema.outputs) {
-    auto it = response->mutable_outputs()->find(output.name);
-    if (it == response->mutable_outputs()->end()) continue;
-    if (!outputs.empty() &&
-        std::find(outputs.begin(), outputs.end(), output.name) == outputs.end()) {
-      continue;
-    }
-    v1::Tensor& tensor = it->second;
-    KS_ASSIGN_OR_RETURN(const DType dtype, FromProto(tensor.dtype(), output.name));
-    inference::ModelInferResponse::InferOutputTensor* o = out->add_outputs();
-    o->set_name(output.name);
-    o->set_datatype(std::string(DatatypeName(dtype)));
-    o->mutable_shape()->CopyFrom(tensor.shape());
-    std::string* raw = out->add_raw_output_contents();
-    if (auto region = output_regions.find(output.name); region != output_regions.end()) {
-      auto& parameters = *o->mutable_parameters();
-      parameters["shared_memory_region"] = StringParam(region->second.region);
-      parameters["shared_memory_offset"] = Int64Param(static_cast<int64_t>(region->second.offset));
-      const std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
-      parameters["shared_memory_byte_size"] =
-          Int64Param(NumElements(shape).value_or(0) * static_cast<int64_t>(ItemSize(dtype)));
-      continue;
-    }
-    raw->swap(*tensor.mutable_data());
-  }
-  PutParameters(*response, *out->mutable_parameters());
-  return absl::OkStatus();
 }
 
 }  // namespace kernelserve::kserve

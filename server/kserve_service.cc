@@ -19,7 +19,8 @@
 namespace kernelserve::server {
 namespace {
 
-using ModelInferCall = UnaryCall<inference::ModelInferRequest, inference::ModelInferResponse>;
+// Answered with the ModelInferResponse's bytes (kserve::ToInferResponse writes them).
+using ModelInferCall = UnaryCall<inference::ModelInferRequest, grpc::ByteBuffer>;
 
 // An Execute with at most this many input bytes runs on the gRPC thread when the CPU worker is
 // idle (as the native Execute does).
@@ -102,9 +103,9 @@ absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan
   return inputs;
 }
 
-absl::Status AnswerInfer(v1::ExecuteResponse* answer, const InferReply& reply,
-                         inference::ModelInferResponse* out) {
-  return kserve::ToInferResponse(answer, *reply.schema, reply.outputs, reply.id, out,
+absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
+                                                const InferReply& reply) {
+  return kserve::ToInferResponse(answer, *reply.schema, reply.outputs, reply.id,
                                  reply.output_regions);
 }
 
@@ -263,7 +264,12 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
           RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
                           answer.timing(), call->tracker().seconds());
           if (status.ok()) {
-            status = AnswerInfer(&answer, reply, &call->response());
+            absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&answer, reply);
+            status = bytes.status();
+            if (status.ok()) {
+              grpc::ByteBuffer sent(bytes->slices.data(), bytes->slices.size());
+              call->response().Swap(&sent);
+            }
           }
           finish(call, status);
         },

@@ -127,9 +127,9 @@ absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan
                                          v1::ExecuteRequest* native, InferReply* reply);
 
 // The answer of a call that ran (its outputs of reply.output_spans written there by RunCall):
-// kserve::ToInferResponse.
-absl::Status AnswerInfer(v1::ExecuteResponse* answer, const InferReply& reply,
-                         inference::ModelInferResponse* out);
+// kserve::ToInferResponse, the serialized ModelInferResponse.
+absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
+                                                const InferReply& reply);
 
 // The kernel serving model `name` at `version` ("" or "1"); NotFound naming the models there
 // are otherwise.

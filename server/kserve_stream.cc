@@ -39,19 +39,23 @@ struct KServeStream {
   static absl::Status Serialize(v1::ExecuteResponse response, wire::TensorBuffers /*buffers*/,
                                 absl::Status outcome, const Reply& reply, StreamWaits waits,
                                 grpc::ByteBuffer* out) {
-    inference::ModelStreamInferResponse answer;
     if (outcome.ok()) {
       response.mutable_timing()->set_queue_us(waits.queue_us);
       response.mutable_timing()->set_recv_us(waits.recv_us);
-      outcome = AnswerInfer(&response, reply, answer.mutable_infer_response());
+      absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&response, reply);
+      if (bytes.ok()) {
+        kserve::NestAs(inference::ModelStreamInferResponse::kInferResponseFieldNumber, &*bytes);
+        grpc::ByteBuffer sent(bytes->slices.data(), bytes->slices.size());
+        out->Swap(&sent);
+        return outcome;
+      }
+      outcome = bytes.status();
     }
-    if (!outcome.ok()) {
-      answer.Clear();
-      answer.set_error_message(
-          absl::StrCat(absl::StatusCodeToString(outcome.code()), ": ", ClientMessage(outcome)));
-      answer.mutable_infer_response()->set_id(reply.id);
-      answer.mutable_infer_response()->set_model_name(reply.model);
-    }
+    inference::ModelStreamInferResponse answer;
+    answer.set_error_message(
+        absl::StrCat(absl::StatusCodeToString(outcome.code()), ": ", ClientMessage(outcome)));
+    answer.mutable_infer_response()->set_id(reply.id);
+    answer.mutable_infer_response()->set_model_name(reply.model);
     bool own_buffer = false;
     const grpc::Status serialized =
         grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(answer, out,

@@ -20,7 +20,8 @@ namespace kernelserve::server {
 // bytes that do not parse get INVALID_ARGUMENT naming the fault, and each call parses its
 // request only after taking its bytes from the in-flight budget. A handler creates a
 // UnaryCall, which owns the parsed request and the response; Finish serializes the response
-// into gRPC's buffer, finishes the RPC and deletes the call.
+// into gRPC's buffer (a grpc::ByteBuffer response is sent as the handler wrote it), finishes
+// the RPC and deletes the call.
 // Thread safety: one thread at a time (the handler, then the worker that runs the call).
 template <typename Request, typename Response>
 class UnaryCall {
@@ -94,7 +95,10 @@ class UnaryCall {
   ~UnaryCall() = default;
 
   grpc::Status Serialize() {
-    if constexpr (std::is_same_v<Response, v1::ExecuteResponse>) {
+    if constexpr (std::is_same_v<Response, grpc::ByteBuffer>) {
+      raw_response_->Swap(&response_);  // serialized by the handler
+      return grpc::Status::OK;
+    } else if constexpr (std::is_same_v<Response, v1::ExecuteResponse>) {
       if (!response_buffers_.empty()) {
         return wire::SerializeResponse(response_, response_buffers_, raw_response_);
       }
