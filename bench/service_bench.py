@@ -3,6 +3,7 @@
 on one loopback, for the speed targets of issue 3.
 
     bench/service_bench.py BUILD [BUILD2 ...] [--cases tiny,c32,in,both] [--rounds N] [--floor]
+                           [--protocols native,v2]
 
 Each BUILD is a build directory (server/kernelserve-server, client/kernelserve). Every build
 gets its own server (--cache memory, metrics off, a free port); the runs are interleaved
@@ -13,6 +14,11 @@ server time, CPU time per call of the server and the client processes, load and 
 --floor adds the first build's bench/kernelserve-grpc-floor, a bare gRPC server that answers
 Execute with a same-sized reply and does nothing else, as one more server in the rounds: the
 same client against it measures what gRPC itself costs on this machine.
+
+--protocols native,v2 sends each case through both front doors of the same server (the
+native Execute and the KServe v2 ModelInfer, `kernelserve bench --protocol`), interleaved in
+each round, and prints the v2 / native ratios of p50 and req/s round by round (the front
+door's target: <= 1.10 and >= 0.90).
 
 Cases:
   tiny  mean_pooling x=f32:1,16,64, concurrency 1, 3 s      (target: p50 <= 150 us)
@@ -54,9 +60,9 @@ def steal_counters():
     return values[7], sum(values)
 
 
-def cases(workdir):
+def cases(workdir, names):
     cu = os.path.join(workdir, "cu_seqlens_65536.npy")
-    if not os.path.exists(cu):
+    if "both" in names and not os.path.exists(cu):
         import numpy as np
         np.save(cu, np.arange(65537, dtype=np.int32))
     return {
@@ -68,11 +74,11 @@ def cases(workdir):
     }
 
 
-def run_once(build, port, args, server_pid):
+def run_once(build, port, args, server_pid, protocol):
     st0, cpu0 = steal_counters(), proc_cpu(server_pid)
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([f"{build}/client/kernelserve", "bench", "mean_pooling", *args,
-                          "--target", f"127.0.0.1:{port}", "--json"],
+                          "--target", f"127.0.0.1:{port}", "--json", "--protocol", protocol],
                          capture_output=True, text=True, check=True).stdout
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     st1, cpu1 = steal_counters(), proc_cpu(server_pid)
@@ -103,34 +109,44 @@ def main():
                         help="more kernelserve-server flags, e.g. '--devices cpu' on a GPU host")
     parser.add_argument("--floor", action="store_true",
                         help="also measure the bare gRPC server (bench/kernelserve-grpc-floor)")
+    parser.add_argument("--protocols", default="native",
+                        help="front doors to compare on each server: native, v2 or native,v2")
     opts = parser.parse_args()
+    protocols = opts.protocols.split(",")
     workdir = tempfile.mkdtemp(prefix="ks-service-bench-")
-    all_cases = cases(workdir)
     names = opts.cases.split(",")
+    all_cases = cases(workdir, names)
     # (label, build whose client runs, server command line without --listen)
     targets = [(b, b, [f"{b}/server/kernelserve-server", "--metrics-listen", "off", "--cache",
                        "memory", *shlex.split(opts.server_args)]) for b in opts.builds]
     if opts.floor:
         first = opts.builds[0]
         targets.append((f"grpc-floor({first})", first, [f"{first}/bench/kernelserve-grpc-floor"]))
-    labels = [label for label, _, _ in targets]
     servers = []
+    # (label, server index, protocol): what each round measures, in order.
+    lanes = []
     try:
         for label, client_build, command in targets:
             port = free_port()
             p = subprocess.Popen(command + ["--listen", f"127.0.0.1:{port}"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            servers.append((label, client_build, port, p))
+            # The floor answers Execute only.
+            for protocol in (["native"] if label.startswith("grpc-floor") else protocols):
+                suffix = "" if len(protocols) == 1 else f" [{protocol}]"
+                lanes.append((label + suffix, len(servers), protocol))
+            servers.append((client_build, port, p))
         time.sleep(1.0)
+        labels = [label for label, _, _ in lanes]
         results = {(b, c): [] for b in labels for c in names}
         for r in range(opts.rounds):
             for case in names:
-                for label, client_build, port, p in servers:
+                for label, index, protocol in lanes:
+                    client_build, port, p = servers[index]
                     results[(label, case)].append(
-                        run_once(client_build, port, all_cases[case], p.pid))
+                        run_once(client_build, port, all_cases[case], p.pid, protocol))
             print(f"round {r + 1}/{opts.rounds} done", file=sys.stderr)
     finally:
-        for _, _, _, p in servers:
+        for _, _, p in servers:
             p.terminate()
             p.wait()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
@@ -149,6 +165,20 @@ def main():
             line += (f"; load {statistics.mean(r['load'] for r in rows):.2f}, steal "
                      f"{statistics.mean(r['steal'] for r in rows):.0f}%")
             print(line)
+    if "v2" in protocols and "native" in protocols:
+        print_protocol_ratios(opts.builds, names, results)
+
+
+def print_protocol_ratios(builds, names, results):
+    """v2 / native of p50 and req/s, round by round (the same server, adjacent runs)."""
+    for build in builds:
+        for case in names:
+            native, v2 = results[(f"{build} [native]", case)], results[(f"{build} [v2]", case)]
+            p50 = [b["p50"] / a["p50"] for a, b in zip(native, v2)]
+            rps = [b["rps"] / a["rps"] for a, b in zip(native, v2)]
+            print(f"{case:>5} {build} v2/native: p50 " + " ".join(f"{x:.2f}" for x in p50) +
+                  f" (median {statistics.median(p50):.2f}); req/s " +
+                  " ".join(f"{x:.2f}" for x in rps) + f" (median {statistics.median(rps):.2f})")
 
 
 if __name__ == "__main__":
