@@ -160,6 +160,64 @@ void BM_V2ResponseAsMap(benchmark::State& state) {
 }
 BENCHMARK(BM_V2ResponseAsMap);
 
+// The client's side of the same call: the request serialized, the answer parsed.
+void BM_NativeClient(benchmark::State& state) {
+  Setup& s = TheSetup();
+  grpc::ByteBuffer copy(s.native_request);
+  auto request = std::make_shared<v1::ExecuteRequest>();
+  (void)wire::ParseRequest(&copy, request.get());
+  v1::ExecuteResponse first = s.answer;
+  const grpc::ByteBuffer answer = Serialized(first);
+  for (auto _ : state) {
+    grpc::ByteBuffer sent;
+    (void)wire::SerializeShared(request, &sent);
+    grpc::ByteBuffer received(answer);
+    v1::ExecuteResponse response;
+    if (!wire::ParseRequest(&received, &response).ok()) state.SkipWithError("parse");
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_NativeClient);
+
+void BM_V2Client(benchmark::State& state) {
+  Setup& s = TheSetup();
+  grpc::ByteBuffer copy(s.v2_request);
+  inference::ModelInferRequest request;
+  (void)wire::ParseRequest(&copy, &request);
+  v1::ExecuteResponse first = s.answer;
+  const absl::StatusOr<kserve::WireMessage> bytes =
+      kserve::ToInferResponse(&first, *s.schema, {}, "");
+  const grpc::ByteBuffer answer(bytes->slices.data(), bytes->slices.size());
+  for (auto _ : state) {
+    grpc::ByteBuffer sent = Serialized(request);
+    grpc::ByteBuffer received(answer);
+    inference::ModelInferResponse response;
+    if (!wire::ParseRequest(&received, &response).ok()) state.SkipWithError("parse");
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_V2Client);
+
+void BM_V2ClientArena(benchmark::State& state) {
+  Setup& s = TheSetup();
+  grpc::ByteBuffer copy(s.v2_request);
+  inference::ModelInferRequest request;
+  (void)wire::ParseRequest(&copy, &request);
+  v1::ExecuteResponse first = s.answer;
+  const absl::StatusOr<kserve::WireMessage> bytes =
+      kserve::ToInferResponse(&first, *s.schema, {}, "");
+  const grpc::ByteBuffer answer(bytes->slices.data(), bytes->slices.size());
+  for (auto _ : state) {
+    grpc::ByteBuffer sent = Serialized(request);
+    grpc::ByteBuffer received(answer);
+    google::protobuf::Arena arena;
+    auto* response = google::protobuf::Arena::CreateMessage<inference::ModelInferResponse>(&arena);
+    if (!wire::ParseRequest(&received, response).ok()) state.SkipWithError("parse");
+    benchmark::DoNotOptimize(response);
+  }
+}
+BENCHMARK(BM_V2ClientArena);
+
 }  // namespace
 }  // namespace kernelserve
 

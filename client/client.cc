@@ -185,12 +185,16 @@ Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
 
 absl::StatusOr<inference::ModelInferResponse> Client::ModelInfer(
     const inference::ModelInferRequest& request) const {
+  inference::ModelInferResponse response;
+  KS_RETURN_IF_ERROR(ModelInfer(request, &response));
+  return response;
+}
+
+absl::Status Client::ModelInfer(const inference::ModelInferRequest& request,
+                                inference::ModelInferResponse* response) const {
   grpc::ClientContext context;
   Prepare(&context, absl::ZeroDuration());
-  inference::ModelInferResponse response;
-  const grpc::Status status = v2_stub_->ModelInfer(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return response;
+  return FromGrpcStatus(v2_stub_->ModelInfer(&context, request, response));
 }
 
 void Client::Prepare(grpc::ClientContext* context, absl::Duration deadline) const {

@@ -181,6 +181,10 @@ class Client {
   // token and default deadline.
   absl::StatusOr<inference::ModelInferResponse> ModelInfer(
       const inference::ModelInferRequest& request) const;
+  // The same, parsing the answer into `response` (not owned; it may live on a protobuf arena,
+  // which makes parsing the answer's parameter map cheaper).
+  absl::Status ModelInfer(const inference::ModelInferRequest& request,
+                          inference::ModelInferResponse* response) const;
 
   // Shared memory of the server's host (see client/shared_memory.h for the helper that makes
   // and registers a system region): registers `byte_size` bytes at `offset` of the POSIX
