@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,7 +35,7 @@ using OutputTensor = inference::ModelInferResponse::InferOutputTensor;
 // their own (no copy).
 constexpr size_t kCopiedOutputBytes = 16 << 10;
 
-enum WireType : uint32_t { kVarint = 0, kDelimited = 2 };
+enum WireType : uint32_t { kDelimited = 2 };
 
 // The longest parameter key written here (keys are this file's own names).
 constexpr size_t kMaxKey = 64;
@@ -90,7 +91,8 @@ char* EntryHead(uint32_t field, std::string_view key, size_t param_size, char* p
 
 void PutInt64(uint32_t field, std::string_view key, int64_t value, std::string* out) {
   const auto bits = static_cast<uint64_t>(value);  // negative: ten bytes, as protobuf writes
-  constexpr uint64_t kTag = (uint64_t{InferParameter::kInt64ParamFieldNumber} << 3) | kVarint;
+  // Wire type 0 (varint): the tag is the field number shifted.
+  constexpr uint64_t kTag = uint64_t{InferParameter::kInt64ParamFieldNumber} << 3;
   char entry[kMaxKey + 64];
   char* p = EntryHead(field, key, VarintSize(kTag) + VarintSize(bits), entry);
   p = Varint(bits, Varint(kTag, p));
@@ -165,8 +167,9 @@ std::string OutputMessage(const std::string& name, DType dtype, const v1::Tensor
   PutBytes(OutputTensor::kNameFieldNumber, name, &out);
   PutBytes(OutputTensor::kDatatypeFieldNumber, DatatypeName(dtype), &out);
   if (!tensor.shape().empty()) {
-    size_t packed = 0;
-    for (int64_t d : tensor.shape()) packed += VarintSize(static_cast<uint64_t>(d));
+    const size_t packed = std::accumulate(
+        tensor.shape().begin(), tensor.shape().end(), size_t{0},
+        [](size_t n, int64_t d) { return n + VarintSize(static_cast<uint64_t>(d)); });
     PutDelimitedHead(OutputTensor::kShapeFieldNumber, packed, &out);
     for (int64_t d : tensor.shape()) {
       char bytes[10];
