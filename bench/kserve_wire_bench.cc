@@ -131,7 +131,7 @@ void BM_V2Response(benchmark::State& state) {
     v1::ExecuteResponse answer = s.answer;
     absl::StatusOr<kserve::WireMessage> bytes = kserve::ToInferResponse(&answer, *s.schema, {}, "");
     if (!bytes.ok()) state.SkipWithError("convert");
-    grpc::ByteBuffer sent(bytes->slices.data(), bytes->slices.size());
+    grpc::ByteBuffer sent = bytes->ToByteBuffer();
     benchmark::DoNotOptimize(sent);
   }
 }
@@ -144,7 +144,7 @@ void BM_V2ResponseAsMap(benchmark::State& state) {
   v1::ExecuteResponse first = s.answer;
   const absl::StatusOr<kserve::WireMessage> bytes =
       kserve::ToInferResponse(&first, *s.schema, {}, "");
-  grpc::ByteBuffer buffer(bytes->slices.data(), bytes->slices.size());
+  grpc::ByteBuffer buffer = bytes->ToByteBuffer();
   inference::ModelInferResponse model;
   if (!wire::ParseRequest(&buffer, &model).ok()) state.SkipWithError("parse");
   for (auto _ : state) {
@@ -189,7 +189,7 @@ void V2Client(benchmark::State& state, bool arena) {
   v1::ExecuteResponse first = s.answer;
   const absl::StatusOr<kserve::WireMessage> bytes =
       kserve::ToInferResponse(&first, *s.schema, {}, "");
-  const grpc::ByteBuffer answer(bytes->slices.data(), bytes->slices.size());
+  const grpc::ByteBuffer answer = bytes->ToByteBuffer();
   for (auto _ : state) {
     grpc::ByteBuffer sent = Serialized(request);
     grpc::ByteBuffer received(answer);

@@ -196,7 +196,7 @@ grpc::Slice OwningSlice(std::string bytes) {
       grpc::Slice::STEAL_REF);
 }
 
-// Moves the bytes of `head` into a slice at the end of `message`.
+// Copies the bytes of `head` into a slice at the end of `message` and empties `head`.
 void Flush(std::string* head, WireMessage* message) {
   if (head->empty()) return;
   message->bytes += head->size();
@@ -256,9 +256,8 @@ absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,
   Flush(&head, &message);
   if (message.bytes > INT_MAX) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the answer is ", message.bytes,
-                     " bytes, over the 2 GiB a protobuf "
-                     "message can hold: ask for fewer outputs or split the call"));
+        absl::StrCat("the answer is ", message.bytes, " bytes, over the 2 GiB a protobuf message ",
+                     "can hold: ask for fewer outputs or split the call"));
   }
   return message;
 }

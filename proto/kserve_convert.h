@@ -4,6 +4,7 @@
 #ifndef KERNELSERVE_PROTO_KSERVE_CONVERT_H_
 #define KERNELSERVE_PROTO_KSERVE_CONVERT_H_
 
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
 #include <cstdint>
@@ -75,6 +76,9 @@ absl::StatusOr<InferCall> FromInferRequest(inference::ModelInferRequest* request
 struct WireMessage {
   std::vector<grpc::Slice> slices;
   size_t bytes = 0;  // in all slices
+
+  // The slices as gRPC sends them (each slice shared, none copied).
+  grpc::ByteBuffer ToByteBuffer() const { return grpc::ByteBuffer(slices.data(), slices.size()); }
 };
 
 // The native answer as the bytes of a ModelInferResponse: the outputs asked for (all produced

@@ -266,10 +266,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
           if (status.ok()) {
             absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&answer, reply);
             status = bytes.status();
-            if (status.ok()) {
-              grpc::ByteBuffer sent(bytes->slices.data(), bytes->slices.size());
-              call->response().Swap(&sent);
-            }
+            if (status.ok()) call->response() = bytes->ToByteBuffer();
           }
           finish(call, status);
         },

@@ -45,8 +45,7 @@ struct KServeStream {
       absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&response, reply);
       if (bytes.ok()) {
         kserve::NestAs(inference::ModelStreamInferResponse::kInferResponseFieldNumber, &*bytes);
-        grpc::ByteBuffer sent(bytes->slices.data(), bytes->slices.size());
-        out->Swap(&sent);
+        *out = bytes->ToByteBuffer();
         return outcome;
       }
       outcome = bytes.status();

@@ -71,7 +71,7 @@ v1::ExecuteResponse Answer(size_t out_rows) {
 }
 
 ModelInferResponse Parsed(WireMessage message) {
-  grpc::ByteBuffer buffer(message.slices.data(), message.slices.size());
+  grpc::ByteBuffer buffer = message.ToByteBuffer();
   EXPECT_EQ(buffer.Length(), message.bytes);
   ModelInferResponse parsed;
   EXPECT_TRUE(wire::ParseRequest(&buffer, &parsed).ok());
@@ -191,7 +191,7 @@ TEST(KServeAnswerTest, NestedAsTheStreamsInferResponse) {
   absl::StatusOr<WireMessage> bytes = ToInferResponse(&answer, TwoOutputs(), {}, "s-1");
   ASSERT_TRUE(bytes.ok());
   NestAs(inference::ModelStreamInferResponse::kInferResponseFieldNumber, &*bytes);
-  grpc::ByteBuffer buffer(bytes->slices.data(), bytes->slices.size());
+  grpc::ByteBuffer buffer = bytes->ToByteBuffer();
   EXPECT_EQ(buffer.Length(), bytes->bytes);
   inference::ModelStreamInferResponse stream;
   ASSERT_TRUE(wire::ParseRequest(&buffer, &stream).ok());
