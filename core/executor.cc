@@ -46,6 +46,14 @@ SelectRequest RequestOf(const CallPlan& plan) {
   return request;
 }
 
+// The platform that ran `config`: the one it names (cuda's flash attention runs cudnn's
+// configs too), else the plan's.
+Platform RanOn(const CallPlan& plan, const KernelConfig& config) {
+  if (config.platform.empty()) return plan.platform;
+  absl::StatusOr<Platform> named = ParsePlatform(config.platform);
+  return named.ok() ? *named : plan.platform;
+}
+
 }  // namespace
 
 Executor::Executor(const KernelRegistry* registry, ConfigSelectorChain* chain,
@@ -205,9 +213,9 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
     options_.recorder->Record(RecordedCall{plan.kernel->name(), plan.invocation.inputs,
                                            plan.attributes(), recorded, plan.cache_key, 0});
   }
+  result.platform = RanOn(plan, selection.config);
   result.config = std::move(selection.config);
   result.source = selection.source;
-  result.platform = plan.platform;
   result.device = plan.ordinal();
   result.device_fingerprint = plan.invocation.device.Hash();
   result.cache_key = plan.cache_key;
@@ -238,7 +246,7 @@ absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const Tensor
   };
   AutotuneResult result;
   KS_ASSIGN_OR_RETURN(result.selection, chain_->Tune(request));
-  result.platform = plan.platform;
+  result.platform = RanOn(plan, result.selection.config);
   result.device = plan.ordinal();
   result.device_fingerprint = plan.invocation.device.Hash();
   return result;

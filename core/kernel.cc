@@ -15,6 +15,10 @@ absl::StatusOr<TensorMap> PreparedRun::FetchInto(const TensorMap& places) {
                    "' is in GPU memory, which this platform cannot write; run on that GPU"));
 }
 
+bool PlatformImpl::RunsConfigsOf(std::string_view config_platform) const {
+  return config_platform.empty() || config_platform == PlatformName(platform());
+}
+
 bool PlatformImpl::IsCandidate(const KernelConfig& config, const Problem& problem,
                                const DeviceInfo& device) const {
   const std::vector<KernelConfig> candidates = Candidates(problem, device);

@@ -97,6 +97,11 @@ class PlatformImpl {
                                                                const TensorMap& inputs,
                                                                const DeviceInfo& device) const = 0;
 
+  // True when configs naming `config_platform` (KernelConfig::platform) are this platform's to
+  // check and run: "" and its own name; a platform that also runs another's configs (cuda runs
+  // cudnn's) overrides it.
+  virtual bool RunsConfigsOf(std::string_view config_platform) const;
+
   // True when `config` is one of Candidates(problem, device) (a stored config outside the
   // space is treated as a miss).
   bool IsCandidate(const KernelConfig& config, const Problem& problem,

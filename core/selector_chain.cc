@@ -60,7 +60,7 @@ absl::Status ConfigSelectorChain::CheckSupported(const SelectRequest& request,
                                                  const KernelConfig& config,
                                                  std::string_view what) const {
   const std::string& platform = request.invocation->platform;
-  if (!config.platform.empty() && config.platform != platform) {
+  if (!request.impl->RunsConfigsOf(config.platform)) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(what), " config is for platform '",
                                                    config.platform, "' but the call runs on '",
                                                    platform, "'"));
