@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# kernelserve-server image: built on the CUDA devel image, run on the matching runtime image.
+# kernelserve-server image: built on the CUDA devel image with cuDNN, run on the matching runtime
+# image with cuDNN (the cudnn platform of flash attention loads it).
 #
 #   docker build -t kernelserve:latest .
 #   docker run --gpus all -p 50051:50051 -p 9464:9464 kernelserve:latest
@@ -10,7 +11,7 @@
 ARG CUDA_VERSION=13.0.0
 ARG BASE_OS=ubuntu24.04
 
-FROM nvidia/cuda:${CUDA_VERSION}-devel-${BASE_OS} AS build
+FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-${BASE_OS} AS build
 # The default build's architectures (CMakeLists.txt): 80 = A100, 90a = H100/H200 with the wgmma
 # flash attention kernels that docs/PERFORMANCE.md measures (plain 90 lacks them). A test
 # (tests/deploy/check_manifests.py) keeps the two lists equal.
@@ -23,12 +24,16 @@ RUN apt-get update \
       build-essential cmake pkg-config \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev libhiredis-dev prometheus-cpp-dev libssl-dev nlohmann-json3-dev libcli11-dev \
+      python3-pip \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore keeps build trees, tests, benchmarks and docs out of the context.
 COPY . .
-RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DBUILD_TESTING=OFF \
-      -DKERNELSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
+# The cudnn platform: cuDNN's headers come with the cudnn image, cudnn-frontend's from PyPI
+# (pinned, hash-checked); the runtime image carries libcudnn, which the server loads.
+RUN scripts/fetch-cudnn-frontend.sh \
+ && cmake -S . -B /build -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DBUILD_TESTING=OFF \
+      -DKERNELSERVE_CUDA=ON -DKERNELSERVE_CUDNN=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
  && cmake --build /build --target kernelserve-server kernelserve -j${JOBS:-$(nproc)} \
  && mkdir -p /out/bin \
  && cp /build/server/kernelserve-server /build/client/kernelserve /out/bin/ \
@@ -48,7 +53,7 @@ RUN ldd /out/bin/kernelserve-server /out/bin/kernelserve \
         || { echo "runtime package matching '${want}' not found" >&2; exit 1; }; \
     done
 
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS} AS runtime
+FROM nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-${BASE_OS} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
 COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update \

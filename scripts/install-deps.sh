@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages kernelserve builds, tests and runs with.
+# Installs the Debian 12 packages kernelserve builds, tests and runs with, then the pinned
+# cudnn-frontend headers (scripts/fetch-cudnn-frontend.sh).
 # Installs only what is missing; uses sudo when not root. Safe to run again.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ packages=(
   redis-server prometheus
   python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
   python3-venv  # the client tests' virtualenv (pip installs client/python into it)
+  python3-pip  # fetches the cudnn-frontend headers (scripts/fetch-cudnn-frontend.sh)
   # Sanitizer and fuzzing builds (make test-asan, test-tsan, fuzz): clang, its sanitizer and
   # libFuzzer runtimes, llvm-symbolizer; dpkg-dev unpacks the Abseil source package that
   # scripts/build-tsan-abseil.sh builds with TSan.
@@ -26,7 +28,7 @@ for p in "${packages[@]}"; do
   fi
 done
 if ((${#missing[@]} == 0)); then
-  exit 0
+  exec "$(dirname "$0")/fetch-cudnn-frontend.sh"
 fi
 
 sudo=()
@@ -35,3 +37,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"$(dirname "$0")/fetch-cudnn-frontend.sh"

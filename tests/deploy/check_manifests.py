@@ -126,8 +126,8 @@ def check_dockerfile(root, flags, install_deps, report):
         return re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), text)
 
     build, runtime = image(stages[0]), image(stages[-1])
-    m_build = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-devel-(.+)", build)
-    m_run = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-runtime-(.+)", runtime)
+    m_build = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-(cudnn-)?devel-(.+)", build)
+    m_run = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-(cudnn-)?runtime-(.+)", runtime)
     if report.expect(m_build and m_run, f"Dockerfile: expected nvidia/cuda devel -> runtime, got "
                      f"{build} -> {runtime}"):
         report.expect(m_build.groups() == m_run.groups(),
