@@ -7,6 +7,9 @@
 #include "kernels/runtime/cuda/cuda_platform.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #endif
+#ifdef KERNELSERVE_WITH_CUDNN
+#include "kernels/runtime/cudnn/cudnn_library.h"
+#endif
 
 namespace kernelserve {
 
@@ -42,6 +45,14 @@ HostBufferPool* ConfigureGpuHostMemory(size_t limit_bytes) {
   (void)limit_bytes;
   return nullptr;
 #endif
+}
+
+std::string LoadedCudnnVersion() {
+#ifdef KERNELSERVE_WITH_CUDNN
+  absl::StatusOr<int64_t> version = cudnn::LoadCudnn();
+  if (version.ok()) return cudnn::CudnnVersionName(*version);
+#endif
+  return "none";
 }
 
 bool BuiltWithCuda() {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,10 @@ HostBufferPool* ConfigureGpuHostMemory(size_t limit_bytes);
 
 // True when this build includes the CUDA kernels.
 bool BuiltWithCuda();
+
+// The version of the cuDNN this process loaded ("9.19.0"), which the cudnn platform runs on;
+// "none" when the build has no cudnn platform or cuDNN did not load.
+std::string LoadedCudnnVersion();
 
 }  // namespace kernelserve
 

@@ -5,6 +5,11 @@
 #ifdef KERNELSERVE_WITH_CUDA
 #include "kernels/flash_attention/cuda/flash_attention_cuda.h"
 #endif
+#ifdef KERNELSERVE_WITH_CUDNN
+#include <cstdio>
+
+#include "kernels/runtime/cudnn/cudnn_library.h"
+#endif
 
 namespace kernelserve {
 
@@ -13,6 +18,19 @@ std::unique_ptr<Kernel> MakeFlashAttention() {
   kernel->AddImpl(MakeFlashAttentionCpu());
 #ifdef KERNELSERVE_WITH_CUDA
   kernel->AddImpl(MakeFlashAttentionCuda());
+#endif
+#ifdef KERNELSERVE_WITH_CUDNN
+  // The cudnn platform exists where cuDNN loads; where it does not, one line says why.
+  static const bool logged = [] {
+    absl::StatusOr<int64_t> loaded = cudnn::LoadCudnn();
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "kernelserve: no cudnn platform: %s\n",
+                   std::string(loaded.status().message()).c_str());
+    }
+    return true;
+  }();
+  (void)logged;
+  if (cudnn::LoadCudnn().ok()) kernel->AddImpl(MakeFlashAttentionCudnn());
 #endif
   return kernel;
 }

@@ -101,4 +101,27 @@ TensorMap RandomAttentionInputs(const AttentionInputsOptions& options) {
   return inputs;
 }
 
+std::string LseMismatch(const Tensor& got, const Tensor& want) {
+  if (!(got.spec() == want.spec())) return "lse spec differs";
+  const std::vector<float> g = got.ToFloats();
+  const std::vector<float> w = want.ToFloats();
+  double diff = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (std::isinf(w[i])) {
+      if (g[i] != w[i]) return absl::StrCat("lse[", i, "] = ", g[i], ", expected ", w[i]);
+      continue;
+    }
+    if (std::isnan(g[i]) || std::isinf(g[i])) {
+      return absl::StrCat("lse[", i, "] = ", g[i], ", expected ", w[i]);
+    }
+    diff += (g[i] - w[i]) * static_cast<double>(g[i] - w[i]);
+    norm += static_cast<double>(w[i]) * w[i];
+  }
+  if (norm > 0.0 && std::sqrt(diff / norm) >= 1e-3) {
+    return absl::StrCat("lse relative error ", std::sqrt(diff / norm), " (limit 1e-3)");
+  }
+  return "";
+}
+
 }  // namespace kernelserve

@@ -40,6 +40,11 @@ AllCloseResult AllClose(const Tensor& actual, const Tensor& expected, double rto
 double RelativeError(absl::Span<const double> a, absl::Span<const double> b);
 double RelativeError(const Tensor& a, const Tensor& b);
 
+// Why an attention lse `got` does not match the reference `want`, or "" when it does: the
+// same spec, -inf exactly where `want` has it, no NaN or inf elsewhere, and a relative error
+// under 1e-3 over the finite elements.
+std::string LseMismatch(const Tensor& got, const Tensor& want);
+
 // Shapes of RandomAttentionInputs.
 struct AttentionInputsOptions {
   int64_t B = 2;              // batch

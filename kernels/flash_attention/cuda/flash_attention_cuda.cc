@@ -12,9 +12,14 @@
 #include "core/utils/string_view.h"
 #include "kernels/flash_attention/cuda/flash_attention_config.h"
 #include "kernels/flash_attention/cuda/flash_attention_dispatch.h"
+#include "kernels/flash_attention/cudnn/flash_attention_cudnn_config.h"
 #include "kernels/runtime/cuda/cuda_check.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #include "kernels/runtime/cuda/cuda_run.h"
+#ifdef KERNELSERVE_WITH_CUDNN
+#include "kernels/flash_attention/cudnn/flash_attention_cudnn_graph.h"
+#include "kernels/runtime/cudnn/cudnn_library.h"
+#endif
 
 namespace kernelserve {
 namespace {
@@ -59,6 +64,8 @@ class CudaFlashAttentionRun : public cuda::CudaRun {
   absl::StatusOr<double> Launch(const KernelConfig& config) override;
 
  private:
+  // Runs a cudnn config: the plan of cuDNN's graph for the problem.
+  absl::StatusOr<double> LaunchCudnn(const KernelConfig& config);
   absl::Status UploadIndexInputs(const TensorMap& inputs);
 
   const FlashAttentionProblem p_;
@@ -133,6 +140,7 @@ absl::Status CudaFlashAttentionRun::Init(const TensorMap& inputs) {
 }
 
 absl::StatusOr<double> CudaFlashAttentionRun::Launch(const KernelConfig& config) {
+  if (cudnn::IsCudnnConfig(config)) return LaunchCudnn(config);
   KS_RETURN_IF_ERROR(CheckFlashConfig(config, p_, device_));
   KS_ASSIGN_OR_RETURN(const cuda::FlashLaunchFn launch,
                       cuda::SelectFlashLaunch(p_.dtype, p_.head_dim, config));
@@ -143,30 +151,125 @@ absl::StatusOr<double> CudaFlashAttentionRun::Launch(const KernelConfig& config)
   });
 }
 
+absl::StatusOr<double> CudaFlashAttentionRun::LaunchCudnn(const KernelConfig& config) {
+#ifdef KERNELSERVE_WITH_CUDNN
+  KS_ASSIGN_OR_RETURN(const int plan, cudnn::CudnnFlashPlanIndex(config));
+  const cudnn::FlashPointers pointers{args_.q, args_.k, args_.v, args_.bias, args_.out, args_.lse};
+  absl::Status queued;
+  absl::StatusOr<double> seconds = TimedLaunch([&](cudaStream_t stream) {
+    queued = cudnn::EnqueueFlashGraph(p_, plan, pointers, device_.ordinal, stream);
+    return queued.ok() ? cudaSuccess : cudaErrorNotReady;
+  });
+  KS_RETURN_IF_ERROR(queued);
+  return seconds;
+#else
+  (void)config;
+  return absl::UnimplementedError("flash attention: this build has no cudnn platform");
+#endif
+}
+
+// OK when cuDNN runs the problem on `device` (Unimplemented otherwise, naming why).
+absl::Status CudnnSupports(const FlashAttentionProblem& p, const DeviceInfo& device) {
+  KS_RETURN_IF_ERROR(cudnn::CheckCudnnFlashRules(p));
+#ifdef KERNELSERVE_WITH_CUDNN
+  if (absl::StatusOr<int64_t> loaded = cudnn::LoadCudnn(); !loaded.ok()) {
+    return absl::UnimplementedError(loaded.status().message());
+  }
+  return cudnn::CheckFlashGraph(p, device.ordinal);
+#else
+  (void)device;
+  return absl::UnimplementedError("flash attention: this build has no cudnn platform");
+#endif
+}
+
+// The cudnn configs of the problem (cuDNN's plans that built), or none.
+std::vector<KernelConfig> CudnnCandidates(const FlashAttentionProblem& p,
+                                          const DeviceInfo& device) {
+  std::vector<KernelConfig> configs;
+#ifdef KERNELSERVE_WITH_CUDNN
+  if (!CudnnSupports(p, device).ok()) return configs;
+  const int plans = cudnn::FlashPlanCount(p, device.ordinal).value_or(0);
+  for (int i = 0; i < plans; ++i) configs.push_back(cudnn::CudnnFlashConfig(i));
+#else
+  (void)p;
+  (void)device;
+#endif
+  return configs;
+}
+
+// InvalidArgument unless `config` is a plan of the problem's cuDNN graph.
+absl::Status CheckCudnnConfig(const KernelConfig& config, const FlashAttentionProblem& p,
+                              const DeviceInfo& device) {
+  KS_ASSIGN_OR_RETURN(const int plan, cudnn::CudnnFlashPlanIndex(config));
+  absl::Status supported = CudnnSupports(p, device);
+  if (!supported.ok()) return absl::InvalidArgumentError(supported.message());
+  const std::vector<KernelConfig> plans = CudnnCandidates(p, device);
+  if (plan >= static_cast<int>(plans.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("flash attention (cudnn): plan", plan,
+                                                   " does not exist; this problem has ",
+                                                   plans.size(), " plan(s)"));
+  }
+  return absl::OkStatus();
+}
+
+// The cuda platform (the own kernel, and cuDNN's plans as more candidates where cuDNN runs the
+// problem) or, with only_cudnn, the cudnn platform (cuDNN's plans alone). Both run on the same
+// uploads (CudaFlashAttentionRun).
 // Thread safety: stateless; every call is independent.
 class CudaFlashAttentionImpl : public PlatformImpl {
  public:
-  Platform platform() const override { return Platform::kCuda; }
+  explicit CudaFlashAttentionImpl(bool only_cudnn) : only_cudnn_(only_cudnn) {}
+
+  Platform platform() const override { return only_cudnn_ ? Platform::kCudnn : Platform::kCuda; }
+
+  bool RunsConfigsOf(std::string_view config_platform) const override {
+    return PlatformImpl::RunsConfigsOf(config_platform) ||
+           (!only_cudnn_ && config_platform == cudnn::kCudnnPlatform);
+  }
 
   absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
     if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError("flash attention (cuda): the device is not a CUDA GPU");
+      return absl::UnimplementedError(absl::StrCat(
+          "flash attention (", Sv(PlatformName(platform())), "): the device is not a CUDA GPU"));
     }
-    return cuda::CheckFlashProblemSupported(ProblemAs<FlashAttentionProblem>(problem));
+    const auto& p = ProblemAs<FlashAttentionProblem>(problem);
+    if (only_cudnn_) return CudnnSupports(p, device);
+    absl::Status own = cuda::CheckFlashProblemSupported(p);
+    if (own.ok() || CudnnSupports(p, device).ok()) return absl::OkStatus();
+    return own;
   }
 
+  // The own kernel's heuristic unless cuDNN runs the problem and either the own kernel does
+  // not or the measured rule (cudnn::PreferCudnn) picks cuDNN: then cuDNN's first plan.
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cuda::FlashAttentionHeuristic(ProblemAs<FlashAttentionProblem>(problem), device);
+    const auto& p = ProblemAs<FlashAttentionProblem>(problem);
+    const bool own = !only_cudnn_ && cuda::CheckFlashProblemSupported(p).ok();
+    if (own && !cudnn::PreferCudnn(p, device)) return cuda::FlashAttentionHeuristic(p, device);
+    if (CudnnSupports(p, device).ok()) return cudnn::CudnnFlashConfig(0);
+    return cuda::FlashAttentionHeuristic(p, device);
   }
 
+  // The heuristic first, then the own kernel's configs, then cuDNN's plans.
   std::vector<KernelConfig> Candidates(const Problem& problem,
                                        const DeviceInfo& device) const override {
-    return cuda::FlashAttentionCandidates(ProblemAs<FlashAttentionProblem>(problem), device);
+    const auto& p = ProblemAs<FlashAttentionProblem>(problem);
+    std::vector<KernelConfig> all = {Heuristic(problem, device)};
+    auto add = [&all](const std::vector<KernelConfig>& configs) {
+      for (const KernelConfig& c : configs) {
+        if (std::find(all.begin(), all.end(), c) == all.end()) all.push_back(c);
+      }
+    };
+    if (!only_cudnn_ && cuda::CheckFlashProblemSupported(p).ok()) {
+      add(cuda::FlashAttentionCandidates(p, device));
+    }
+    add(CudnnCandidates(p, device));
+    return all;
   }
 
   absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
                            const DeviceInfo& device) const override {
     const auto& p = ProblemAs<FlashAttentionProblem>(problem);
+    if (cudnn::IsCudnnConfig(config) || only_cudnn_) return CheckCudnnConfig(config, p, device);
     KS_RETURN_IF_ERROR(cuda::CheckFlashProblemSupported(p));
     return CheckFlashConfig(config, p, device);
   }
@@ -175,9 +278,9 @@ class CudaFlashAttentionImpl : public PlatformImpl {
                                                        const TensorMap& inputs,
                                                        const DeviceInfo& device) const override {
     if (device.platform != Platform::kCuda || device.ordinal < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("flash attention (cuda): expected a CUDA device, got ",
-                       Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flash attention (", Sv(PlatformName(platform())), "): expected a CUDA device, got ",
+          Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
     }
     KS_RETURN_IF_ERROR(Supports(problem, device));
     KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources,
@@ -187,6 +290,9 @@ class CudaFlashAttentionImpl : public PlatformImpl {
     KS_RETURN_IF_ERROR(run->Init(inputs));
     return std::unique_ptr<PreparedRun>(std::move(run));
   }
+
+ private:
+  const bool only_cudnn_;
 };
 
 }  // namespace
@@ -215,7 +321,11 @@ absl::Status CheckFlashProblemSupported(const FlashAttentionProblem& p) {
 }  // namespace cuda
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCuda() {
-  return std::make_unique<CudaFlashAttentionImpl>();
+  return std::make_unique<CudaFlashAttentionImpl>(/*only_cudnn=*/false);
+}
+
+std::unique_ptr<PlatformImpl> MakeFlashAttentionCudnn() {
+  return std::make_unique<CudaFlashAttentionImpl>(/*only_cudnn=*/true);
 }
 
 }  // namespace kernelserve

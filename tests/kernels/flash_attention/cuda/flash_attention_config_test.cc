@@ -264,7 +264,8 @@ TEST(FlashAttentionConfigTest, CudaPlatformRefusesUnsupportedProblems) {
   EXPECT_TRUE(cuda.Supports(*problem(DType::kBF16, 64), gpu).ok());
   EXPECT_TRUE(cuda.CheckConfig(config, *problem(DType::kBF16, 64), gpu).ok());
   EXPECT_EQ(cuda.Supports(*problem(DType::kF32, 64), gpu).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(cuda.Supports(*problem(DType::kBF16, 80), gpu).code(),
+  // Not a multiple of 8: neither the own kernel nor cuDNN (where it is loaded) runs it.
+  EXPECT_EQ(cuda.Supports(*problem(DType::kBF16, 36), gpu).code(),
             absl::StatusCode::kUnimplemented);
   EXPECT_FALSE(cuda.CheckConfig(config, *problem(DType::kBF16, 128), gpu).ok());
   DeviceInfo cpu = gpu;
