@@ -93,7 +93,7 @@ absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const Tensor
   const TensorMap places = spans != nullptr ? OutputPlaces(plan, *spans) : TensorMap();
   KS_ASSIGN_OR_RETURN(ExecuteResult result, deps.executor->Run(plan, inputs, places));
   const std::string& kernel = plan.kernel->name();
-  deps.metrics->KernelRun(kernel, plan.invocation.platform, DeviceLabel(result.device),
+  deps.metrics->KernelRun(kernel, PlatformName(result.platform), DeviceLabel(result.device),
                           static_cast<double>(result.timings.kernel_us) * 1e-6);
   RecordSelection(*deps.metrics, kernel, result.source,
                   static_cast<double>(result.timings.select_us) * 1e-6);

@@ -33,6 +33,7 @@ struct ServiceDeps {
   std::string auth_token;                  // "" = no authentication
   std::string store_location;              // for GetServerInfo ("memory (none)" without a store)
   bool built_with_cuda = false;            // for GetServerInfo
+  std::string cudnn_version = "none";      // for GetServerInfo (LoadedCudnnVersion)
   // Where the large tensor bytes of Execute and ExecuteStream requests are parsed into (the
   // CUDA platform's pool of page-locked memory when serving GPUs); nullptr = the heap.
   HostAllocator* host_allocator = nullptr;

@@ -190,6 +190,7 @@ absl::Status Server::StartGrpc() {
   deps.options = &options_;
   deps.store_location = tiers_.StoreLocation();
   deps.built_with_cuda = BuiltWithCuda();
+  deps.cudnn_version = LoadedCudnnVersion();
   deps.host_allocator = host_pool_;
   deps.stats = &model_stats_;
   const std::string& mode = options_.shared_memory;

@@ -96,6 +96,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerC
         response->set_max_queue(deps_.options->max_queue);
         response->set_max_inflight_bytes(deps_.options->max_inflight_bytes);
         response->set_built_with_cuda(deps_.built_with_cuda);
+        response->set_cudnn_version(deps_.cudnn_version);
         response->set_host(HostName());
         return absl::OkStatus();
       });

@@ -124,6 +124,7 @@ absl::Status CmdInfo(const CommandContext& ctx) {
   summary.AddRow({"version", absl::StrCat(info.version(), " (git ", info.git(), ")")});
   summary.AddRow({"host", info.host()});
   summary.AddRow({"built with CUDA", info.built_with_cuda() ? info.cuda_version() : "no"});
+  summary.AddRow({"cuDNN", info.cudnn_version().empty() ? "none" : info.cudnn_version()});
   summary.AddRow({"cache tiers", absl::StrJoin(info.cache_tiers(), " > ")});
   summary.AddRow({"store", info.store()});
   summary.AddRow({"policy", absl::StrCat("autotune=", info.allow_autotune(), " heuristics=",

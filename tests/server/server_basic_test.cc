@@ -7,6 +7,7 @@
 #include <map>
 
 #include "gtest/gtest.h"
+#include "kernels/register.h"
 #include "proto/convert.h"
 #include "tests/server/server_process.h"
 #include "tests/support/testing.h"
@@ -323,6 +324,19 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   EXPECT_GT(info.devices(0).memory_total_bytes(), 0);
   EXPECT_EQ(info.store(), "memory (none)");
   EXPECT_EQ(info.max_message_bytes(), int64_t{1} << 30);
+  // cuDNN as this process finds it (the server loads it the same way); flash_attention lists
+  // the cudnn platform exactly when it is loaded.
+  EXPECT_EQ(info.cudnn_version(), LoadedCudnnVersion());
+  bool listed_cudnn = false;
+  for (const v1::KernelInfo& kernel : kernels.kernels()) {
+    for (const std::string& platform : kernel.platforms()) {
+      if (platform == "cudnn") {
+        EXPECT_EQ(kernel.name(), "flash_attention");
+        listed_cudnn = true;
+      }
+    }
+  }
+  EXPECT_EQ(listed_cudnn, info.cudnn_version() != "none") << info.cudnn_version();
   ASSERT_TRUE(HealthStatus(server_->address(), "").ok());
   EXPECT_EQ(*HealthStatus(server_->address(), ""), 1);
   EXPECT_EQ(*HealthStatus(server_->address(), "kernelserve.v1.KernelService"), 1);

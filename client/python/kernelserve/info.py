@@ -42,6 +42,7 @@ class ServerInfo:
     max_queue: int
     max_inflight_bytes: int
     built_with_cuda: bool
+    cudnn_version: str = "none"  # cuDNN the server loaded (the cudnn platform), or "none"
 
 
 @dataclasses.dataclass
@@ -119,7 +120,7 @@ def server_info_of(info: pb.ServerInfo) -> ServerInfo:
         allow_autotune=info.allow_autotune, allow_heuristics=info.allow_heuristics,
         persist=info.persist, max_message_bytes=info.max_message_bytes,
         max_queue=info.max_queue, max_inflight_bytes=info.max_inflight_bytes,
-        built_with_cuda=info.built_with_cuda)
+        built_with_cuda=info.built_with_cuda, cudnn_version=info.cudnn_version or "none")
 
 
 def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
