@@ -1,6 +1,7 @@
 #include "bench/bench_cases.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -289,7 +290,9 @@ std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed) {
   }
   dense(16, 1024, 16, 16, 64, false);
   // The other head dims: 96 and 256 run on wgmma (96 padded to 128), 32 on mma.sync.
-  for (int64_t d : {32, 96, 256}) dense(8, 2048, 16, 16, d, false);
+  for (int64_t d : {32, 96, 256}) {
+    for (bool causal : {false, true}) dense(8, 2048, 16, 16, d, causal);
+  }
   dense(2, 4096, 32, 8, 128, false);
   dense(2, 4096, 32, 8, 128, true);
   std::mt19937_64 rng(seed);
@@ -362,7 +365,14 @@ absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const D
   const PlatformImpl* cuda = kernel->impl(Platform::kCuda);
   KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run, cuda->Prepare(*problem, inputs, device));
   AttentionResult result;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point first = Clock::now();
   result.heuristic.config = cuda->Heuristic(*problem, device);
+  const Clock::time_point second = Clock::now();
+  (void)cuda->Heuristic(*problem, device);
+  result.first_heuristic_ms = std::chrono::duration<double, std::milli>(second - first).count();
+  result.cached_heuristic_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - second).count();
   KS_ASSIGN_OR_RETURN(result.heuristic.median_us,
                       TimeAttention(*run, result.heuristic.config, iters));
   result.tuned = result.heuristic;
@@ -372,6 +382,8 @@ absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const D
     KS_ASSIGN_OR_RETURN(const double us, TimeAttention(*run, config, iters));
     result.each.push_back({config, us});
     if (us < result.tuned.median_us) result.tuned = {config, us};
+    Timing& best = config.platform == "cudnn" ? result.best_cudnn : result.best_cuda;
+    if (best.median_us == 0.0 || us < best.median_us) best = {config, us};
   }
   return result;
 }

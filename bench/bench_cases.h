@@ -75,8 +75,9 @@ struct AttentionCase {
 };
 
 // The cases of issue 5: bf16, D=128, Hq=16: (B=8,S=2048), (B=4,S=4096), (B=2,S=8192), each
-// non-causal and causal; D=64 (B=16,S=1024); GQA Hq=32, Hkv=8, S=4096 (B=2); varlen of 64
-// sequences of 128..4096 rows (from `seed`), Hq=16, D=128, causal and not.
+// non-causal and causal; D=64 (B=16,S=1024); D=32, 96 and 256 (B=8,S=2048), causal and not;
+// GQA Hq=32, Hkv=8, S=4096 (B=2); varlen of 64 sequences of 128..4096 rows (from `seed`),
+// Hq=16, D=128, causal and not.
 std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed);
 
 // Floating-point operations of a case: 4 * Hq * D * sum over sequences of Sq * Sk, halved
@@ -87,7 +88,11 @@ struct AttentionResult {
   Timing heuristic;  // the config the CUDA heuristic picks
   Timing tuned;      // the fastest candidate (median of the same iteration count)
   int candidates = 0;
-  std::vector<Timing> each;  // every candidate timed, in candidate order (when tuning)
+  std::vector<Timing> each;          // every candidate timed, in candidate order (when tuning)
+  Timing best_cuda;                  // the fastest own-kernel config (median_us 0 when none)
+  Timing best_cudnn;                 // the fastest cuDNN plan (median_us 0 when none)
+  double first_heuristic_ms = 0.0;   // the first Heuristic call (builds cuDNN's graph there)
+  double cached_heuristic_ms = 0.0;  // the second one (the graph cached)
 };
 
 // Makes random inputs on the host, prepares them with the CUDA flash attention implementation

@@ -10,9 +10,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +22,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_cases.h"
+#include "core/utils/random_tensor.h"
+#include "kernels/flash_attention/flash_attention.h"
 #include "kernels/runtime/cuda/cuda_platform.h"
 #include "nlohmann/json.hpp"
 
@@ -76,33 +80,87 @@ int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
       std::printf("    %-9s %9.1f us %6.1f TFLOP/s  {%s}\n", label, t.median_us, tflops(t),
                   t.config.DebugString().c_str());
     }
+    for (const auto& [label, t] :
+         {std::pair{"best cuda", r->best_cuda}, {"best cudnn", r->best_cudnn}}) {
+      if (t.median_us > 0.0) {
+        std::printf("    %-10s %8.1f us %6.1f TFLOP/s  {%s}\n", label, t.median_us, tflops(t),
+                    t.config.DebugString().c_str());
+      }
+    }
+    std::printf(
+        "    heuristic call: first %.1f ms (builds cuDNN's graph where it runs the case), "
+        "then %.3f ms\n",
+        r->first_heuristic_ms, r->cached_heuristic_ms);
     nlohmann::json each = nlohmann::json::array();
     for (const ks::bench::Timing& t : r->each) {
       std::printf("      candidate %9.1f us %6.1f TFLOP/s  {%s}\n", t.median_us, tflops(t),
                   t.config.DebugString().c_str());
       each.push_back({{"config", t.config.DebugString()}, {"us", t.median_us}});
     }
-    out["attention"].push_back({{"name", c.name},
-                                {"dtype", std::string(ks::DTypeName(c.dtype))},
-                                {"batch", c.batch},
-                                {"seq_len", c.seq_len},
-                                {"heads_q", c.heads_q},
-                                {"heads_kv", c.heads_kv},
-                                {"head_dim", c.head_dim},
-                                {"causal", c.causal},
-                                {"lengths", c.lengths},
-                                {"flops", flops},
-                                {"heuristic",
-                                 {{"config", r->heuristic.config.DebugString()},
-                                  {"us", r->heuristic.median_us},
-                                  {"TFLOPs", tflops(r->heuristic)}}},
-                                {"tuned",
-                                 {{"config", r->tuned.config.DebugString()},
-                                  {"us", r->tuned.median_us},
-                                  {"TFLOPs", tflops(r->tuned)}}},
-                                {"candidates", each}});
+    out["attention"].push_back(
+        {{"name", c.name},
+         {"dtype", std::string(ks::DTypeName(c.dtype))},
+         {"batch", c.batch},
+         {"seq_len", c.seq_len},
+         {"heads_q", c.heads_q},
+         {"heads_kv", c.heads_kv},
+         {"head_dim", c.head_dim},
+         {"causal", c.causal},
+         {"lengths", c.lengths},
+         {"flops", flops},
+         {"heuristic",
+          {{"config", r->heuristic.config.DebugString()},
+           {"us", r->heuristic.median_us},
+           {"TFLOPs", tflops(r->heuristic)}}},
+         {"tuned",
+          {{"config", r->tuned.config.DebugString()},
+           {"us", r->tuned.median_us},
+           {"TFLOPs", tflops(r->tuned)}}},
+         {"candidates", each},
+         {"cuda_TFLOPs", r->best_cuda.median_us > 0 ? tflops(r->best_cuda) : 0.0},
+         {"cudnn_TFLOPs", r->best_cudnn.median_us > 0 ? tflops(r->best_cudnn) : 0.0},
+         {"first_heuristic_ms", r->first_heuristic_ms},
+         {"cached_heuristic_ms", r->cached_heuristic_ms}});
   }
   return failures;
+}
+
+// Host time per launch beyond the GPU time, on a tiny attention call (bf16 [1,128,1,64]): the
+// own kernel's config and cuDNN's first plan on the same prepared run. Their difference is what
+// the cudnn path (graph lookup, workspace, variant pack, cuDNN's own execute) adds per cached
+// call over a plain kernel launch.
+void RunLaunchOverhead(const ks::DeviceInfo& device, nlohmann::json& out) {
+  std::unique_ptr<ks::Kernel> kernel = ks::MakeFlashAttention();
+  const ks::TensorMap inputs = {
+      {"q", ks::RandomTensor(ks::DType::kBF16, {1, 128, 1, 64}, 1, -1, 1)},
+      {"k", ks::RandomTensor(ks::DType::kBF16, {1, 128, 1, 64}, 2, -1, 1)},
+      {"v", ks::RandomTensor(ks::DType::kBF16, {1, 128, 1, 64}, 3, -1, 1)}};
+  auto problem = kernel->Analyze(ks::SpecsOf(inputs), *kernel->schema().CanonicalParams({}));
+  const ks::PlatformImpl* cuda = kernel->impl(ks::Platform::kCuda);
+  if (!problem.ok()) return;
+  auto run = cuda->Prepare(**problem, inputs, device);
+  if (!run.ok()) return;
+  nlohmann::json rows = nlohmann::json::object();
+  for (const ks::KernelConfig& config : cuda->Candidates(**problem, device)) {
+    const std::string label = config.platform == "cudnn" ? "cudnn" : "cuda";
+    if (rows.contains(label)) continue;  // the first config of each platform
+    std::vector<double> extra;
+    for (int i = 0; i < 520; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<double> kernel_s = (*run)->Launch(config);
+      const double wall_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (!kernel_s.ok()) break;
+      if (i >= 20) extra.push_back(wall_us - *kernel_s * 1e6);
+    }
+    if (extra.empty()) continue;
+    std::nth_element(extra.begin(), extra.begin() + extra.size() / 2, extra.end());
+    rows[label] = extra[extra.size() / 2];
+    std::printf("launch overhead (%s {%s}): %.1f us per call beyond the GPU time (median of %zu)\n",
+                label.c_str(), config.DebugString().c_str(), extra[extra.size() / 2], extra.size());
+  }
+  out["launch_overhead_us"] = rows;
 }
 
 int Run() {
@@ -162,7 +220,10 @@ int Run() {
                             {"heuristic", TimingJson(r->heuristic, x_bytes, *copy)},
                             {"tuned", TimingJson(r->tuned, x_bytes, *copy)}});
   }
-  if (absl::GetFlag(FLAGS_attention)) failures += RunAttention(device, out);
+  if (absl::GetFlag(FLAGS_attention)) {
+    failures += RunAttention(device, out);
+    RunLaunchOverhead(device, out);
+  }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream file(path);
     file << out.dump(1) << "\n";
