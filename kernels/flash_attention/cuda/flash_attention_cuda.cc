@@ -168,7 +168,8 @@ absl::StatusOr<double> CudaFlashAttentionRun::LaunchCudnn(const KernelConfig& co
 #endif
 }
 
-// OK when cuDNN runs the problem on `device` (Unimplemented otherwise, naming why).
+// OK when cuDNN runs the problem on `device`; otherwise why not: Unimplemented for what it does
+// not run, the load or build failure's own status for the rest.
 absl::Status CudnnSupports(const FlashAttentionProblem& p, const DeviceInfo& device) {
   KS_RETURN_IF_ERROR(cudnn::CheckCudnnFlashRules(p));
 #ifdef KERNELSERVE_WITH_CUDNN
