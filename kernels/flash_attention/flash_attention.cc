@@ -20,17 +20,16 @@ std::unique_ptr<Kernel> MakeFlashAttention() {
   kernel->AddImpl(MakeFlashAttentionCuda());
 #endif
 #ifdef KERNELSERVE_WITH_CUDNN
-  // The cudnn platform exists where cuDNN loads; where it does not, one line says why.
-  static const bool logged = [] {
-    absl::StatusOr<int64_t> loaded = cudnn::LoadCudnn();
-    if (!loaded.ok()) {
+  // The cudnn platform exists where cuDNN loads; where it does not, one line (once) says why.
+  static const bool loaded = [] {
+    absl::StatusOr<int64_t> version = cudnn::LoadCudnn();
+    if (!version.ok()) {
       std::fprintf(stderr, "kernelserve: no cudnn platform: %s\n",
-                   std::string(loaded.status().message()).c_str());
+                   std::string(version.status().message()).c_str());
     }
-    return true;
+    return version.ok();
   }();
-  (void)logged;
-  if (cudnn::LoadCudnn().ok()) kernel->AddImpl(MakeFlashAttentionCudnn());
+  if (loaded) kernel->AddImpl(MakeFlashAttentionCudnn());
 #endif
   return kernel;
 }

@@ -183,18 +183,23 @@ absl::Status CudnnSupports(const FlashAttentionProblem& p, const DeviceInfo& dev
 #endif
 }
 
+// The number of cuDNN plans that built for the problem; CudnnSupports' status when cuDNN does
+// not run it.
+absl::StatusOr<int> CudnnPlanCount(const FlashAttentionProblem& p, const DeviceInfo& device) {
+  KS_RETURN_IF_ERROR(CudnnSupports(p, device));
+#ifdef KERNELSERVE_WITH_CUDNN
+  return cudnn::FlashPlanCount(p, device.ordinal);
+#else
+  return 0;
+#endif
+}
+
 // The cudnn configs of the problem (cuDNN's plans that built), or none.
 std::vector<KernelConfig> CudnnCandidates(const FlashAttentionProblem& p,
                                           const DeviceInfo& device) {
   std::vector<KernelConfig> configs;
-#ifdef KERNELSERVE_WITH_CUDNN
-  if (!CudnnSupports(p, device).ok()) return configs;
-  const int plans = cudnn::FlashPlanCount(p, device.ordinal).value_or(0);
+  const int plans = CudnnPlanCount(p, device).value_or(0);
   for (int i = 0; i < plans; ++i) configs.push_back(cudnn::CudnnFlashConfig(i));
-#else
-  (void)p;
-  (void)device;
-#endif
   return configs;
 }
 
@@ -202,13 +207,12 @@ std::vector<KernelConfig> CudnnCandidates(const FlashAttentionProblem& p,
 absl::Status CheckCudnnConfig(const KernelConfig& config, const FlashAttentionProblem& p,
                               const DeviceInfo& device) {
   KS_ASSIGN_OR_RETURN(const int plan, cudnn::CudnnFlashPlanIndex(config));
-  absl::Status supported = CudnnSupports(p, device);
-  if (!supported.ok()) return absl::InvalidArgumentError(supported.message());
-  const std::vector<KernelConfig> plans = CudnnCandidates(p, device);
-  if (plan >= static_cast<int>(plans.size())) {
+  const absl::StatusOr<int> plans = CudnnPlanCount(p, device);
+  if (!plans.ok()) return absl::InvalidArgumentError(plans.status().message());
+  if (plan >= *plans) {
     return absl::InvalidArgumentError(absl::StrCat("flash attention (cudnn): plan", plan,
-                                                   " does not exist; this problem has ",
-                                                   plans.size(), " plan(s)"));
+                                                   " does not exist; this problem has ", *plans,
+                                                   " plan(s)"));
   }
   return absl::OkStatus();
 }
