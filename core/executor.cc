@@ -177,6 +177,7 @@ std::unique_ptr<DeviceHold> Executor::HoldDevice(const CallPlan& plan) const {
 absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMap& inputs,
                                             const TensorMap& output_places) const {
   const Clock::time_point start = Clock::now();
+  KS_RETURN_IF_ERROR(plan.kernel->schema().CheckInputData(inputs));
   KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, inputs));
   std::unique_ptr<PreparedRun> run;
   auto prepare = [&]() -> absl::Status {
@@ -233,6 +234,7 @@ absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const Tensor
                                                       /*seed=*/1));
     inputs = &synthesized;
   }
+  KS_RETURN_IF_ERROR(plan.kernel->schema().CheckInputData(*inputs));
   KS_RETURN_IF_ERROR(plan.kernel->ValidateData(*plan.problem, *inputs));
   SelectRequest request = RequestFor(plan);
   request.override_config.reset();

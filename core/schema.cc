@@ -148,6 +148,19 @@ absl::Status KernelSchema::CheckInputs(const TensorSpecMap& given) const {
   return absl::OkStatus();
 }
 
+absl::Status KernelSchema::CheckInputData(const TensorMap& given) const {
+  for (const auto& [name, tensor] : given) {
+    if (tensor.has_data()) continue;
+    const InputSchema* input = FindInput(name);
+    if (input != nullptr && input->shape_only) continue;
+    const int64_t bytes = tensor.numel() * static_cast<int64_t>(ItemSize(tensor.dtype()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", Elide(name), "': ", tensor.spec().DebugString(), " has no data: ", this->name,
+        " reads its values (", bytes, " bytes); only shape-only inputs may omit them"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Attributes> KernelSchema::CanonicalParams(const Attributes& given) const {
   Attributes canonical;
   for (const auto& [name, value] : given) {

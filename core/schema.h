@@ -29,6 +29,10 @@ struct InputSchema {
   std::vector<int> ranks;     // the ranks it may have
   std::string shape;          // for people: "[B,Sq,Hq,D] or [Tq,Hq,D]"
   std::string doc;            // one line
+  // True when only its dtype and shape are read (a backward kernel's copy of a forward input
+  // whose values the gradient does not need): it may come without data (Tensor::ShapeOnly;
+  // on the wire, empty data). False: data is required.
+  bool shape_only = false;
 };
 
 // One output tensor. A value type.
@@ -57,6 +61,10 @@ struct KernelSchema {
   std::vector<InputSchema> inputs;
   std::vector<OutputSchema> outputs;
   std::vector<ParamSchema> params;
+  // The kernel computing this one's vector-Jacobian product (its backward), "" when none.
+  std::string vjp;
+  // For a backward kernel: the forward kernel whose VJP it computes; "" otherwise.
+  std::string vjp_of;
 
   // nullptr when there is none of that name.
   const InputSchema* FindInput(std::string_view name) const;
@@ -65,6 +73,9 @@ struct KernelSchema {
   // Checks each input's name, dtype and rank, and that every required input is there.
   // InvalidArgument naming the input and what was expected.
   absl::Status CheckInputs(const TensorSpecMap& inputs) const;
+  // Checks that every input but the shape_only ones has its data (Tensor::has_data).
+  // InvalidArgument naming the input and the bytes it needs.
+  absl::Status CheckInputData(const TensorMap& inputs) const;
   // The canonical form of `params`: each name known, each value of the param's type (an int
   // is taken for a float param) and within its bounds (floats finite), and values equal to the
   // default left out, so that equal calls have equal attributes however they were written.

@@ -13,6 +13,11 @@ absl::StatusOr<TensorMap> Kernel::SynthesizeInputs(const Problem& /*problem*/,
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   TensorMap out;
   for (const auto& [name, spec] : specs) {
+    if (const InputSchema* input = schema().FindInput(name);
+        input != nullptr && input->shape_only) {
+      out.emplace(name, Tensor::ShapeOnly(spec.dtype, spec.shape));
+      continue;
+    }
     KS_ASSIGN_OR_RETURN(int64_t n, NumElements(spec.shape));
     Tensor t = Tensor::Empty(spec.dtype, spec.shape);
     for (int64_t i = 0; i < n; ++i) {

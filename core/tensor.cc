@@ -50,7 +50,7 @@ std::string TensorSpec::DebugString() const {
   return absl::StrCat(Sv(DTypeName(dtype)), ShapeString(shape));
 }
 
-Tensor::Tensor(const Tensor& other) : spec_(other.spec_) {
+Tensor::Tensor(const Tensor& other) : spec_(other.spec_), shape_only_(other.shape_only_) {
   if (other.buffer_ != nullptr && other.buffer_->view()) {
     buffer_ = other.buffer_;
   } else {
@@ -92,6 +92,14 @@ Tensor Tensor::Empty(DType dtype, Shape shape) {
   tensor.spec_.dtype = dtype;
   tensor.spec_.shape = std::move(shape);
   tensor.bytes_.resize(bytes);
+  return tensor;
+}
+
+Tensor Tensor::ShapeOnly(DType dtype, Shape shape) {
+  Tensor tensor;
+  tensor.spec_.dtype = dtype;
+  tensor.spec_.shape = std::move(shape);
+  tensor.shape_only_ = true;
   return tensor;
 }
 

@@ -66,6 +66,10 @@ class Tensor {
   // does not match.
   static absl::StatusOr<Tensor> FromBuffer(DType dtype, Shape shape,
                                            std::shared_ptr<HostBuffer> buffer);
+  // A tensor of `dtype` and `shape` without bytes (nbytes() == 0, has_data() false): an input
+  // of which a kernel reads only the spec (InputSchema::shape_only).
+  // REQUIRES: dims >= 0 and no overflow of the byte count.
+  static Tensor ShapeOnly(DType dtype, Shape shape);
   // Copies `values` (as f32, i32 or i64 elements) into a new tensor of `shape`.
   // REQUIRES: values.size() == prod(shape).
   static Tensor FromFloats(DType dtype, Shape shape, const std::vector<float>& values);
@@ -77,6 +81,8 @@ class Tensor {
   int64_t dim(int i) const { return spec_.shape[static_cast<size_t>(i)]; }
   int rank() const { return static_cast<int>(spec_.shape.size()); }
   int64_t numel() const;
+  // False for a ShapeOnly tensor, whose bytes must not be read.
+  bool has_data() const { return !shape_only_; }
   size_t nbytes() const { return buffer_ != nullptr ? buffer_->size() : bytes_.size(); }
 
   void* data() { return buffer_ != nullptr ? buffer_->data() : bytes_.data(); }
@@ -115,6 +121,7 @@ class Tensor {
   TensorSpec spec_;
   std::string bytes_;                   // the bytes, unless buffer_ is set
   std::shared_ptr<HostBuffer> buffer_;  // the bytes when set (bytes_ is then empty)
+  bool shape_only_ = false;             // ShapeOnly: no bytes at all
 };
 
 // Inputs and outputs of a kernel, by name.

@@ -141,14 +141,29 @@ void PutTensor(Tensor tensor, v1::Tensor* proto, wire::TensorBuffers* buffers) {
   (*buffers)[proto] = tensor.buffer();
 }
 
+namespace {
+
+// True when `proto` comes without data (nor a ref) for an input `schema` marks shape_only.
+bool IsShapeOnly(const KernelSchema* schema, const std::string& name, const v1::Tensor& proto) {
+  if (schema == nullptr || proto.has_ref() || !proto.data().empty()) return false;
+  const InputSchema* input = schema->FindInput(name);
+  return input != nullptr && input->shape_only;
+}
+
+}  // namespace
+
 absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos,
-                                      const wire::TensorBuffers* buffers) {
+                                      const wire::TensorBuffers* buffers,
+                                      const KernelSchema* schema) {
   TensorMap tensors;
   for (auto& [name, proto] : *protos) {
     const std::string what = absl::StrCat("input '", Elide(name), "'");
     auto found = buffers != nullptr ? buffers->find(&proto) : wire::TensorBuffers::const_iterator();
     if (buffers != nullptr && found != buffers->end()) {
       KS_ASSIGN_OR_RETURN(tensors[name], TakeBufferedTensor(&proto, what, found->second));
+    } else if (IsShapeOnly(schema, name, proto)) {
+      KS_ASSIGN_OR_RETURN(TensorSpec spec, SpecFromProto(proto, what));
+      tensors[name] = Tensor::ShapeOnly(spec.dtype, std::move(spec.shape));
     } else {
       KS_ASSIGN_OR_RETURN(tensors[name], TakeTensor(&proto, what));
     }

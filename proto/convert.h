@@ -34,9 +34,12 @@ void PutTensor(Tensor tensor, v1::Tensor* proto);
 void PutTensor(Tensor tensor, v1::Tensor* proto, wire::TensorBuffers* buffers);
 // TakeTensor over a map of inputs, each named "input 'NAME'" in errors. The data is moved out.
 // A tensor listed in `buffers` (nullable; see wire::TensorBuffers, whose keys must point into
-// `protos`) takes its bytes from its buffer, which the Tensor then holds.
+// `protos`) takes its bytes from its buffer, which the Tensor then holds. An input that
+// `schema` (nullable) marks shape_only and that comes with empty data (and no buffer) becomes
+// a Tensor::ShapeOnly.
 absl::StatusOr<TensorMap> TakeTensors(google::protobuf::Map<std::string, v1::Tensor>* protos,
-                                      const wire::TensorBuffers* buffers = nullptr);
+                                      const wire::TensorBuffers* buffers = nullptr,
+                                      const KernelSchema* schema = nullptr);
 // SpecFromProto over a map of inputs (shapes only allowed).
 absl::StatusOr<TensorSpecMap> SpecsFromProto(
     const google::protobuf::Map<std::string, v1::Tensor>& protos);

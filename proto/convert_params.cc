@@ -151,6 +151,8 @@ void ToProto(const KernelSchema& schema, v1::KernelInfo* info) {
   info->set_name(schema.name);
   info->set_version(schema.version);
   info->set_doc(schema.doc);
+  info->set_vjp(schema.vjp);
+  info->set_vjp_of(schema.vjp_of);
   for (const InputSchema& input : schema.inputs) {
     v1::InputInfo* out = info->add_input_schema();
     out->set_name(input.name);
@@ -163,10 +165,13 @@ void ToProto(const KernelSchema& schema, v1::KernelInfo* info) {
     for (int rank : input.ranks) out->add_ranks(rank);
     out->set_shape(input.shape);
     out->set_doc(input.doc);
+    out->set_shape_only(input.shape_only);
     v1::ArgInfo* arg = info->add_inputs();
     arg->set_name(input.name);
     arg->set_required(input.required);
-    arg->set_doc(absl::StrCat(absl::StrJoin(dtypes, "|"), " ", input.shape, "; ", input.doc));
+    arg->set_doc(absl::StrCat(absl::StrJoin(dtypes, "|"), " ", input.shape,
+                              input.shape_only ? " (shape only: data may be empty)" : "", "; ",
+                              input.doc));
   }
   for (const OutputSchema& output : schema.outputs) {
     v1::OutputInfo* out = info->add_output_schema();

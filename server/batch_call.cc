@@ -9,11 +9,12 @@
 
 namespace kernelserve::server {
 
-BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request) {
+BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request, const KernelSchema& schema) {
   BatchItems items;
   items.status.resize(static_cast<size_t>(request->items_size()));
   for (int i = 0; i < request->items_size(); ++i) {
-    absl::StatusOr<TensorMap> inputs = TakeTensors(request->mutable_items(i)->mutable_inputs());
+    absl::StatusOr<TensorMap> inputs =
+        TakeTensors(request->mutable_items(i)->mutable_inputs(), nullptr, &schema);
     if (!inputs.ok()) {
       items.status[static_cast<size_t>(i)] =
           absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", inputs.status().message()));

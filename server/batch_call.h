@@ -23,8 +23,9 @@ struct BatchItems {
   int64_t bytes = 0;                 // tensor bytes of `inputs`
 };
 
-// Moves the items' tensors out of `request`.
-BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request);
+// Moves the items' tensors out of `request`; inputs `schema` marks shape_only may come without
+// data.
+BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request, const KernelSchema& schema);
 
 // Fills `response` from `batch`: the shared config and source, then one item per request item
 // in request order, each with its request_id, queue_us and either its outputs or its in-band

@@ -243,7 +243,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
     KS_RETURN_IF_ERROR(PrepareInfer(deps_, &call->request(), &native, &reply));
     KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, native, call->tracker()));
     KS_ASSIGN_OR_RETURN(TensorMap inputs, ResolveRegions(deps_, plan, &native, &reply));
-    KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(native.mutable_inputs()));
+    KS_ASSIGN_OR_RETURN(TensorMap sent,
+                        TakeTensors(native.mutable_inputs(), nullptr, &plan.kernel->schema()));
     inputs.merge(sent);
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;

@@ -83,7 +83,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
     KS_ASSIGN_OR_RETURN(RequestRegions regions,
                         TakeRequestRegions(deps_.shared_memory, plan, &call->request()));
     KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                        TakeTensors(call->request().mutable_inputs(), &call->request_buffers()));
+                        TakeTensors(call->request().mutable_inputs(), &call->request_buffers(),
+                                    &plan.kernel->schema()));
     inputs.merge(regions.inputs);
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
@@ -130,7 +131,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
       }
       options.devices.push_back(device);
     }
-    BatchItems items = TakeBatchItems(&batch_request);
+    BatchItems items = TakeBatchItems(&batch_request, plan.kernel->schema());
     if (items.inputs.empty()) return items.status.front();
     // Items normally share their shapes: each is counted with the outputs of the first.
     int64_t outputs = 0;

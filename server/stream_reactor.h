@@ -120,7 +120,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
                                   .count();
       KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(*deps_, request, *tracker));
       KS_ASSIGN_OR_RETURN(TensorMap inputs, Protocol::Resolve(*deps_, plan, &request, &reply));
-      KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(request.mutable_inputs(), &request_buffers));
+      KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(request.mutable_inputs(), &request_buffers,
+                                                      &plan.kernel->schema()));
       inputs.merge(sent);
       KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
       const int worker = plan.ordinal();

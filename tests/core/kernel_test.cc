@@ -48,7 +48,9 @@ class FakeKernel : public Kernel {
                          .doc = "",
                          .inputs = {{"x", true, {DType::kF32}, {1}, "[N]", ""}},
                          .outputs = {},
-                         .params = {{"n", ParamType::kInt, int64_t{1}, 1.0, std::nullopt, ""}}};
+                         .params = {{"n", ParamType::kInt, int64_t{1}, 1.0, std::nullopt, ""}},
+                         .vjp = "",
+                         .vjp_of = ""};
     return *schema;
   }
   TensorSpecMap OutputSpecs(const Problem&) const override { return {}; }

@@ -98,7 +98,9 @@ const KernelSchema& FakeKernel::schema() const {
                        .doc = "out = 2 * x",
                        .inputs = {{"x", true, {DType::kF32}, {1}, "[N]", "the values"}},
                        .outputs = {{"out", "f32", "[N]", "2 * x"}},
-                       .params = {}};
+                       .params = {},
+                       .vjp = "",
+                       .vjp_of = ""};
   return *schema;
 }
 

@@ -24,6 +24,7 @@ absl::StatusOr<TensorMap> RunOnCpu(const Kernel& kernel, const TensorMap& inputs
   absl::StatusOr<std::shared_ptr<const Problem>> problem =
       AnalyzeCall(kernel, SpecsOf(inputs), params);
   if (!problem.ok()) return problem.status();
+  if (absl::Status data = kernel.schema().CheckInputData(inputs); !data.ok()) return data;
   if (absl::Status data = kernel.ValidateData(**problem, inputs); !data.ok()) return data;
   absl::StatusOr<std::unique_ptr<PreparedRun>> run =
       kernel.impl(Platform::kCpu)->Prepare(**problem, inputs, CpuDevice(2));

@@ -19,7 +19,7 @@ absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeCall(const Kernel& kernel,
                                                            const Attributes& params);
 
 // Runs `kernel`'s CPU implementation once with `config`, the way the executor does (analysis,
-// ValidateData, Prepare, Launch, Fetch), on a 2-thread CPU device.
+// CheckInputData, ValidateData, Prepare, Launch, Fetch), on a 2-thread CPU device.
 absl::StatusOr<TensorMap> RunOnCpu(const Kernel& kernel, const TensorMap& inputs,
                                    const Attributes& params, const KernelConfig& config);
 

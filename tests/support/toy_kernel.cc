@@ -21,7 +21,9 @@ const KernelSchema& ToySchema() {
       .doc = "out = factor * x",
       .inputs = {{"x", true, {DType::kF32}, {1, 2, 3}, "[N], [N,M] or [N,M,K]", "the values"}},
       .outputs = {{"out", "f32", "shape of x", "factor * x"}},
-      .params = {{"factor", ParamType::kFloat, 2.0, -1000.0, 1000.0, "the scale"}}};
+      .params = {{"factor", ParamType::kFloat, 2.0, -1000.0, 1000.0, "the scale"}},
+      .vjp = "",
+      .vjp_of = ""};
   return *schema;
 }
 
