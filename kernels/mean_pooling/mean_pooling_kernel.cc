@@ -53,11 +53,31 @@ absl::Status AnalyzeVarlen(const TensorSpec& x, const TensorSpec& cu, MeanPoolin
 // The contract's rules beyond the schema. REQUIRES: schema checks passed, params canonical.
 absl::StatusOr<MeanPoolingProblem> AnalyzeRules(const TensorSpecMap& inputs,
                                                 const Attributes& attrs) {
+  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
+  p.chunk_size = ParamOr<int64_t>(MeanPoolingSchema(), attrs, "chunk_size");
+  return p;
+}
+
+// Replaces inputs["cu_seqlens"], when there, by offsets splitting the rows into sequences of
+// near equal lengths covering every row.
+void SetEvenCuSeqlens(const MeanPoolingProblem& p, TensorMap& inputs) {
+  auto cu = inputs.find("cu_seqlens");
+  if (cu == inputs.end()) return;
+  std::vector<int64_t> offsets(static_cast<size_t>(p.num_sequences + 1));
+  for (int64_t n = 0; n <= p.num_sequences; ++n) {
+    offsets[static_cast<size_t>(n)] = p.num_sequences == 0 ? 0 : p.total_rows * n / p.num_sequences;
+  }
+  cu->second = Tensor::FromInts(cu->second.dtype(), cu->second.shape(), offsets);
+}
+
+}  // namespace
+
+absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap& inputs) {
   KS_RETURN_IF_ERROR(CheckExclusive(inputs));
   MeanPoolingProblem p;
-  p.chunk_size = ParamOr<int64_t>(MeanPoolingSchema(), attrs, "chunk_size");
   const TensorSpec& x = inputs.at("x");
   p.dtype = x.dtype;
+  p.x_shape = x.shape;
   if (auto cu = inputs.find("cu_seqlens"); cu != inputs.end()) {
     KS_RETURN_IF_ERROR(AnalyzeVarlen(x, cu->second, p));
     return p;
@@ -80,8 +100,6 @@ absl::StatusOr<MeanPoolingProblem> AnalyzeRules(const TensorSpecMap& inputs,
   }
   return p;
 }
-
-}  // namespace
 
 const KernelSchema& MeanPoolingSchema() {
   static const KernelSchema* const schema =
@@ -109,7 +127,9 @@ const KernelSchema& MeanPoolingSchema() {
                        .outputs = {{"out", "dtype of x", "[B,H] (varlen [N,H])",
                                     "the means; zeros for a sequence with no counted row"}},
                        .params = {{"chunk_size", ParamType::kInt, int64_t{kDefaultChunkSize}, 1.0,
-                                   std::nullopt, "rows per work item; never changes the result"}}};
+                                   std::nullopt, "rows per work item; never changes the result"}},
+                       .vjp = "mean_pooling_bwd",
+                       .vjp_of = ""};
   return *schema;
 }
 
@@ -146,16 +166,7 @@ absl::StatusOr<TensorMap> MeanPoolingKernel::SynthesizeInputs(const Problem& pro
                                                               const TensorSpecMap& specs,
                                                               uint64_t seed) const {
   KS_ASSIGN_OR_RETURN(TensorMap inputs, Kernel::SynthesizeInputs(problem, specs, seed));
-  if (auto cu = inputs.find("cu_seqlens"); cu != inputs.end()) {
-    // Sequences of near equal lengths covering every row.
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
-    std::vector<int64_t> offsets(static_cast<size_t>(p.num_sequences + 1));
-    for (int64_t n = 0; n <= p.num_sequences; ++n) {
-      offsets[static_cast<size_t>(n)] =
-          p.num_sequences == 0 ? 0 : p.total_rows * n / p.num_sequences;
-    }
-    cu->second = Tensor::FromInts(cu->second.dtype(), cu->second.shape(), offsets);
-  }
+  SetEvenCuSeqlens(ProblemAs<MeanPoolingProblem>(problem), inputs);
   return inputs;
 }
 

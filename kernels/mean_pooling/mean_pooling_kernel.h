@@ -18,11 +18,12 @@ struct MeanPoolingProblem : Problem {
   enum class Form { kDense, kMasked, kVarlen };
   Form form = Form::kDense;
   DType dtype = DType::kF32;  // of x and out
+  Shape x_shape;              // x's: [B,S,H], [T,H] or [1,T,H]
   int64_t num_sequences = 0;  // B (dense, masked) or N (varlen)
   int64_t seq_len = 0;        // S (dense, masked); 0 in varlen
   int64_t total_rows = 0;     // B*S (dense, masked) or T (varlen)
   int64_t hidden = 0;         // H
-  int64_t chunk_size = 32;    // the chunk_size param
+  int64_t chunk_size = 32;    // the chunk_size param (forward only)
 };
 
 // "mean_pooling" v1: the mean over the rows of each sequence.
@@ -38,7 +39,12 @@ const KernelSchema& MeanPoolingSchema();
 absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPooling(const TensorSpecMap& inputs,
                                                       const Attributes& params);
 
-// Thread safety: the const methods are thread-safe (see Kernel).
+// The rules of x, mask and cu_seqlens alone (the problem's chunk_size left at its default),
+// shared with mean_pooling_bwd. REQUIRES: the inputs passed a schema's checks with x present.
+absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap& inputs);
+
+// Thread safety: the const methods are thread-safe (see Kernel). mean_pooling_bwd derives
+// from it for its data checks and synthesized inputs.
 class MeanPoolingKernel : public Kernel {
  public:
   const KernelSchema& schema() const override { return MeanPoolingSchema(); }

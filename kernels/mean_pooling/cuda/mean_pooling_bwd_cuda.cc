@@ -1,0 +1,174 @@
+// The CUDA PlatformImpl of mean_pooling_bwd: MakeMeanPoolingBwdCuda.
+#include "kernels/mean_pooling/cuda/mean_pooling_bwd_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/utils/string_view.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_bwd_config.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_bwd_launch.h"
+#include "kernels/mean_pooling/mean_pooling_kernel.h"
+#include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/cuda_resources.h"
+#include "kernels/runtime/cuda/cuda_run.h"
+
+namespace kernelserve {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceThreadResources;
+using LaunchFn = cudaError_t (*)(const cuda::PoolingBwdDeviceArgs&, int, int, cudaStream_t);
+
+cuda::PoolingBwdShape ShapeOf(const MeanPoolingProblem& p) {
+  return {p.dtype, p.total_rows, p.hidden};
+}
+
+int VectorWidth(const MeanPoolingProblem& p) {
+  const int64_t width = 16 / static_cast<int64_t>(ItemSize(p.dtype));
+  return p.hidden % width == 0 ? static_cast<int>(width) : 1;
+}
+
+// The one switch of runtime dtype and vector width to a compiled launcher.
+absl::StatusOr<LaunchFn> SelectLaunch(DType dtype, int vec) {
+  switch (dtype) {
+    case DType::kF32:
+      return vec == 4 ? &cuda::LaunchMeanPoolingBwd<float, 4>
+                      : &cuda::LaunchMeanPoolingBwd<float, 1>;
+    case DType::kF16:
+      return vec == 8 ? &cuda::LaunchMeanPoolingBwd<__half, 8>
+                      : &cuda::LaunchMeanPoolingBwd<__half, 1>;
+    case DType::kBF16:
+      return vec == 8 ? &cuda::LaunchMeanPoolingBwd<__nv_bfloat16, 8>
+                      : &cuda::LaunchMeanPoolingBwd<__nv_bfloat16, 1>;
+    default:
+      break;
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "mean_pooling_bwd (cuda): dtype ", Sv(DTypeName(dtype)), ": expected f32, f16 or bf16"));
+}
+
+// Counted rows of each sequence as float (as the CPU platform divides by them).
+std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
+                          std::vector<uint8_t>* mask_bytes, std::vector<int64_t>* offsets) {
+  std::vector<float> counts(static_cast<size_t>(p.num_sequences), static_cast<float>(p.seq_len));
+  if (p.form == MeanPoolingProblem::Form::kVarlen) {
+    *offsets = inputs.at("cu_seqlens").ToInts();
+    for (size_t n = 0; n < counts.size(); ++n) {
+      counts[n] = static_cast<float>((*offsets)[n + 1] - (*offsets)[n]);
+    }
+  } else if (p.form == MeanPoolingProblem::Form::kMasked) {
+    for (int64_t value : inputs.at("mask").ToInts()) mask_bytes->push_back(value != 0 ? 1 : 0);
+    for (size_t n = 0; n < counts.size(); ++n) {
+      const auto row = mask_bytes->begin() + static_cast<int64_t>(n) * p.seq_len;
+      counts[n] = static_cast<float>(std::count(row, row + p.seq_len, uint8_t{1}));
+    }
+  }
+  return counts;
+}
+
+// One call made ready on one device. Thread safety: one thread at a time (PreparedRun).
+class CudaMeanPoolingBwdRun : public cuda::CudaRun {
+ public:
+  CudaMeanPoolingBwdRun(const MeanPoolingProblem& problem, int ordinal,
+                        DeviceThreadResources* resources)
+      : CudaRun(ordinal, resources), p_(problem) {}
+
+  // Uploads dout, counts and mask or offsets, and allocates dx.
+  absl::Status Init(const TensorMap& inputs) {
+    KS_RETURN_IF_ERROR(InitEvents());
+    const Tensor& dout = inputs.at("dout");
+    KS_ASSIGN_OR_RETURN(dout_, Upload(dout.data(), dout.nbytes()));
+    std::vector<uint8_t> mask;
+    std::vector<int64_t> offsets;
+    const std::vector<float> counts = Counts(p_, inputs, &mask, &offsets);
+    KS_ASSIGN_OR_RETURN(counts_, Upload(counts.data(), counts.size() * sizeof(float)));
+    args_.dout = dout_.get();
+    args_.counts = static_cast<const float*>(counts_.get());
+    if (!mask.empty()) {
+      KS_ASSIGN_OR_RETURN(aux_, Upload(mask.data(), mask.size()));
+      args_.mask = static_cast<const uint8_t*>(aux_.get());
+    } else if (!offsets.empty()) {
+      KS_ASSIGN_OR_RETURN(aux_, Upload(offsets.data(), offsets.size() * sizeof(int64_t)));
+      args_.cu_seqlens = static_cast<const int64_t*>(aux_.get());
+    }
+    args_.num_sequences = p_.num_sequences;
+    args_.seq_len = p_.seq_len;
+    args_.total_rows = p_.total_rows;
+    args_.hidden = p_.hidden;
+    return AddOutput("dx", p_.dtype, p_.x_shape, &args_.dx);
+  }
+
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    KS_RETURN_IF_ERROR(cuda::CheckPoolingBwdConfig(config, ShapeOf(p_)));
+    KS_ASSIGN_OR_RETURN(const LaunchFn launch, SelectLaunch(p_.dtype, VectorWidth(p_)));
+    KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal()));
+    return TimedLaunch([&](cudaStream_t stream) {
+      return launch(args_, config.num_warps, config.block_size, stream);
+    });
+  }
+
+ private:
+  const MeanPoolingProblem p_;
+  cuda::PoolingBwdDeviceArgs args_;
+  DeviceBuffer dout_, counts_, aux_;
+};
+
+// Thread safety: stateless; every call is independent.
+class CudaMeanPoolingBwdImpl : public PlatformImpl {
+ public:
+  Platform platform() const override { return Platform::kCuda; }
+
+  absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
+    if (device.platform != Platform::kCuda) {
+      return absl::UnimplementedError("mean_pooling_bwd (cuda): the device is not a CUDA GPU");
+    }
+    return SelectLaunch(ProblemAs<MeanPoolingProblem>(problem).dtype, 1).status();
+  }
+
+  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
+    return cuda::PoolingBwdHeuristic(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  }
+
+  std::vector<KernelConfig> Candidates(const Problem& problem,
+                                       const DeviceInfo& device) const override {
+    return cuda::PoolingBwdCandidates(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  }
+
+  absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
+                           const DeviceInfo& /*device*/) const override {
+    return cuda::CheckPoolingBwdConfig(config, ShapeOf(ProblemAs<MeanPoolingProblem>(problem)));
+  }
+
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
+                                                       const TensorMap& inputs,
+                                                       const DeviceInfo& device) const override {
+    if (device.platform != Platform::kCuda || device.ordinal < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mean_pooling_bwd (cuda): expected a CUDA device, got ",
+                       Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
+    }
+    KS_RETURN_IF_ERROR(Supports(problem, device));
+    KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources,
+                        cuda::ThisThreadResources(device.ordinal));
+    auto run = std::make_unique<CudaMeanPoolingBwdRun>(ProblemAs<MeanPoolingProblem>(problem),
+                                                       device.ordinal, resources);
+    KS_RETURN_IF_ERROR(run->Init(inputs));
+    return std::unique_ptr<PreparedRun>(std::move(run));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<PlatformImpl> MakeMeanPoolingBwdCuda() {
+  return std::make_unique<CudaMeanPoolingBwdImpl>();
+}
+
+}  // namespace kernelserve
