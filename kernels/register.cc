@@ -2,6 +2,7 @@
 
 #include "core/status_macros.h"
 #include "kernels/flash_attention/flash_attention.h"
+#include "kernels/flash_attention/flash_attention_bwd.h"
 #include "kernels/mean_pooling/mean_pooling.h"
 #ifdef KERNELSERVE_WITH_CUDA
 #include "kernels/runtime/cuda/cuda_platform.h"
@@ -16,7 +17,9 @@ namespace kernelserve {
 absl::Status RegisterBuiltinKernels(KernelRegistry* registry) {
   // One line per kernel: its folder's Make function adds every platform this build has.
   KS_RETURN_IF_ERROR(registry->Register(MakeMeanPooling()));
+  KS_RETURN_IF_ERROR(registry->Register(MakeMeanPoolingBwd()));
   KS_RETURN_IF_ERROR(registry->Register(MakeFlashAttention()));
+  KS_RETURN_IF_ERROR(registry->Register(MakeFlashAttentionBwd()));
   return absl::OkStatus();
 }
 

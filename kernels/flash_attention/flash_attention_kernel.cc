@@ -254,18 +254,20 @@ const KernelSchema& FlashAttentionSchema() {
       .outputs = {{"out", "dtype of q", "shape of q", "the attention output"},
                   {"lse", "f32", "[B,Hq,Sq] (varlen [Hq,Tq])",
                    "natural-log sum of exp of each row's logits; with return_lse"}},
-      .params = {
-          {"causal", ParamType::kBool, false, std::nullopt, std::nullopt,
-           "key j visible iff j <= i + Sk - Sq (bottom-right)"},
-          {"softmax_scale", ParamType::kFloat, 0.0, std::nullopt, std::nullopt,
-           "scale of q k^T; 0 = 1/sqrt(D)"},
-          {"window_left", ParamType::kInt, int64_t{-1}, -1.0, std::nullopt,
-           "keys j >= i + Sk - Sq - window_left; -1 = unlimited"},
-          {"window_right", ParamType::kInt, int64_t{-1}, -1.0, std::nullopt,
-           "keys j <= i + Sk - Sq + window_right; -1 = unlimited"},
-          {"logits_soft_cap", ParamType::kFloat, 0.0, 0.0, std::nullopt,
-           "cap * tanh(logits / cap) before the bias; 0 = off"},
-          {"return_lse", ParamType::kBool, false, std::nullopt, std::nullopt, "also return lse"}}};
+      .params = {{"causal", ParamType::kBool, false, std::nullopt, std::nullopt,
+                  "key j visible iff j <= i + Sk - Sq (bottom-right)"},
+                 {"softmax_scale", ParamType::kFloat, 0.0, std::nullopt, std::nullopt,
+                  "scale of q k^T; 0 = 1/sqrt(D)"},
+                 {"window_left", ParamType::kInt, int64_t{-1}, -1.0, std::nullopt,
+                  "keys j >= i + Sk - Sq - window_left; -1 = unlimited"},
+                 {"window_right", ParamType::kInt, int64_t{-1}, -1.0, std::nullopt,
+                  "keys j <= i + Sk - Sq + window_right; -1 = unlimited"},
+                 {"logits_soft_cap", ParamType::kFloat, 0.0, 0.0, std::nullopt,
+                  "cap * tanh(logits / cap) before the bias; 0 = off"},
+                 {"return_lse", ParamType::kBool, false, std::nullopt, std::nullopt,
+                  "also return lse"}},
+      .vjp = "flash_attention_bwd",
+      .vjp_of = ""};
   return *schema;
 }
 

@@ -312,7 +312,22 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   }
   std::vector<std::string> names;
   for (const v1::KernelInfo& k : kernels.kernels()) names.push_back(k.id());
-  EXPECT_EQ(names, (std::vector<std::string>{"flash_attention@v1", "mean_pooling@v1"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"flash_attention@v1", "flash_attention_bwd@v1",
+                                             "mean_pooling@v1", "mean_pooling_bwd@v1"}));
+  // Each forward names its VJP kernel and the backward its forward; x of mean_pooling_bwd is
+  // shape-only.
+  std::map<std::string, std::pair<std::string, std::string>> pairs;
+  for (const v1::KernelInfo& k : kernels.kernels()) pairs[k.name()] = {k.vjp(), k.vjp_of()};
+  EXPECT_EQ(pairs["mean_pooling"], std::make_pair(std::string("mean_pooling_bwd"), std::string()));
+  EXPECT_EQ(pairs["mean_pooling_bwd"], std::make_pair(std::string(), std::string("mean_pooling")));
+  EXPECT_EQ(pairs["flash_attention"].first, "flash_attention_bwd");
+  EXPECT_EQ(pairs["flash_attention_bwd"].second, "flash_attention");
+  for (const v1::KernelInfo& k : kernels.kernels()) {
+    for (const v1::InputInfo& input : k.input_schema()) {
+      EXPECT_EQ(input.shape_only(), k.name() == "mean_pooling_bwd" && input.name() == "x")
+          << k.name() << " " << input.name();
+    }
+  }
   v1::ServerInfo info;
   {
     grpc::ClientContext context;
@@ -340,6 +355,45 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   ASSERT_TRUE(HealthStatus(server_->address(), "").ok());
   EXPECT_EQ(*HealthStatus(server_->address(), ""), 1);
   EXPECT_EQ(*HealthStatus(server_->address(), "kernelserve.v1.KernelService"), 1);
+}
+
+TEST_F(ServerTest, BackwardTakesAShapeOnlyInputTheForwardRefuses) {
+  // mean_pooling_bwd with x sent by dtype and shape alone: dx = dout / S on every row.
+  const Tensor dout = RandomTensor(DType::kF32, {2, 8}, 21);
+  v1::ExecuteRequest request;
+  request.set_kernel("mean_pooling_bwd");
+  PutTensor(dout, &(*request.mutable_inputs())["dout"]);
+  v1::Tensor& x = (*request.mutable_inputs())["x"];
+  x.set_dtype(v1::DTYPE_F32);
+  for (int64_t dim : {2, 5, 8}) x.add_shape(dim);
+  v1::ExecuteResponse response;
+  grpc::Status status = Execute(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(response.outputs().contains("dx"));
+  const v1::Tensor& dx = response.outputs().at("dx");
+  EXPECT_EQ(std::vector<int64_t>(dx.shape().begin(), dx.shape().end()),
+            (std::vector<int64_t>{2, 5, 8}));
+  const std::vector<double> got = WireDoubles(dx);
+  ASSERT_EQ(got.size(), 80u);
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t s = 0; s < 5; ++s) {
+      for (int64_t h = 0; h < 8; ++h) {
+        EXPECT_EQ(got[(b * 5 + s) * 8 + h], static_cast<double>(dout.GetFloat(b * 8 + h) / 5.0f));
+      }
+    }
+  }
+  // The same x without data to the forward, and dout without data: each names the input.
+  v1::ExecuteRequest forward;
+  forward.set_kernel("mean_pooling");
+  (*forward.mutable_inputs())["x"] = x;
+  status = Execute(forward, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("input 'x'"), std::string::npos) << status.error_message();
+  (*request.mutable_inputs())["dout"].clear_data();
+  status = Execute(request, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("input 'dout'"), std::string::npos)
+      << status.error_message();
 }
 
 TEST(ServerFileStoreTest, RestartedServerReportsFile) {
