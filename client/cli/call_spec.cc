@@ -195,19 +195,40 @@ absl::StatusOr<Attributes> ParamsFromText(const std::map<std::string, std::strin
   return out;
 }
 
+namespace {
+
+// The kernel's listing (ListKernels), or nullopt when the server does not list it.
+std::optional<v1::KernelInfo> KernelInfoOf(const Client& client, const std::string& kernel) {
+  absl::StatusOr<v1::ListKernelsResponse> kernels = client.ListKernels();
+  if (!kernels.ok()) return std::nullopt;
+  const std::string base = kernel.substr(0, kernel.find('@'));
+  for (const v1::KernelInfo& k : kernels->kernels()) {
+    if (k.name() == base) return k;
+  }
+  return std::nullopt;
+}
+
+// True when `info` (nullable) marks input `name` shape-only.
+bool IsShapeOnly(const v1::KernelInfo* info, const std::string& name) {
+  if (info == nullptr) return false;
+  for (const v1::InputInfo& input : info->input_schema()) {
+    if (input.name() == name) return input.shape_only();
+  }
+  return false;
+}
+
+}  // namespace
+
 template <typename Request>
 absl::Status FillRequest(const CallSpec& spec, const Client& client, bool with_data,
                          Request* request) {
   request->set_kernel(spec.kernel);
+  // The kernel's schema as the server lists it: it types params and names shape-only inputs.
+  // The server checks the call either way.
+  std::optional<v1::KernelInfo> info;
+  if (!spec.params.empty() || (with_data && !spec.shapes.empty()))
+    info = KernelInfoOf(client, spec.kernel);
   if (!spec.params.empty()) {
-    // Typed by the kernel's schema when the server lists it; the server checks them either way.
-    std::optional<v1::KernelInfo> info;
-    if (absl::StatusOr<v1::ListKernelsResponse> kernels = client.ListKernels(); kernels.ok()) {
-      const std::string base = spec.kernel.substr(0, spec.kernel.find('@'));
-      for (const v1::KernelInfo& k : kernels->kernels()) {
-        if (k.name() == base) info = k;
-      }
-    }
     KS_ASSIGN_OR_RETURN(const Attributes params,
                         ParamsFromText(spec.params, info ? &*info : nullptr));
     for (const auto& [name, value] : params) {
@@ -215,17 +236,25 @@ absl::Status FillRequest(const CallSpec& spec, const Client& client, bool with_d
     }
   }
   auto& inputs = *request->mutable_inputs();
+  const auto put_shape = [&inputs](const std::string& name, const TensorSpec& shape) {
+    inputs[name].set_dtype(ToProto(shape.dtype));
+    inputs[name].mutable_shape()->Assign(shape.shape.begin(), shape.shape.end());
+  };
   if (with_data) {
+    // Inputs of --shape that the kernel reads by shape only go without data.
+    CallSpec sent = spec;
+    for (const auto& [name, shape] : spec.shapes) {
+      if (!IsShapeOnly(info ? &*info : nullptr, name)) continue;
+      put_shape(name, shape);
+      sent.shapes.erase(name);
+    }
     // Protobuf cannot serialize a message of 2 GiB or more: check before making the data.
     const int64_t limit =
         std::min<int64_t>(client.options().max_message_bytes, std::numeric_limits<int32_t>::max());
-    KS_RETURN_IF_ERROR(CheckDataSize(spec, limit).status());
-    for (auto& [name, tensor] : MakeInputs(spec)) PutTensor(std::move(tensor), &inputs[name]);
+    KS_RETURN_IF_ERROR(CheckDataSize(sent, limit).status());
+    for (auto& [name, tensor] : MakeInputs(sent)) PutTensor(std::move(tensor), &inputs[name]);
   } else {
-    for (const auto& [name, shape] : spec.shapes) {
-      inputs[name].set_dtype(ToProto(shape.dtype));
-      inputs[name].mutable_shape()->Assign(shape.shape.begin(), shape.shape.end());
-    }
+    for (const auto& [name, shape] : spec.shapes) put_shape(name, shape);
     for (const auto& [name, tensor] : spec.values) PutTensor(tensor, &inputs[name]);
   }
   request->set_platform(spec.platform);

@@ -30,6 +30,7 @@ std::string DTypes(const google::protobuf::RepeatedField<int>& dtypes) {
 
 // "[B,S,D]"; "rank 2|3" when the schema gives no shape.
 std::string InputShape(const v1::InputInfo& input) {
+  if (input.shape_only()) return absl::StrCat(input.shape(), " (shape only)");
   if (!input.shape().empty()) return input.shape();
   if (input.ranks().empty()) return "-";
   return absl::StrCat("rank ", absl::StrJoin(input.ranks(), "|"));
@@ -63,7 +64,8 @@ std::string ParamRange(const v1::ParamInfo& param) {
   return "-";
 }
 
-// One row per input, output and param: its name, kind, dtypes or type, shape or range. The
+// One row per input, output and param: its name, kind, dtypes or type, shape or range; then
+// the kernel's VJP kernel or the forward it differentiates (kinds "vjp", "vjp of"). The
 // first row names the kernel.
 void AddKernelRows(const v1::KernelInfo& k, Table* table) {
   std::vector<std::vector<std::string>> rows;
@@ -77,6 +79,8 @@ void AddKernelRows(const v1::KernelInfo& k, Table* table) {
   for (const v1::ParamInfo& param : k.param_schema()) {
     rows.push_back({param.name(), "param", ParamType(param), ParamRange(param)});
   }
+  if (!k.vjp().empty()) rows.push_back({k.vjp(), "vjp", "-", "-"});
+  if (!k.vjp_of().empty()) rows.push_back({k.vjp_of(), "vjp of", "-", "-"});
   if (rows.empty()) rows.push_back({"-", "", "", ""});
   for (size_t i = 0; i < rows.size(); ++i) {
     std::vector<std::string> row = {"", "", ""};

@@ -193,6 +193,14 @@ class CliTest(CliTestBase):
         self.assertGreaterEqual(timings["total_us"], timings["kernel_us"])
         self.assertTrue(result["cache_key"].startswith("mean_pooling"))
 
+    def test_run_mean_pooling_bwd_sends_x_by_shape(self):
+        dout = uniform(self.rng, (2, 8))
+        result = self.cli_json("run", "mean_pooling_bwd", f"--input=dout={self.save('dout', dout)}",
+                               "--shape=x=f32:2,5,8", f"--output-dir={self.out_dir()}")
+        self.assertEqual(result["outputs"]["dx"]["shape"], [2, 5, 8])
+        dx = np.load(os.path.join(self.out_dir(), "dx.npy"))
+        np.testing.assert_array_equal(dx, np.repeat(dout[:, None, :] / np.float32(5), 5, axis=1))
+
     def test_run_varlen_values(self):
         x = uniform(self.rng, (10, 6))
         self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}",

@@ -29,7 +29,9 @@ from triton_fixture import TritonServer, free_port
 SERVER = os.environ.get("KERNELSERVE_SERVER", "")
 CLI = os.environ.get("KERNELSERVE_CLI", "")
 SOURCE = os.environ.get("KERNELSERVE_SOURCE_DIR", "")
-REQUIRED = {"mean_pooling": {"x"}, "flash_attention": {"q", "k", "v"}}
+REQUIRED = {"mean_pooling": {"x"}, "flash_attention": {"q", "k", "v"},
+            "mean_pooling_bwd": {"dout", "x"},
+            "flash_attention_bwd": {"q", "k", "v", "out", "lse", "dout"}}
 TOLERANCE = {np.float32: 2e-5, np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
 
 

@@ -108,6 +108,24 @@ class PythonClientTest(unittest.TestCase):
         np.testing.assert_allclose(r.out, references.mean_pooling(x, cu_seqlens=cu), rtol=1e-5,
                                    atol=1e-6)
 
+    def test_mean_pooling_bwd_with_x_by_shape_only(self):
+        kernels = {k.name: k for k in self.client.kernels()}
+        self.assertEqual(kernels["mean_pooling"].vjp, "mean_pooling_bwd")
+        self.assertEqual(kernels["mean_pooling_bwd"].vjp_of, "mean_pooling")
+        self.assertTrue(kernels["mean_pooling_bwd"].input("x").shape_only)
+        cu = np.array([0, 5, 5, 17], dtype=np.int32)
+        dout = uniform(self.rng, (3, 12))
+        r = self.client.mean_pooling_bwd(dout, kernelserve.TensorSpec((20, 12), np.float32),
+                                         cu_seqlens=cu)
+        self.assertEqual(r.dx.shape, (20, 12))
+        expected = np.zeros((20, 12), np.float32)
+        expected[0:5] = dout[0] / np.float32(5)
+        expected[5:17] = dout[2] / np.float32(12)  # sequence 1 is empty; rows 17.. count nowhere
+        np.testing.assert_array_equal(r.dx, expected)
+        # x with data works too (its values are not read).
+        same = self.client.mean_pooling_bwd(dout, uniform(self.rng, (20, 12)), cu_seqlens=cu)
+        np.testing.assert_array_equal(same.dx, expected)
+
     def test_mean_pooling_f16(self):
         x = uniform(self.rng, (2, 33, 64), np.float16)
         r = self.client.mean_pooling(x)

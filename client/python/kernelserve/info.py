@@ -55,6 +55,7 @@ class InputSchema:
     ranks: list[int]
     shape: str  # for people: "[B,S,H]"
     doc: str
+    shape_only: bool = False  # only dtype and shape are read: a TensorSpec may stand for it
 
 
 @dataclasses.dataclass
@@ -91,6 +92,8 @@ class KernelSchema:
     inputs: list[InputSchema]
     outputs: list[OutputSchema]
     params: list[ParamSchema]
+    vjp: str = ""  # the kernel computing this one's VJP ("mean_pooling_bwd"), "" when none
+    vjp_of: str = ""  # on a backward kernel: the forward whose VJP it computes
 
     def input(self, name: str) -> Optional[InputSchema]:
         """The input called `name`, or None."""
@@ -127,7 +130,8 @@ def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
     """The KernelSchema of a pb.KernelInfo."""
     inputs = [InputSchema(name=i.name, required=i.required,
                           dtypes=[tensors.DTYPE_NAMES.get(d, str(d)) for d in i.dtypes],
-                          ranks=list(i.ranks), shape=i.shape, doc=i.doc)
+                          ranks=list(i.ranks), shape=i.shape, doc=i.doc,
+                          shape_only=i.shape_only)
               for i in kernel.input_schema]
     outputs = [OutputSchema(name=o.name, dtype=o.dtype, shape=o.shape, doc=o.doc)
                for o in kernel.output_schema]
@@ -137,4 +141,5 @@ def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
               for p in kernel.param_schema]
     return KernelSchema(name=kernel.name, version=kernel.version, id=kernel.id,
                         platforms=list(kernel.platforms), doc=kernel.doc, inputs=inputs,
-                        outputs=outputs, params=params)
+                        outputs=outputs, params=params, vjp=kernel.vjp,
+                        vjp_of=kernel.vjp_of)

@@ -45,6 +45,15 @@ class Result:
         """outputs["lse"] (flash_attention with return_lse=True), else None."""
         return self.outputs.get("lse")
 
+    def __getattr__(self, name: str) -> Any:
+        """Any other output by name: r.dx (mean_pooling_bwd), r.dq, r.dk, r.dv, r.dbias
+        (flash_attention_bwd). AttributeError naming the outputs there are otherwise."""
+        outputs = self.__dict__.get("outputs")
+        if name.startswith("_") or outputs is None or name not in outputs:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; outputs: "
+                                 f"{sorted(outputs or {})}")
+        return outputs[name]
+
 
 # One item of execute_batch or execute_stream: its result, or the error of that item alone.
 ItemResult = Union[Result, KernelserveError]
