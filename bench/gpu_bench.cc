@@ -22,8 +22,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/bench_cases.h"
+#include "bench/bwd_bench.h"
 #include "core/utils/random_tensor.h"
 #include "kernels/flash_attention/flash_attention.h"
+#include "kernels/mean_pooling/mean_pooling.h"
 #include "kernels/runtime/cuda/cuda_platform.h"
 #include "nlohmann/json.hpp"
 
@@ -34,6 +36,7 @@ ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
 ABSL_FLAG(bool, pooling, true, "run the mean pooling cases");
 ABSL_FLAG(bool, attention, true, "run the flash attention cases");
+ABSL_FLAG(bool, backward, true, "run the backward kernels' cases (mean_pooling_bwd)");
 
 namespace ks = kernelserve;
 
@@ -129,6 +132,41 @@ int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
 // own kernel's config and cuDNN's first plan on the same prepared run. Their difference is what
 // the cudnn path (graph lookup, workspace, variant pack, cuDNN's own execute) adds per cached
 // call over a plain kernel launch.
+// mean_pooling_bwd: bytes of dx written per second against the copy bandwidth (bytes read
+// plus written per second) of the 1 GiB copy and of a copy of dx's size (a small dx cannot
+// fill the GPU for as long). Returns the number of failed cases.
+int RunPoolingBwd(const ks::DeviceInfo& device, double copy, cudaStream_t stream,
+                  nlohmann::json& out) {
+  std::unique_ptr<ks::Kernel> kernel = ks::MakeMeanPoolingBwd();
+  out["pooling_bwd"] = nlohmann::json::array();
+  int failures = 0;
+  for (const ks::bench::PoolingBwdCase& c : ks::bench::PoolingBwdCases(absl::GetFlag(FLAGS_seed))) {
+    const auto r = ks::bench::TimeKernel(*kernel, c.inputs, {}, device, absl::GetFlag(FLAGS_iters),
+                                         absl::GetFlag(FLAGS_tune));
+    const absl::StatusOr<double> same_size =
+        ks::bench::MeasureCopyBandwidth(static_cast<size_t>(c.dx_bytes), 20, stream);
+    if (!r.ok() || !same_size.ok()) {
+      std::printf("mean_pooling_bwd %s: FAILED %s\n", c.name.c_str(),
+                  (r.ok() ? same_size.status() : r.status()).ToString().c_str());
+      ++failures;
+      continue;
+    }
+    const auto dx = static_cast<double>(c.dx_bytes);
+    std::printf("mean_pooling_bwd %s: dx %.1f MiB, %d candidates; copy of dx's size %.3f TB/s\n",
+                c.name.c_str(), dx / (1 << 20), r->candidates, *same_size / 1e12);
+    PrintRow("heuristic", r->heuristic, dx, copy);
+    PrintRow("tuned", r->tuned, dx, copy);
+    std::printf("    tuned vs the copy of dx's size: %.2fx\n",
+                dx / (r->tuned.median_us * 1e-6) / *same_size);
+    out["pooling_bwd"].push_back({{"name", c.name},
+                                  {"dx_bytes", c.dx_bytes},
+                                  {"copy_same_size_TBps", *same_size / 1e12},
+                                  {"heuristic", TimingJson(r->heuristic, dx, copy)},
+                                  {"tuned", TimingJson(r->tuned, dx, copy)}});
+  }
+  return failures;
+}
+
 void RunLaunchOverhead(const ks::DeviceInfo& device, nlohmann::json& out) {
   std::unique_ptr<ks::Kernel> kernel = ks::MakeFlashAttention();
   const ks::TensorMap inputs = {
@@ -220,6 +258,7 @@ int Run() {
                             {"heuristic", TimingJson(r->heuristic, x_bytes, *copy)},
                             {"tuned", TimingJson(r->tuned, x_bytes, *copy)}});
   }
+  if (absl::GetFlag(FLAGS_backward)) failures += RunPoolingBwd(device, *copy, stream, out);
   if (absl::GetFlag(FLAGS_attention)) {
     failures += RunAttention(device, out);
     RunLaunchOverhead(device, out);
