@@ -8,7 +8,9 @@
 
 namespace kernelserve {
 
-// FlashAttentionBwdKernel (flash_attention_bwd_kernel.h) with its cpu platform.
+// FlashAttentionBwdKernel (flash_attention_bwd_kernel.h) with its cpu platform, in CUDA builds
+// its cuda platform and, where cuDNN loads, its cudnn platform
+// (cuda/flash_attention_bwd_cuda.h).
 std::unique_ptr<Kernel> MakeFlashAttentionBwd();
 
 }  // namespace kernelserve

@@ -77,6 +77,7 @@ absl::StatusOr<FlashAttentionBwdProblem> AnalyzeRules(const TensorSpecMap& input
   }
   Attributes fwd_params = attrs;
   fwd_params.erase("return_dbias");
+  fwd_params.erase("deterministic");
   FlashAttentionBwdProblem p;
   KS_ASSIGN_OR_RETURN(p.fwd, AnalyzeFlashAttention(fwd_inputs, fwd_params));
   KS_RETURN_IF_ERROR(CheckLikeQ("out", inputs.at("out"), p.fwd));
@@ -84,6 +85,7 @@ absl::StatusOr<FlashAttentionBwdProblem> AnalyzeRules(const TensorSpecMap& input
   KS_RETURN_IF_ERROR(CheckLse(inputs.at("lse"), p.fwd));
   p.k_shape = inputs.at("k").shape;
   p.return_dbias = ParamOr<bool>(FlashAttentionBwdSchema(), attrs, "return_dbias");
+  p.deterministic = ParamOr<bool>(FlashAttentionBwdSchema(), attrs, "deterministic");
   if (p.return_dbias && !p.fwd.has_bias) {
     return absl::InvalidArgumentError(
         "param 'return_dbias' = true without input 'bias': expected a bias to differentiate");
@@ -113,6 +115,9 @@ KernelSchema MakeSchema() {
   }
   params.push_back({"return_dbias", ParamType::kBool, false, std::nullopt, std::nullopt,
                     "also return dbias (needs bias)"});
+  params.push_back({"deterministic", ParamType::kBool, true, std::nullopt, std::nullopt,
+                    "the same bits for the same inputs; false lets cuDNN's plans sum in any "
+                    "order (faster)"});
   KernelSchema schema;
   schema.name = "flash_attention_bwd";
   schema.version = 1;

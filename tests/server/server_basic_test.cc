@@ -5,6 +5,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/register.h"
@@ -339,19 +341,20 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   EXPECT_GT(info.devices(0).memory_total_bytes(), 0);
   EXPECT_EQ(info.store(), "memory (none)");
   EXPECT_EQ(info.max_message_bytes(), int64_t{1} << 30);
-  // cuDNN as this process finds it (the server loads it the same way); flash_attention lists
-  // the cudnn platform exactly when it is loaded.
+  // cuDNN as this process finds it (the server loads it the same way); flash_attention and
+  // flash_attention_bwd list the cudnn platform exactly when it is loaded.
   EXPECT_EQ(info.cudnn_version(), LoadedCudnnVersion());
-  bool listed_cudnn = false;
+  std::vector<std::string> listed_cudnn;
   for (const v1::KernelInfo& kernel : kernels.kernels()) {
     for (const std::string& platform : kernel.platforms()) {
-      if (platform == "cudnn") {
-        EXPECT_EQ(kernel.name(), "flash_attention");
-        listed_cudnn = true;
-      }
+      if (platform == "cudnn") listed_cudnn.push_back(kernel.name());
     }
   }
-  EXPECT_EQ(listed_cudnn, info.cudnn_version() != "none") << info.cudnn_version();
+  const std::vector<std::string> expected =
+      info.cudnn_version() == "none"
+          ? std::vector<std::string>{}
+          : std::vector<std::string>{"flash_attention", "flash_attention_bwd"};
+  EXPECT_EQ(listed_cudnn, expected) << info.cudnn_version();
   ASSERT_TRUE(HealthStatus(server_->address(), "").ok());
   EXPECT_EQ(*HealthStatus(server_->address(), ""), 1);
   EXPECT_EQ(*HealthStatus(server_->address(), "kernelserve.v1.KernelService"), 1);

@@ -1,6 +1,7 @@
-// cuDNN's SDPA forward as the cudnn platform of flash attention runs it: one cudnn-frontend
-// graph per problem and device, built on first use and kept in a bounded cache (least recently
-// used out first), and its plans queued on a stream. The only code that sees cudnn-frontend.
+// cuDNN's SDPA forward and backward as the cudnn platform of flash attention and of
+// flash_attention_bwd run them: one cudnn-frontend graph per problem and device, built on first use
+// and kept in a bounded cache (least recently used out first), and its plans queued on a stream.
+// The only code that sees cudnn-frontend.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDNN_FLASH_ATTENTION_CUDNN_GRAPH_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDNN_FLASH_ATTENTION_CUDNN_GRAPH_H_
 
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/flash_attention/flash_attention_bwd_kernel.h"
 #include "kernels/flash_attention/flash_attention_kernel.h"
 
 namespace kernelserve::cudnn {
@@ -42,6 +44,30 @@ absl::StatusOr<int> FlashPlanCount(const FlashAttentionProblem& problem, int ord
 // InvalidArgument when there is no such plan. Thread-safe.
 absl::Status EnqueueFlashGraph(const FlashAttentionProblem& problem, int plan_index,
                                const FlashPointers& pointers, int ordinal, cudaStream_t stream);
+
+// The device memory one backward call reads and writes: q, k, v, bias as above; out and dout
+// [B,Sq,Hq,D], lse [B,Hq,Sq] f32 read; dq [B,Sq,Hq,D], dk and dv [B,Sk,Hkv,D] and dbias (bias's
+// shape, f32, when the problem returns it) written.
+struct FlashBwdPointers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const float* bias = nullptr;
+  const void* out = nullptr;
+  const void* dout = nullptr;
+  const float* lse = nullptr;  // finite: a row that sees no key carries a large value
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* dbias = nullptr;
+};
+
+// The same for the backward: cuDNN's SDPA backward graph for the problem (its deterministic
+// algorithm where the problem asks for it), cached beside the forward graphs.
+absl::Status CheckFlashGraph(const FlashAttentionBwdProblem& problem, int ordinal);
+absl::StatusOr<int> FlashPlanCount(const FlashAttentionBwdProblem& problem, int ordinal);
+absl::Status EnqueueFlashGraph(const FlashAttentionBwdProblem& problem, int plan_index,
+                               const FlashBwdPointers& pointers, int ordinal, cudaStream_t stream);
 
 // The graph cache as a whole, for tests and the logs. A value type.
 struct FlashGraphCacheStats {

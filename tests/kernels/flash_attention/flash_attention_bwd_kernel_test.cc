@@ -66,7 +66,7 @@ TEST(FlashAttentionBwdKernelTest, IdentityAndSchema) {
   names.clear();
   for (const ParamSchema& param : schema.params) names.insert(param.name);
   EXPECT_EQ(names, (std::set<std::string>{"causal", "softmax_scale", "window_left", "window_right",
-                                          "logits_soft_cap", "return_dbias"}));
+                                          "logits_soft_cap", "return_dbias", "deterministic"}));
   names.clear();
   for (const OutputSchema& output : schema.outputs) names.insert(output.name);
   EXPECT_EQ(names, (std::set<std::string>{"dq", "dk", "dv", "dbias"}));
@@ -88,12 +88,15 @@ TEST(FlashAttentionBwdKernelTest, AcceptsEveryForm) {
                           {"window_left", int64_t{0}},
                           {"window_right", int64_t{3}},
                           {"logits_soft_cap", 30.0},
-                          {"return_dbias", true}};
+                          {"return_dbias", true},
+                          {"deterministic", false}};
   const TensorSpecMap biased = With(Dense(), "bias", Spec(DType::kF32, {1, 4, 5, 9}));
   EXPECT_TRUE(AnalyzeFlashAttentionBwd(biased, all).ok());
   absl::StatusOr<FlashAttentionBwdProblem> p = AnalyzeFlashAttentionBwd(biased, all);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->return_dbias);
+  EXPECT_FALSE(p->deterministic);
+  EXPECT_TRUE(AnalyzeFlashAttentionBwd(biased, {})->deterministic);  // the default
   EXPECT_TRUE(p->fwd.causal);
   EXPECT_FALSE(p->fwd.return_lse);
   EXPECT_EQ(p->fwd.softmax_scale, 0.25);

@@ -1,0 +1,42 @@
+#include "kernels/flash_attention/cuda/flash_attention_bwd_dispatch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/utils/string_view.h"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+// One integer per (dtype, head dim, block_q, block_k), for the switch below. REQUIRES: every
+// field below its bound (checked by the caller).
+constexpr int64_t Key(DType dtype, int64_t d, int64_t bq, int64_t bk) {
+  return ((static_cast<int64_t>(dtype) * 512 + d) * 512 + bq) * 512 + bk;
+}
+
+}  // namespace
+
+absl::StatusOr<FlashBwdLaunchFn> SelectFlashBwdLaunch(DType dtype, int64_t head_dim,
+                                                      const KernelConfig& config) {
+  if (head_dim > 0 && head_dim < 512 && config.block_q > 0 && config.block_q < 512 &&
+      config.block_k > 0 && config.block_k < 512) {
+#define KS_FLASH_BWD_CASE(DT, CT, D, BQ, BK) \
+  case Key(DType::DT, D, BQ, BK):            \
+    return &LaunchFlashAttentionBwdMma<CT, D, BQ, BK>;
+    switch (Key(dtype, head_dim, config.block_q, config.block_k)) {
+      KS_FOR_EACH_FLASH_BWD_INSTANCE(KS_FLASH_BWD_CASE)
+      default:
+        break;
+    }
+#undef KS_FLASH_BWD_CASE
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "flash_attention_bwd (cuda): no kernel compiled for dtype ", Sv(DTypeName(dtype)),
+      ", head dim ", head_dim, ", block_q ", config.block_q, ", block_k ", config.block_k,
+      " (compiled: f16/bf16, head dims 64 and 128, block_q 64 with block_k 64 or 128; see "
+      "kernels/flash_attention/cuda/flash_attention_bwd_config.h)"));
+}
+
+}  // namespace kernelserve::cuda

@@ -1,0 +1,9 @@
+// The compiled flash attention backward launcher instances of head dim 128 (mma.sync).
+#include "kernels/flash_attention/cuda/flash_attention_bwd_device.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
+
+namespace kernelserve::cuda {
+
+KS_FLASH_BWD_INSTANCES_D128(KS_INSTANTIATE_FLASH_BWD)
+
+}  // namespace kernelserve::cuda

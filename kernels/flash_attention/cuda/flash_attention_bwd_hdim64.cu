@@ -1,0 +1,9 @@
+// The compiled flash attention backward launcher instances of head dim 64 (mma.sync).
+#include "kernels/flash_attention/cuda/flash_attention_bwd_device.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
+
+namespace kernelserve::cuda {
+
+KS_FLASH_BWD_INSTANCES_D64(KS_INSTANTIATE_FLASH_BWD)
+
+}  // namespace kernelserve::cuda

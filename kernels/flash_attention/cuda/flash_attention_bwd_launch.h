@@ -1,0 +1,55 @@
+// The CUDA flash attention backward launcher: device pointers and sizes in, three kernel
+// launches on a stream (D = rowsum(dout * out), then dK and dV, then dQ). Included by host C++
+// (the dispatch, the platform) and by the .cu files.
+#ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_LAUNCH_H_
+#define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/flash_attention/cuda/flash_attention_launch.h"
+
+namespace kernelserve::cuda {
+
+// One backward call's device buffers. Pointers are borrowed; rows as in FlashDeviceArgs.
+struct FlashBwdDeviceArgs {
+  // The forward's q, k, v, sizes and options; `out` is read (the forward's out) and `lse` read
+  // (the forward's, in its layout, finite: a row that sees no key carries a large value, so
+  // that its probabilities are 0).
+  FlashDeviceArgs fwd;
+  const void* dout = nullptr;  // [total_q, Hq, D]
+  float* dsum = nullptr;       // workspace, lse's layout: rowsum(dout * out) per row and head
+  void* dq = nullptr;          // [total_q, Hq, D]; every row written (zeros where none is)
+  void* dk = nullptr;          // [total_k, Hkv, D]
+  void* dv = nullptr;          // [total_k, Hkv, D]
+  int64_t max_seq_len_k = 0;   // varlen: the longest key sequence (sizes the dK/dV grid)
+};
+
+// Shared memory (bytes) of the dK/dV kernel (K and V tiles of block_k rows, two stages of Q and
+// dO tiles of block_q rows and their lse and D values) and of the dQ kernel (Q and dO tiles of
+// block_q rows, two stages of K and V tiles of block_k rows), 2-byte elements.
+constexpr size_t FlashBwdDkvSharedBytes(int head_dim, int block_q, int block_k) {
+  return static_cast<size_t>(head_dim) * 2 *
+             (2 * static_cast<size_t>(block_k) + 4 * static_cast<size_t>(block_q)) +
+         4 * sizeof(float) * static_cast<size_t>(block_q);
+}
+constexpr size_t FlashBwdDqSharedBytes(int head_dim, int block_q, int block_k) {
+  return static_cast<size_t>(head_dim) * 2 *
+         (2 * static_cast<size_t>(block_q) + 4 * static_cast<size_t>(block_k));
+}
+
+// Launches the backward on `stream` and returns the first launch error (they do not wait).
+// T: __half or __nv_bfloat16; kHeadDim: D (a multiple of 32). The dK/dV kernel runs
+// kBlockK / 16 warps, each owning 16 key rows, over query tiles of kBlockQ rows; the dQ
+// kernel kBlockQ / 16 warps, each owning 16 query rows, over key tiles of kBlockK rows. Both
+// recompute P from q, k and lse (mma.sync m16n8k16, fp32 accumulators), so that no result is
+// summed by atomics: the same inputs give the same bits. REQUIRES: args.fwd.bias (when set)
+// dense; grids (tiles x heads x sequences) within the device's limits.
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
+cudaError_t LaunchFlashAttentionBwdMma(const FlashBwdDeviceArgs& args, cudaStream_t stream);
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_LAUNCH_H_
