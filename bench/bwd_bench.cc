@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "core/utils/random_tensor.h"
 #include "core/utils/string_view.h"
+#include "kernels/flash_attention/flash_attention.h"
 
 namespace kernelserve::bench {
 namespace {
@@ -55,6 +56,7 @@ absl::StatusOr<KernelTiming> TimeKernel(const Kernel& kernel, const TensorMap& i
   for (const KernelConfig& config : cuda->Candidates(*problem, device)) {
     ++result.candidates;
     KS_ASSIGN_OR_RETURN(const double us, TimeConfig(*run, config, iters));
+    result.each.push_back({config, us});
     if (us < result.tuned.median_us) result.tuned = {config, us};
   }
   return result;
@@ -90,6 +92,37 @@ std::vector<PoolingBwdCase> PoolingBwdCases(uint64_t seed) {
     cases.push_back(std::move(c));
   }
   return cases;
+}
+
+std::vector<AttentionCase> AttentionBwdCases(uint64_t seed) {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : DefaultAttentionCases(seed)) {
+    if (c.lengths.empty() && (c.head_dim == 64 || c.head_dim == 128)) cases.push_back(c);
+  }
+  return cases;
+}
+
+double AttentionBwdFlops(const AttentionCase& c) { return 2.5 * AttentionFlops(c); }
+
+absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const DeviceInfo& device) {
+  const int64_t b = c.batch, s = c.seq_len, d = c.head_dim;
+  TensorMap inputs = {{"q", RandomTensor(c.dtype, {b, s, c.heads_q, d}, 21)},
+                      {"k", RandomTensor(c.dtype, {b, s, c.heads_kv, d}, 22)},
+                      {"v", RandomTensor(c.dtype, {b, s, c.heads_kv, d}, 23)}};
+  std::unique_ptr<Kernel> forward = MakeFlashAttention();
+  KS_ASSIGN_OR_RETURN(const Attributes attrs, forward->schema().CanonicalParams(
+                                                  {{"causal", c.causal}, {"return_lse", true}}));
+  KS_ASSIGN_OR_RETURN(const std::shared_ptr<const Problem> problem,
+                      forward->Analyze(SpecsOf(inputs), attrs));
+  const PlatformImpl* cuda = forward->impl(Platform::kCuda);
+  if (cuda == nullptr) return absl::UnimplementedError("flash_attention has no cuda platform");
+  KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run, cuda->Prepare(*problem, inputs, device));
+  KS_RETURN_IF_ERROR(run->Launch(cuda->Heuristic(*problem, device)).status());
+  KS_ASSIGN_OR_RETURN(TensorMap outputs, run->Fetch());
+  inputs["out"] = std::move(outputs.at("out"));
+  inputs["lse"] = std::move(outputs.at("lse"));
+  inputs["dout"] = RandomTensor(c.dtype, {b, s, c.heads_q, d}, 24);
+  return inputs;
 }
 
 }  // namespace kernelserve::bench

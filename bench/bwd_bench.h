@@ -1,5 +1,5 @@
-// The backward kernels' benchmark cases (mean_pooling_bwd against the copy bandwidth) and a
-// generic timing of one kernel call on the CUDA platform.
+// The backward kernels' benchmark cases (mean_pooling_bwd against the copy bandwidth,
+// flash_attention_bwd in TFLOP/s) and a generic timing of one kernel call on a GPU platform.
 #ifndef KERNELSERVE_BENCH_BWD_BENCH_H_
 #define KERNELSERVE_BENCH_BWD_BENCH_H_
 
@@ -22,6 +22,7 @@ struct KernelTiming {
   Timing heuristic;
   Timing tuned;  // the fastest of heuristic and candidates
   int candidates = 0;
+  std::vector<Timing> each;  // every candidate timed, in candidate order (when tuning)
 };
 absl::StatusOr<KernelTiming> TimeKernel(const Kernel& kernel, const TensorMap& inputs,
                                         const Attributes& params, const DeviceInfo& device,
@@ -39,6 +40,18 @@ struct PoolingBwdCase {
 // [32,2048,4096] (prefixes from `seed`) and varlen bf16 of 256 sequences of 1..4096 rows,
 // H = 4096.
 std::vector<PoolingBwdCase> PoolingBwdCases(uint64_t seed);
+
+// The dense forward cases of head dim 64 and 128 (DefaultAttentionCases), whose backward
+// flash_attention_bwd benchmarks.
+std::vector<AttentionCase> AttentionBwdCases(uint64_t seed);
+
+// Floating-point operations of the backward of `c`: 2.5x the forward's (five matrix products
+// of the forward's size to its two).
+double AttentionBwdFlops(const AttentionCase& c);
+
+// flash_attention_bwd's inputs for `c`: q, k, v and dout random, out and lse from the flash
+// attention forward on `device` (the heuristic config of its cuda platform).
+absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const DeviceInfo& device);
 
 }  // namespace kernelserve::bench
 

@@ -6,7 +6,9 @@
 // time) and its ratio to the copy bandwidth. --json writes the same numbers (and the cases'
 // lengths) for bench/peers.py, which times PyTorch on the same cases. See docs/GPU.md.
 // Attention cases print the heuristic and tuned time and TFLOP/s (4*B*Hq*Sq*Sk*D, halved when
-// causal); the JSON's "attention" list carries them for bench/peers.py too.
+// causal); the JSON's "attention" list carries them for bench/peers.py too, and its
+// "attention_bwd" list flash_attention_bwd's (cuda platform: own kernels and cuDNN's plans,
+// 2.5x the forward's FLOPs).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "bench/bwd_bench.h"
 #include "core/utils/random_tensor.h"
 #include "kernels/flash_attention/flash_attention.h"
+#include "kernels/flash_attention/flash_attention_bwd.h"
 #include "kernels/mean_pooling/mean_pooling.h"
 #include "kernels/runtime/cuda/cuda_platform.h"
 #include "nlohmann/json.hpp"
@@ -36,7 +39,8 @@ ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
 ABSL_FLAG(bool, pooling, true, "run the mean pooling cases");
 ABSL_FLAG(bool, attention, true, "run the flash attention cases");
-ABSL_FLAG(bool, backward, true, "run the backward kernels' cases (mean_pooling_bwd)");
+ABSL_FLAG(bool, backward, true,
+          "run the backward kernels' cases (mean_pooling_bwd, flash_attention_bwd)");
 
 namespace ks = kernelserve;
 
@@ -128,10 +132,6 @@ int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
   return failures;
 }
 
-// Host time per launch beyond the GPU time, on a tiny attention call (bf16 [1,128,1,64]): the
-// own kernel's config and cuDNN's first plan on the same prepared run. Their difference is what
-// the cudnn path (graph lookup, workspace, variant pack, cuDNN's own execute) adds per cached
-// call over a plain kernel launch.
 // mean_pooling_bwd: bytes of dx written per second against the copy bandwidth (bytes read
 // plus written per second) of the 1 GiB copy and of a copy of dx's size (a small dx cannot
 // fill the GPU for as long). Returns the number of failed cases.
@@ -167,6 +167,66 @@ int RunPoolingBwd(const ks::DeviceInfo& device, double copy, cudaStream_t stream
   return failures;
 }
 
+// flash_attention_bwd on its cuda platform (the own kernels and cuDNN's plans), in TFLOP/s
+// (2.5x the forward's FLOPs), appended to out["attention_bwd"] with the best own config, the
+// best cuDNN plan and the heuristic's config with deterministic=false. Returns the number of
+// failed cases.
+int RunAttentionBwd(const ks::DeviceInfo& device, nlohmann::json& out) {
+  std::unique_ptr<ks::Kernel> kernel = ks::MakeFlashAttentionBwd();
+  out["attention_bwd"] = nlohmann::json::array();
+  int failures = 0;
+  for (const ks::bench::AttentionCase& c :
+       ks::bench::AttentionBwdCases(absl::GetFlag(FLAGS_seed))) {
+    const absl::StatusOr<ks::TensorMap> inputs = ks::bench::AttentionBwdInputs(c, device);
+    const absl::StatusOr<ks::bench::KernelTiming> r =
+        inputs.ok() ? ks::bench::TimeKernel(*kernel, *inputs, {{"causal", c.causal}}, device,
+                                            absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_tune))
+                    : absl::StatusOr<ks::bench::KernelTiming>(inputs.status());
+    if (!r.ok()) {
+      std::printf("flash_attention_bwd %s: FAILED %s\n", c.name.c_str(),
+                  r.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    const double flops = ks::bench::AttentionBwdFlops(c);
+    auto tflops = [&](const ks::bench::Timing& t) {
+      return t.median_us > 0 ? flops / (t.median_us * 1e-6) / 1e12 : 0.0;
+    };
+    // The same call with deterministic=false, the heuristic's config (cuDNN's first plan on
+    // Hopper): what giving up the same bits buys.
+    const absl::StatusOr<ks::bench::KernelTiming> any_order =
+        ks::bench::TimeKernel(*kernel, *inputs, {{"causal", c.causal}, {"deterministic", false}},
+                              device, absl::GetFlag(FLAGS_iters), /*tune=*/false);
+    ks::bench::Timing own, cudnn;
+    for (const ks::bench::Timing& t : r->each) {
+      ks::bench::Timing& best = t.config.platform == "cudnn" ? cudnn : own;
+      if (best.median_us == 0.0 || t.median_us < best.median_us) best = t;
+    }
+    std::printf("flash_attention_bwd %s: %d candidates\n", c.name.c_str(), r->candidates);
+    nlohmann::json row = {{"name", c.name},         {"dtype", std::string(ks::DTypeName(c.dtype))},
+                          {"batch", c.batch},       {"seq_len", c.seq_len},
+                          {"heads_q", c.heads_q},   {"heads_kv", c.heads_kv},
+                          {"head_dim", c.head_dim}, {"causal", c.causal},
+                          {"flops", flops}};
+    for (const auto& [label, t] :
+         {std::pair{"heuristic", r->heuristic},
+          {"tuned", r->tuned},
+          {"best_own", own},
+          {"best_cudnn", cudnn},
+          {"any_order", any_order.ok() ? any_order->heuristic : ks::bench::Timing{}}}) {
+      std::printf("    %-10s %8.1f us %6.1f TFLOP/s  {%s}\n", label, t.median_us, tflops(t),
+                  t.config.DebugString().c_str());
+      row[label] = {{"config", t.config.DebugString()}, {"us", t.median_us}, {"TFLOPs", tflops(t)}};
+    }
+    out["attention_bwd"].push_back(row);
+  }
+  return failures;
+}
+
+// Host time per launch beyond the GPU time, on a tiny attention call (bf16 [1,128,1,64]): the
+// own kernel's config and cuDNN's first plan on the same prepared run. Their difference is what
+// the cudnn path (graph lookup, workspace, variant pack, cuDNN's own execute) adds per cached
+// call over a plain kernel launch.
 void RunLaunchOverhead(const ks::DeviceInfo& device, nlohmann::json& out) {
   std::unique_ptr<ks::Kernel> kernel = ks::MakeFlashAttention();
   const ks::TensorMap inputs = {
@@ -258,7 +318,10 @@ int Run() {
                             {"heuristic", TimingJson(r->heuristic, x_bytes, *copy)},
                             {"tuned", TimingJson(r->tuned, x_bytes, *copy)}});
   }
-  if (absl::GetFlag(FLAGS_backward)) failures += RunPoolingBwd(device, *copy, stream, out);
+  if (absl::GetFlag(FLAGS_backward)) {
+    failures += RunPoolingBwd(device, *copy, stream, out);
+    failures += RunAttentionBwd(device, out);
+  }
   if (absl::GetFlag(FLAGS_attention)) {
     failures += RunAttention(device, out);
     RunLaunchOverhead(device, out);

@@ -9,7 +9,8 @@ table with both sides and their ratios. Writes the table and the numbers under -
 Flash attention cases (the JSON's "attention" list) are timed with
 torch.nn.functional.scaled_dot_product_attention under its flash and cuDNN backends (varlen: the
 flash backend's varlen entry point when this torch has one), and printed as a second table in
-TFLOP/s (4*B*Hq*Sq*Sk*D, halved when causal).
+TFLOP/s (4*B*Hq*Sq*Sk*D, halved when causal). The "attention_bwd" list gets a third table, of
+torch's backward (peers_bwd.py).
 """
 import argparse
 import json
@@ -176,7 +177,7 @@ def main():
         "torch us | torch TB/s | speedup heuristic | speedup tuned |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for case in ours["cases"]:
+    for case in ours.get("cases", []):
         op, torch_us = torch_case(case, args.iters)
         heur_us, tuned_us = case["heuristic"]["us"], case["tuned"]["us"]
         x_bytes = case["x_bytes"]
@@ -190,11 +191,13 @@ def main():
             f"{row['speedup_heuristic']:.2f}x | {row['speedup_tuned']:.2f}x |")
         print(lines[-1], file=sys.stderr, flush=True)
     lines.append("")
-    for case in ours["cases"]:
+    for case in ours.get("cases", []):
         lines.append(f"- {case['name']}: heuristic {{{case['heuristic']['config']}}}, "
                      f"tuned {{{case['tuned']['config']}}}")
     result["attention"] = []
     lines += attention_table(ours, args.iters, result)
+    from peers_bwd import attention_bwd_table  # it imports median_ms from here: not at the top
+    lines += attention_bwd_table(ours, args.iters, result)
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)

@@ -1,0 +1,78 @@
+"""PyTorch peers of flash_attention_bwd: torch.autograd through scaled_dot_product_attention.
+
+For each case of the JSON's "attention_bwd" list (kernelserve-gpu-bench --backward), runs the
+forward once under the flash and the cuDNN backends and times only the backward
+(torch.autograd.grad of q, k and v for a random dout, the graph kept), in TFLOP/s at the same
+FLOP count as ours (2.5x the forward's). The table has ours as the heuristic picks, tuned,
+the best of the own kernels and of cuDNN's plans, and the heuristic's config with
+deterministic=false. GQA runs with K and V expanded to the query heads
+before they require grad, as in the forward table, so torch's time leaves out the sum over each
+group that ours includes.
+"""
+import sys
+
+import torch
+
+from peers import median_ms
+
+
+def sdpa_bwd_ms(case, backend, iters):
+    """Median ms of the backward of torch SDPA under `backend`, or None when it cannot run."""
+    from torch.nn.attention import sdpa_kernel
+    import torch.nn.functional as F
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[case["dtype"]]
+    b, s, hq, hkv, d = (case["batch"], case["seq_len"], case["heads_q"], case["heads_kv"],
+                        case["head_dim"])
+    g = torch.Generator(device="cuda").manual_seed(2)
+    rand = lambda h: (torch.rand((b, h, s, d), generator=g, device="cuda") * 2 - 1).to(dtype)
+    q, k, v, dout = rand(hq), rand(hkv), rand(hkv), rand(hq)
+    if hkv != hq:
+        k = k.repeat_interleave(hq // hkv, dim=1)
+        v = v.repeat_interleave(hq // hkv, dim=1)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    try:
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+            return median_ms(lambda i: torch.autograd.grad(out, (q, k, v), dout,
+                                                           retain_graph=True), iters)
+    except RuntimeError as e:
+        print(f"{case['name']}: backward {backend}: {e}", file=sys.stderr)
+        return None
+
+
+def attention_bwd_table(ours, iters, result):
+    """Markdown lines of the backward table; the numbers go to result["attention_bwd"]."""
+    from torch.nn.attention import SDPBackend
+    cases = ours.get("attention_bwd", [])
+    if not cases:
+        return []
+    lines = ["", "| backward case | ours heuristic | ours tuned | own kernels best | "
+             "cuDNN plans best | ours, deterministic=false | torch flash | torch cuDNN | "
+             "own / flash | tuned / flash | tuned / cuDNN | any order / cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.1f}"
+    result["attention_bwd"] = []
+    for case in cases:
+        tf = lambda ms: None if ms is None else case["flops"] / (ms * 1e-3) / 1e12
+        flash = tf(sdpa_bwd_ms(case, SDPBackend.FLASH_ATTENTION, iters))
+        cudnn = tf(sdpa_bwd_ms(case, SDPBackend.CUDNN_ATTENTION, iters))
+        torch.cuda.empty_cache()
+        ours_h, ours_t = case["heuristic"]["TFLOPs"], case["tuned"]["TFLOPs"]
+        own, plans = case["best_own"]["TFLOPs"] or None, case["best_cudnn"]["TFLOPs"] or None
+        any_order = case["any_order"]["TFLOPs"] or None
+        ratio = lambda a, x: "n/a" if a is None or x is None else f"{a / x:.2f}x"
+        result["attention_bwd"].append({"name": case["name"], "flash_TFLOPs": flash,
+                                        "cudnn_TFLOPs": cudnn, "ours_heuristic_TFLOPs": ours_h,
+                                        "ours_tuned_TFLOPs": ours_t, "own_TFLOPs": own,
+                                        "cudnn_plans_TFLOPs": plans,
+                                        "any_order_TFLOPs": any_order})
+        lines.append(f"| {case['name']} | {ours_h:.1f} | {ours_t:.1f} | {fmt(own)} | "
+                     f"{fmt(plans)} | {fmt(any_order)} | {fmt(flash)} | {fmt(cudnn)} | "
+                     f"{ratio(own, flash)} | {ratio(ours_t, flash)} | {ratio(ours_t, cudnn)} | "
+                     f"{ratio(any_order, cudnn)} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    lines.append("")
+    for case in cases:
+        lines.append(f"- backward {case['name']}: heuristic {{{case['heuristic']['config']}}}, "
+                     f"tuned {{{case['tuned']['config']}}}")
+    return lines
