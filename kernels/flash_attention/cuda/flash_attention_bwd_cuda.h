@@ -15,8 +15,9 @@ namespace kernelserve {
 // 64 and 128 with every option of the contract but dbias (causal, windows, soft cap, scale,
 // GQA/MQA, bias, segment ids, varlen), deterministic, with the configs of
 // cuda/flash_attention_bwd_config.h. Where cuDNN is loaded and runs a problem, cuDNN's
-// deterministic backward plans (configs of platform "cudnn") join the candidates, and serve
-// what the own kernels do not (dbias, other head dims); the heuristic picks cuDNN's first plan
+// backward plans (configs of platform "cudnn") join the candidates, and serve what the own
+// kernels do not where cuDNN builds a plan for it (other head dims; dbias, for which cuDNN 9.19
+// on an H100 built none, so it ran on the cpu platform); the heuristic picks cuDNN's first plan
 // where cuDNN runs the problem and the measured rule prefers it (cudnn::PreferCudnn: Hopper),
 // else the own kernels. Supports refuses what neither runs, naming what is missing.
 // Thread-safe.
