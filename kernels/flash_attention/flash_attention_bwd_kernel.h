@@ -33,9 +33,10 @@ struct FlashAttentionBwdProblem : Problem {
 //   (shape and dtype of k), and with return_dbias dbias (shape of bias, f32).
 // Params: the forward's (causal, softmax_scale, window_left, window_right, logits_soft_cap)
 // but return_lse, plus return_dbias and deterministic (default true: the same inputs give the
-// same bits; false lets cuDNN's plans sum in any order). The forward with return_lse=true, then
-// this kernel on its out and lse, is the VJP of the forward. Per sequence, query head h (kv head h
-// / (Hq / Hkv)), query row i and visible key j:
+// same bits; false lets cuDNN's plans sum in any order). The forward with return_lse=true,
+// then this kernel on its out and lse, is the VJP of the forward.
+//
+// Per sequence, query head h (kv head h / (Hq / Hkv)), query row i and visible key j:
 //   raw_ij = scale * q_i.k_j; t_ij = tanh(raw_ij / cap) with a cap, logits_ij = cap * t_ij +
 //   bias_ij (raw_ij + bias_ij without one)
 //   P_ij = exp(logits_ij - lse_i)              with the GIVEN lse (the forward's residual)
