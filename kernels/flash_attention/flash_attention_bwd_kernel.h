@@ -26,6 +26,10 @@ struct FlashAttentionBwdProblem : Problem {
   bool deterministic = true;
 };
 
+// The forward call a problem belongs to: itself, or the one a backward differentiates.
+inline const FlashAttentionProblem& ForwardOf(const FlashAttentionProblem& p) { return p; }
+inline const FlashAttentionProblem& ForwardOf(const FlashAttentionBwdProblem& p) { return p.fwd; }
+
 // "flash_attention_bwd" v1, the vector-Jacobian product of "flash_attention".
 //   q, k, v and every optional input (cu_seqlens_q/k, q/kv_segment_ids, bias) as the forward
 //   takes them, with the same rules; out and dout (shape and dtype of q); lse (f32, the

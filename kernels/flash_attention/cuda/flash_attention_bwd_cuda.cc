@@ -2,11 +2,9 @@
 // MakeFlashAttentionBwdCudnn.
 #include "kernels/flash_attention/cuda/flash_attention_bwd_cuda.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,9 +25,6 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::DeviceThreadResources;
-
-// Grid limits of one launch (gridDim.y = heads, gridDim.z = sequences).
-constexpr int64_t kMaxGridYZ = 65535;
 
 // What a row that sees no key (lse -inf) gets instead: exp(logit - it) is 0 for every logit,
 // so the row contributes nothing, as the contract says, where -inf would give inf * 0.
@@ -86,12 +81,7 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
     bwd_.fwd = args_;
     bwd_.dout = dout_.get();
     bwd_.dsum = static_cast<float*>(dsum_.get());
-    if (p_.varlen) {
-      const std::vector<int64_t> cu_k = inputs.at("cu_seqlens_k").ToInts();
-      for (size_t i = 0; i + 1 < cu_k.size(); ++i) {
-        bwd_.max_seq_len_k = std::max(bwd_.max_seq_len_k, cu_k[i + 1] - cu_k[i]);
-      }
-    }
+    bwd_.max_seq_len_k = max_seq_len_k_;
     KS_RETURN_IF_ERROR(AddOutput("dq", p_.dtype, p_.q_shape, &bwd_.dq));
     KS_RETURN_IF_ERROR(AddOutput("dk", p_.dtype, bwd_problem_.k_shape, &bwd_.dk));
     KS_RETURN_IF_ERROR(AddOutput("dv", p_.dtype, bwd_problem_.k_shape, &bwd_.dv));
@@ -179,10 +169,10 @@ absl::Status CheckFlashBwdProblemSupported(const FlashAttentionBwdProblem& probl
         "flash_attention_bwd (cuda): return_dbias has no own GPU kernel (cuDNN's plans or the "
         "cpu platform compute it)");
   }
-  if (p.num_heads_q > kMaxGridYZ || p.num_sequences > kMaxGridYZ) {
-    return absl::UnimplementedError(
-        absl::StrCat("flash_attention_bwd (cuda): ", p.num_heads_q, " heads and ", p.num_sequences,
-                     " sequences: the GPU kernels take at most ", kMaxGridYZ, " of each"));
+  if (p.num_heads_q > cuda::kMaxFlashGridYZ || p.num_sequences > cuda::kMaxFlashGridYZ) {
+    return absl::UnimplementedError(absl::StrCat(
+        "flash_attention_bwd (cuda): ", p.num_heads_q, " heads and ", p.num_sequences,
+        " sequences: the GPU kernels take at most ", cuda::kMaxFlashGridYZ, " of each"));
   }
   return absl::OkStatus();
 }

@@ -1,10 +1,8 @@
 // The CUDA PlatformImpl of flash attention: MakeFlashAttentionCuda.
 #include "kernels/flash_attention/cuda/flash_attention_cuda.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,9 +24,6 @@ namespace kernelserve {
 namespace {
 
 using cuda::DeviceThreadResources;
-
-// Grid limits of one launch (gridDim.y = heads, gridDim.z = sequences).
-constexpr int64_t kMaxGridYZ = 65535;
 
 // InvalidArgument unless `config` is compiled for the head dim and fits the device.
 absl::Status CheckFlashConfig(const KernelConfig& config, const FlashAttentionProblem& p,
@@ -139,10 +134,10 @@ absl::Status CheckFlashProblemSupported(const FlashAttentionProblem& p) {
         "flash attention (cuda): head dim ", p.head_dim,
         " has no GPU kernel (compiled: 32, 64, 96, 128 and 256); run it on the cpu platform"));
   }
-  if (p.num_heads_q > kMaxGridYZ || p.num_sequences > kMaxGridYZ) {
-    return absl::UnimplementedError(
-        absl::StrCat("flash attention (cuda): ", p.num_heads_q, " heads and ", p.num_sequences,
-                     " sequences: the GPU kernel takes at most ", kMaxGridYZ, " of each"));
+  if (p.num_heads_q > cuda::kMaxFlashGridYZ || p.num_sequences > cuda::kMaxFlashGridYZ) {
+    return absl::UnimplementedError(absl::StrCat(
+        "flash attention (cuda): ", p.num_heads_q, " heads and ", p.num_sequences,
+        " sequences: the GPU kernel takes at most ", cuda::kMaxFlashGridYZ, " of each"));
   }
   return absl::OkStatus();
 }

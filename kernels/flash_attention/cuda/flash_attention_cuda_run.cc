@@ -27,6 +27,7 @@ absl::Status FlashInputsRun::UploadIndexInputs(const TensorMap& inputs) {
     args_.cu_seqlens_k = static_cast<const int64_t*>(cu_k_.get());
     for (size_t i = 0; i + 1 < cu_q.size(); ++i) {
       args_.max_seq_len_q = std::max(args_.max_seq_len_q, cu_q[i + 1] - cu_q[i]);
+      max_seq_len_k_ = std::max(max_seq_len_k_, cu_k[i + 1] - cu_k[i]);
     }
     covered_q_ = cu_q.back();
   }

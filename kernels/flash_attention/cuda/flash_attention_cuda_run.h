@@ -16,6 +16,9 @@
 
 namespace kernelserve::cuda {
 
+// Grid limits of the flash attention launches (gridDim.y = heads, gridDim.z = sequences).
+inline constexpr int64_t kMaxFlashGridYZ = 65535;
+
 // A CudaRun holding a flash attention call's forward inputs on its device. Derived runs call
 // UploadFlashInputs from their Init, add their own buffers and outputs to args_ and launch.
 // Thread safety: one thread at a time (PreparedRun).
@@ -33,7 +36,8 @@ class FlashInputsRun : public CudaRun {
   const FlashAttentionProblem p_;
   const DeviceInfo device_;
   FlashDeviceArgs args_;
-  int64_t covered_q_ = 0;  // q rows inside sequences (varlen: the rest are no sequence's)
+  int64_t covered_q_ = 0;      // q rows inside sequences (varlen: the rest are no sequence's)
+  int64_t max_seq_len_k_ = 0;  // varlen: the longest key sequence (args_ has the query's)
 
  private:
   absl::Status UploadIndexInputs(const TensorMap& inputs);

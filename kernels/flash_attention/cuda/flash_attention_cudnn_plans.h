@@ -22,10 +22,6 @@
 
 namespace kernelserve::cudnn {
 
-// The forward call a problem belongs to (itself, or the one a backward differentiates).
-inline const FlashAttentionProblem& ForwardOf(const FlashAttentionProblem& p) { return p; }
-inline const FlashAttentionProblem& ForwardOf(const FlashAttentionBwdProblem& p) { return p.fwd; }
-
 // The kernel's name in messages.
 inline const char* LabelOf(const FlashAttentionProblem& /*p*/) { return "flash attention"; }
 inline const char* LabelOf(const FlashAttentionBwdProblem& /*p*/) { return "flash_attention_bwd"; }

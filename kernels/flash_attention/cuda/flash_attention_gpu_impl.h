@@ -66,7 +66,7 @@ class FlashGpuImpl final : public PlatformImpl {
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
     const P& p = ProblemAs<P>(problem);
     const bool own = !only_cudnn_ && Traits::OwnSupports(p).ok();
-    if (own && !cudnn::PreferCudnn(cudnn::ForwardOf(p), device)) {
+    if (own && !cudnn::PreferCudnn(ForwardOf(p), device)) {
       return Traits::OwnHeuristic(p, device);
     }
     if (cudnn::CudnnSupports(p, device).ok()) return cudnn::CudnnFlashConfig(0);

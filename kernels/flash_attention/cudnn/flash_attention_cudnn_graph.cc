@@ -282,9 +282,6 @@ GraphCache& Cache() {
   return *cache;
 }
 
-const FlashAttentionProblem& ForwardOf(const FlashAttentionProblem& p) { return p; }
-const FlashAttentionProblem& ForwardOf(const FlashAttentionBwdProblem& p) { return p.fwd; }
-
 // The entry of the problem (FlashAttentionProblem: the forward graph; FlashAttentionBwdProblem:
 // the backward's), built (on this thread when new) and supported; else the verdict.
 template <typename P>

@@ -5,7 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_config.h"
 #include "kernels/flash_attention/flash_attention_bwd.h"
@@ -48,20 +47,7 @@ class FlashAttentionBwdCudaTest : public ::testing::Test {
 };
 
 TEST_F(FlashAttentionBwdCudaTest, DenseCausalAndOddLengths) {
-  std::vector<BwdCase> cases;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (int64_t d : {64, 128}) {
-      BwdCase c;
-      c.dtype = dtype;
-      c.d = d;
-      c.label = absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16", " D=", d);
-      cases.push_back(c);
-      BwdCase causal = c;
-      causal.params = {{"causal", true}};
-      causal.label += " causal";
-      cases.push_back(causal);
-    }
-  }
+  std::vector<BwdCase> cases = DtypeHeadDimCases();
   BwdCase odd;
   odd.sq = 96;
   odd.sk = 173;

@@ -44,6 +44,24 @@ Tensor Segments(int64_t b, int64_t s, uint64_t seed) {
 
 }  // namespace
 
+std::vector<BwdCase> DtypeHeadDimCases() {
+  std::vector<BwdCase> cases;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      BwdCase c;
+      c.dtype = dtype;
+      c.d = d;
+      c.label = absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16", " D=", d);
+      cases.push_back(c);
+      BwdCase causal = c;
+      causal.params = {{"causal", true}};
+      causal.label += " causal";
+      cases.push_back(causal);
+    }
+  }
+  return cases;
+}
+
 double BwdTolerance(DType dtype) { return dtype == DType::kBF16 ? 2e-2 : 5e-3; }
 
 TensorMap BwdInputs(const BwdCase& c, uint64_t seed) {

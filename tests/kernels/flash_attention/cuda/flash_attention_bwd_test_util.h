@@ -32,6 +32,9 @@ struct BwdCase {
 // products and each gradient once at the end, and sums in float.
 double BwdTolerance(DType dtype);
 
+// bf16 and f16 at D 64 and 128, each plain and causal (the defaults' other fields).
+std::vector<BwdCase> DtypeHeadDimCases();
+
 // q, k, v, dout (and bias, segment ids, cu_seqlens) random from `seed`; out and lse of the CPU
 // forward on them.
 TensorMap BwdInputs(const BwdCase& c, uint64_t seed);
