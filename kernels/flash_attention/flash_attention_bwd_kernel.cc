@@ -116,8 +116,8 @@ KernelSchema MakeSchema() {
   params.push_back({"return_dbias", ParamType::kBool, false, std::nullopt, std::nullopt,
                     "also return dbias (needs bias)"});
   params.push_back({"deterministic", ParamType::kBool, true, std::nullopt, std::nullopt,
-                    "the same bits for the same inputs; false lets cuDNN's plans sum in any "
-                    "order (faster)"});
+                    "the same bits for the same inputs; false lets cuDNN's plans and the own "
+                    "Hopper kernel sum in any order (faster)"});
   KernelSchema schema;
   schema.name = "flash_attention_bwd";
   schema.version = 1;

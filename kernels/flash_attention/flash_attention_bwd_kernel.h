@@ -22,7 +22,8 @@ struct FlashAttentionBwdProblem : Problem {
   Shape k_shape;              // of k and v, hence of dk and dv
   bool return_dbias = false;  // REQUIRES fwd.has_bias
   // Same bits for the same inputs (param deterministic): asks cuDNN for its deterministic
-  // algorithm; the cpu platform and the own CUDA kernels always are.
+  // algorithm and makes the own Hopper kernel add dQ in a fixed order; the cpu platform and
+  // the mma.sync kernels always are.
   bool deterministic = true;
 };
 
@@ -37,8 +38,8 @@ inline const FlashAttentionProblem& ForwardOf(const FlashAttentionBwdProblem& p)
 //   (shape and dtype of k), and with return_dbias dbias (shape of bias, f32).
 // Params: the forward's (causal, softmax_scale, window_left, window_right, logits_soft_cap)
 // but return_lse, plus return_dbias and deterministic (default true: the same inputs give the
-// same bits; false lets cuDNN's plans sum in any order). The forward with return_lse=true,
-// then this kernel on its out and lse, is the VJP of the forward.
+// same bits; false lets cuDNN's plans and the own Hopper kernel sum in any order). The forward
+// with return_lse=true, then this kernel on its out and lse, is the VJP of the forward.
 //
 // Per sequence, query head h (kv head h / (Hq / Hkv)), query row i and visible key j:
 //   raw_ij = scale * q_i.k_j; t_ij = tanh(raw_ij / cap) with a cap, logits_ij = cap * t_ij +

@@ -38,20 +38,34 @@ __device__ __forceinline__ int64_t LseIndex(const FlashDeviceArgs& p, const Span
                                    : (seq * p.num_heads_q + head) * p.seq_len_q + row;
 }
 
+// Under a causal mask or a right window, row i sees keys up to i + KeyReach (VisibleRange's
+// hi before it is clipped to the sequence).
+__device__ __forceinline__ int64_t KeyReach(const FlashDeviceArgs& p, const Span& s) {
+  int64_t right = p.window_right >= 0 ? p.window_right : 0;
+  if (p.causal) right = min(right, int64_t{0});
+  return s.k_len - s.q_len + right;
+}
+
 // The query rows [lo, hi] (relative to the sequence) that may see a key of [j0, j1]: row i
 // sees keys up to i + Sk - Sq (+ the right window) and from i + Sk - Sq - window_left. Empty
 // when hi < lo. Segment ids are not looked at (the per-element mask handles them).
 __device__ __forceinline__ void QueryRange(const FlashDeviceArgs& p, const Span& s, int64_t j0,
                                            int64_t j1, int64_t& lo, int64_t& hi) {
-  const int64_t offset = s.k_len - s.q_len;
   lo = 0;
   hi = s.q_len - 1;
-  if (p.causal || p.window_right >= 0) {
-    int64_t right = p.window_right >= 0 ? p.window_right : 0;
-    if (p.causal) right = min(right, int64_t{0});
-    lo = max(lo, j0 - offset - right);
-  }
-  if (p.window_left >= 0) hi = min(hi, j1 - offset + p.window_left);
+  if (p.causal || p.window_right >= 0) lo = max(lo, j0 - KeyReach(p, s));
+  if (p.window_left >= 0) hi = min(hi, j1 - (s.k_len - s.q_len) + p.window_left);
+}
+
+// The last key tile (of block_k keys) whose QueryRange starts at or before row y: under a
+// causal mask or a right window, the last one that a row of [0, y] sees; -1 when none does.
+// REQUIRES: 0 <= y < s.q_len.
+__device__ __forceinline__ int64_t LastKeyTileSeeing(const FlashDeviceArgs& p, const Span& s,
+                                                     int64_t y, int block_k) {
+  const int64_t last = (s.k_len + block_k - 1) / block_k - 1;
+  if (!(p.causal || p.window_right >= 0)) return last;
+  const int64_t reach = y + KeyReach(p, s);  // the last key row y sees
+  return reach < 0 ? -1 : min(last, reach / block_k);
 }
 
 // True when every query row of [i0, i1] sees every key of [j0, j1].

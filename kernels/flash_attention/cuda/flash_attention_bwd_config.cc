@@ -2,32 +2,44 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string>
 
 #include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_launch.h"
+#include "kernels/flash_attention/cuda/flash_attention_config.h"
 
 namespace kernelserve::cuda {
 namespace {
 
+enum Algorithm { kMma, kWgmma };
+
 struct CompiledShape {
+  Algorithm algorithm;
   DType dtype;
   int head_dim;
   int block_q;
   int block_k;
 };
 // The instances the .cu files compile (flash_attention_bwd_instances.h names them once).
-#define KS_FLASH_BWD_SHAPE(DT, CT, D, BQ, BK) {DType::DT, D, BQ, BK},
+#define KS_FLASH_BWD_SHAPE(ALGO, DT, CT, D, BQ, BK) {k##ALGO, DType::DT, D, BQ, BK},
 constexpr CompiledShape kCompiled[] = {KS_FOR_EACH_FLASH_BWD_INSTANCE(KS_FLASH_BWD_SHAPE)};
 #undef KS_FLASH_BWD_SHAPE
 // Used when the device reports no shared-memory limit (an H100 SXM).
 constexpr int64_t kDefaultSharedOptin = 227 * 1024;
 
-KernelConfig MakeConfig(int block_q, int block_k) {
+KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k) {
   KernelConfig config;
   config.block_q = block_q;
   config.block_k = block_k;
   config.platform = "cuda";
+  if (algorithm == kWgmma) config.algorithm = std::string(kFlashWgmmaAlgorithm);
   return config;
+}
+
+// Hopper (compute capability 9.0) runs the wgmma kernel; a device without a known capability
+// (0.0) is not assumed to.
+bool IsHopper(const DeviceInfo& device) {
+  return device.fingerprint.cc_major == 9 && device.fingerprint.cc_minor == 0;
 }
 
 }  // namespace
@@ -42,7 +54,7 @@ std::vector<KernelConfig> FlashAttentionBwdCompiledConfigs(int64_t head_dim) {
   for (const CompiledShape& s : kCompiled) {
     // Both dtypes compile the same shapes: list each once.
     if (s.head_dim == head_dim && s.dtype == DType::kBF16) {
-      out.push_back(MakeConfig(s.block_q, s.block_k));
+      out.push_back(MakeConfig(s.algorithm, s.block_q, s.block_k));
     }
   }
   return out;
@@ -57,6 +69,9 @@ bool IsFlashBwdConfigCompiled(const KernelConfig& config, int64_t head_dim) {
 
 int64_t FlashBwdConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
   const int d = static_cast<int>(head_dim);
+  if (config.algorithm == kFlashWgmmaAlgorithm) {
+    return static_cast<int64_t>(FlashBwdWgmmaSharedBytes(d, config.block_q, config.block_k));
+  }
   return static_cast<int64_t>(std::max(FlashBwdDkvSharedBytes(d, config.block_q, config.block_k),
                                        FlashBwdDqSharedBytes(d, config.block_q, config.block_k)));
 }
@@ -66,6 +81,7 @@ bool FlashBwdConfigFits(const KernelConfig& config, int64_t head_dim, const Devi
                             ? device.shared_memory_per_block_optin
                             : kDefaultSharedOptin;
   return IsFlashBwdConfigCompiled(config, head_dim) &&
+         (config.algorithm != kFlashWgmmaAlgorithm || IsHopper(device)) &&
          FlashBwdConfigSharedBytes(config, head_dim) <= limit;
 }
 
@@ -83,11 +99,15 @@ std::vector<KernelConfig> FlashAttentionBwdCandidates(const FlashAttentionBwdPro
 
 KernelConfig FlashAttentionBwdHeuristic(const FlashAttentionBwdProblem& problem,
                                         const DeviceInfo& device) {
-  // Key tiles of 128 give the dK/dV kernel 8 warps that share each streamed query tile; at
-  // D = 128 that kernel then needs 129 KiB and the dQ kernel 160 KiB, one block an SM, so key
-  // tiles of 64 (99 and 96 KiB: two blocks an SM) are taken there.
+  // Hopper: the one-kernel wgmma backward (5 matrix products a tile where the mma.sync kernels
+  // run 7, on the warpgroup MMAs). Elsewhere: key tiles of 128 give the dK/dV kernel 8 warps
+  // that share each streamed query tile; at D = 128 that kernel then needs 129 KiB and the dQ
+  // kernel 160 KiB, one block an SM, so key tiles of 64 (99 and 96 KiB: two blocks an SM) are
+  // taken there.
   const int64_t d = problem.fwd.head_dim;
-  const KernelConfig preferred = MakeConfig(64, d <= 64 ? 128 : 64);
+  const KernelConfig hopper = MakeConfig(kWgmma, 64, 128);
+  if (FlashBwdConfigFits(hopper, d, device)) return hopper;
+  const KernelConfig preferred = MakeConfig(kMma, 64, d <= 64 ? 128 : 64);
   if (FlashBwdConfigFits(preferred, d, device)) return preferred;
   KernelConfig chosen = preferred;
   int64_t chosen_bytes = -1;

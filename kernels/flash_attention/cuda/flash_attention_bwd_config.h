@@ -7,6 +7,10 @@
 //               tiles the dK/dV kernel streams.
 //   block_k     key rows per tile: the dK/dV kernel's block (block_k / 16 warps) and the key
 //               tiles the dQ kernel streams.
+//   algorithm   "" for the mma.sync kernels (any sm_80+ GPU), "wgmma" for the Hopper kernel
+//               (compute capability 9.0, compiled when the build targets sm_90a): one kernel
+//               for dK, dV and dQ, a block of block_k = 128 keys (two warpgroups) streaming
+//               query tiles of block_q = 64 rows.
 //   platform    "cuda" (or "" when given by hand); the other fields stay zero or empty.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_CONFIG_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_CONFIG_H_
@@ -42,9 +46,9 @@ std::vector<KernelConfig> FlashAttentionBwdCandidates(const FlashAttentionBwdPro
                                                       const DeviceInfo& device);
 
 // A pure function of problem and device; in FlashAttentionBwdCandidates(problem, device)
-// whenever that is not empty. Query tiles of 64 rows; key tiles of 128 at D = 64 and 64 at
-// D = 128, so that two blocks of each kernel share an SM at D = 128; on a device whose shared
-// memory that exceeds, the compiled config with the least.
+// whenever that is not empty. Hopper: the wgmma kernel. Elsewhere: query tiles of 64 rows; key
+// tiles of 128 at D = 64 and 64 at D = 128, so that two blocks of each kernel share an SM at
+// D = 128; on a device whose shared memory that exceeds, the compiled config with the least.
 KernelConfig FlashAttentionBwdHeuristic(const FlashAttentionBwdProblem& problem,
                                         const DeviceInfo& device);
 

@@ -12,6 +12,7 @@
 #include "core/utils/string_view.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_config.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_dispatch.h"
+#include "kernels/flash_attention/cuda/flash_attention_config.h"
 #include "kernels/flash_attention/cuda/flash_attention_cuda_run.h"
 #include "kernels/flash_attention/cuda/flash_attention_gpu_impl.h"
 #include "kernels/flash_attention/cudnn/flash_attention_cudnn_config.h"
@@ -97,10 +98,33 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
     KS_RETURN_IF_ERROR(CheckFlashBwdConfig(config, bwd_problem_, device_));
     KS_ASSIGN_OR_RETURN(const cuda::FlashBwdLaunchFn launch,
                         cuda::SelectFlashBwdLaunch(p_.dtype, p_.head_dim, config));
+    if (config.algorithm == cuda::kFlashWgmmaAlgorithm) {
+      KS_RETURN_IF_ERROR(AllocateWgmmaWorkspace(config.block_q));
+    }
     return TimedLaunch([&](cudaStream_t stream) { return launch(bwd_, stream); });
   }
 
  private:
+  // The wgmma kernel's dq_accum (fp32, dq's layout) and, for a deterministic call, its locks
+  // (as many as query tiles of block_q rows need); allocated by the first wgmma launch that
+  // needs them.
+  absl::Status AllocateWgmmaWorkspace(int block_q) {
+    if (bwd_.dq_accum == nullptr) {
+      const size_t values = static_cast<size_t>(args_.total_q * args_.num_heads_q * p_.head_dim);
+      KS_ASSIGN_OR_RETURN(dq_accum_,
+                          DeviceBuffer::Allocate(ordinal(), values * sizeof(float), stream()));
+      bwd_.dq_accum = static_cast<float*>(dq_accum_.get());
+    }
+    const size_t locks = cuda::FlashBwdLockCount(args_, block_q);
+    if (bwd_problem_.deterministic && locks > lock_count_) {
+      KS_ASSIGN_OR_RETURN(dq_locks_,
+                          DeviceBuffer::Allocate(ordinal(), locks * sizeof(int), stream()));
+      bwd_.dq_locks = static_cast<int*>(dq_locks_.get());
+      lock_count_ = locks;
+    }
+    return absl::OkStatus();
+  }
+
   // Runs a cudnn config: the plan of cuDNN's backward graph for the problem.
   absl::StatusOr<double> LaunchCudnn(const KernelConfig& config) {
 #ifdef KERNELSERVE_WITH_CUDNN
@@ -124,7 +148,8 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
   const FlashAttentionBwdProblem bwd_problem_;
   cuda::FlashBwdDeviceArgs bwd_;
   float* dbias_ = nullptr;
-  DeviceBuffer out_, dout_, lse_, dsum_;
+  size_t lock_count_ = 0;  // of dq_locks_
+  DeviceBuffer out_, dout_, lse_, dsum_, dq_accum_, dq_locks_;
 };
 
 // What flash_attention_bwd's GPU platforms (cuda::FlashGpuImpl) take from its own kernels.

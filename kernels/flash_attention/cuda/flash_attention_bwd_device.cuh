@@ -266,6 +266,34 @@ __global__ void __launch_bounds__(kBlockQ * 2) FlashBwdDqKernel(const FlashBwdDe
   StoreAccumulator<T, kBf16, kD>(dq_out, b.q_stride, row0, b.span.q_len, dq, p.softmax_scale, lane);
 }
 
+// The first kernel of both launchers: D = rowsum(dout * out) into args.dsum. Sets `done` when
+// nothing more is to be launched (no rows or no sequences).
+template <typename T, int kD>
+cudaError_t LaunchFlashBwdDot(const FlashBwdDeviceArgs& args, cudaStream_t stream, bool& done) {
+  const int64_t rows = args.fwd.total_q * args.fwd.num_heads_q;
+  done = rows == 0 || args.fwd.num_sequences == 0;
+  if (done) return cudaSuccess;
+  if ((rows + 7) / 8 > 2147483647) return cudaErrorInvalidConfiguration;
+  FlashBwdDotKernel<T, kD><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+// The grid of a kernel over key tiles of `block_k` rows: the longest sequence's key tiles x
+// Hkv x sequences, x == 0 when there are none. cudaErrorInvalidConfiguration when too large.
+inline cudaError_t FlashBwdKeyGrid(const FlashBwdDeviceArgs& args, int block_k, dim3& grid) {
+  const FlashDeviceArgs& p = args.fwd;
+  const int64_t longest_k = p.cu_seqlens_k != nullptr ? args.max_seq_len_k : p.seq_len_k;
+  const int64_t k_tiles = (longest_k + block_k - 1) / block_k;
+  grid = dim3(0, 1, 1);
+  if (k_tiles == 0) return cudaSuccess;
+  if (k_tiles > 2147483647 || p.num_heads_kv > 65535 || p.num_sequences > 65535) {
+    return cudaErrorInvalidConfiguration;
+  }
+  grid = dim3(static_cast<unsigned>(k_tiles), static_cast<unsigned>(p.num_heads_kv),
+              static_cast<unsigned>(p.num_sequences));
+  return cudaSuccess;
+}
+
 }  // namespace kernelserve::cuda::flash
 
 namespace kernelserve::cuda {
@@ -284,26 +312,18 @@ cudaError_t LaunchFlashAttentionBwdMma(const FlashBwdDeviceArgs& args, cudaStrea
       return error;
     }
   }
-  const int64_t rows = p.total_q * p.num_heads_q;
-  if (rows == 0 || p.num_sequences == 0) return cudaSuccess;
-  if ((rows + 7) / 8 > 2147483647) return cudaErrorInvalidConfiguration;
-  flash::FlashBwdDotKernel<T, kHeadDim>
-      <<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(args);
-  if ((error = cudaGetLastError()) != cudaSuccess) return error;
-
-  const int64_t longest_k = p.cu_seqlens_k != nullptr ? args.max_seq_len_k : p.seq_len_k;
-  const int64_t k_tiles = (longest_k + kBlockK - 1) / kBlockK;
-  if (k_tiles > 0) {
-    if (k_tiles > 2147483647 || p.num_heads_kv > 65535 || p.num_sequences > 65535) {
-      return cudaErrorInvalidConfiguration;
-    }
+  bool done = false;
+  if ((error = flash::LaunchFlashBwdDot<T, kHeadDim>(args, stream, done)) != cudaSuccess || done) {
+    return error;
+  }
+  dim3 key_grid;
+  if ((error = flash::FlashBwdKeyGrid(args, kBlockK, key_grid)) != cudaSuccess) return error;
+  if (key_grid.x > 0) {
     auto* dkv = &flash::FlashBwdDkvKernel<T, kHeadDim, kBlockQ, kBlockK>;
     const size_t shared = FlashBwdDkvSharedBytes(kHeadDim, kBlockQ, kBlockK);
     error = cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
     if (error != cudaSuccess) return error;
-    const dim3 grid(static_cast<unsigned>(k_tiles), static_cast<unsigned>(p.num_heads_kv),
-                    static_cast<unsigned>(p.num_sequences));
-    dkv<<<grid, kBlockK * 2, shared, stream>>>(args);
+    dkv<<<key_grid, kBlockK * 2, shared, stream>>>(args);
     if ((error = cudaGetLastError()) != cudaSuccess) return error;
   }
   dim3 grid;

@@ -14,9 +14,10 @@ namespace kernelserve::cuda {
 
 using FlashBwdLaunchFn = cudaError_t (*)(const FlashBwdDeviceArgs& args, cudaStream_t stream);
 
-// The compiled LaunchFlashAttentionBwdMma instance for these values (config's block_q and
-// block_k; its other fields are not looked at). Unimplemented naming the values when none was
-// compiled (see flash_attention_bwd_instances.h). Thread-safe.
+// The compiled LaunchFlashAttentionBwdMma or LaunchFlashAttentionBwdWgmma instance for these
+// values (config's algorithm, block_q and block_k; its other fields are not looked at).
+// Unimplemented naming the values when none was compiled (see flash_attention_bwd_instances.h).
+// Thread-safe.
 absl::StatusOr<FlashBwdLaunchFn> SelectFlashBwdLaunch(DType dtype, int64_t head_dim,
                                                       const KernelConfig& config);
 

@@ -1,6 +1,8 @@
-// The compiled flash attention backward launcher instances of head dim 128 (mma.sync).
+// The compiled flash attention backward launcher instances of head dim 128: mma.sync, and
+// wgmma where the build targets Hopper.
 #include "kernels/flash_attention/cuda/flash_attention_bwd_device.cuh"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_wgmma.cuh"
 
 namespace kernelserve::cuda {
 

@@ -25,7 +25,19 @@ struct FlashBwdDeviceArgs {
   void* dk = nullptr;          // [total_k, Hkv, D]
   void* dv = nullptr;          // [total_k, Hkv, D]
   int64_t max_seq_len_k = 0;   // varlen: the longest key sequence (sizes the dK/dV grid)
+  // The wgmma kernel's workspaces (unused by the mma.sync kernels). dq_accum: fp32,
+  // [Hq, total_q, D]. dq_locks: FlashBwdLockCount ints; null lets the blocks add to dq_accum in any
+  // order (the bits may then differ from call to call).
+  float* dq_accum = nullptr;
+  int* dq_locks = nullptr;
 };
+
+// The lock count of the wgmma kernel with query tiles of `block_q` rows: one per query tile,
+// head and sequence.
+inline size_t FlashBwdLockCount(const FlashDeviceArgs& p, int block_q) {
+  const int64_t longest = p.cu_seqlens_q != nullptr ? p.max_seq_len_q : p.seq_len_q;
+  return static_cast<size_t>(p.num_sequences * p.num_heads_q * ((longest + block_q - 1) / block_q));
+}
 
 // Shared memory (bytes) of the dK/dV kernel (K and V tiles of block_k rows, two stages of Q and
 // dO tiles of block_q rows and their lse and D values) and of the dQ kernel (Q and dO tiles of
@@ -40,6 +52,17 @@ constexpr size_t FlashBwdDqSharedBytes(int head_dim, int block_q, int block_k) {
          (2 * static_cast<size_t>(block_q) + 4 * static_cast<size_t>(block_k));
 }
 
+// Shared memory (bytes) of the wgmma kernel: K and V tiles of block_k rows, two stages of Q
+// and dO tiles of block_q rows, the dS^T tile, the fp32 dQ tile, two stages of lse and D, and
+// 1024 bytes of slack to align the tiles.
+constexpr size_t FlashBwdWgmmaSharedBytes(int head_dim, int block_q, int block_k) {
+  return static_cast<size_t>(head_dim) * 2 *
+             (2 * static_cast<size_t>(block_k) + 4 * static_cast<size_t>(block_q)) +
+         2 * static_cast<size_t>(block_k) * block_q +
+         sizeof(float) * static_cast<size_t>(block_q) * head_dim + 4 * sizeof(float) * block_q +
+         1024;
+}
+
 // Launches the backward on `stream` and returns the first launch error (they do not wait).
 // T: __half or __nv_bfloat16; kHeadDim: D (a multiple of 32). The dK/dV kernel runs
 // kBlockK / 16 warps, each owning 16 key rows, over query tiles of kBlockQ rows; the dQ
@@ -49,6 +72,13 @@ constexpr size_t FlashBwdDqSharedBytes(int head_dim, int block_q, int block_k) {
 // dense; grids (tiles x heads x sequences) within the device's limits.
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
 cudaError_t LaunchFlashAttentionBwdMma(const FlashBwdDeviceArgs& args, cudaStream_t stream);
+
+// The same on Hopper (sm_90a, compiled where the build targets it) in one kernel for dK, dV
+// and dQ (flash_attention_bwd_wgmma.cuh): kBlockK = 128 keys a block (two warpgroups),
+// kBlockQ = 64 query rows a tile, dQ added in fp32 to args.dq_accum, in a fixed order when
+// args.dq_locks is set. REQUIRES: as above; args.dq_accum set.
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
+cudaError_t LaunchFlashAttentionBwdWgmma(const FlashBwdDeviceArgs& args, cudaStream_t stream);
 
 }  // namespace kernelserve::cuda
 

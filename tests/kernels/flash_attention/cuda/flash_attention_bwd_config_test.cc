@@ -59,6 +59,42 @@ TEST(FlashAttentionBwdConfigTest, HeuristicIsACompiledCandidateThatDispatches) {
   EXPECT_EQ(FlashAttentionBwdHeuristic(MakeProblem(DType::kBF16, 128), Gpu(0)).block_k, 64);
 }
 
+TEST(FlashAttentionBwdConfigTest, HopperTakesTheWgmmaKernelWhereCompiled) {
+  DeviceInfo hopper = Gpu(0);
+  hopper.fingerprint.cc_major = 9;
+  hopper.fingerprint.cc_minor = 0;
+  DeviceInfo ampere = Gpu(0);
+  ampere.fingerprint.cc_major = 8;
+  for (int64_t d : {64, 128}) {
+    const FlashAttentionBwdProblem p = MakeProblem(DType::kF16, d);
+    const KernelConfig chosen = FlashAttentionBwdHeuristic(p, hopper);
+#ifdef KERNELSERVE_FLASH_WGMMA
+    EXPECT_EQ(chosen.algorithm, "wgmma");
+    EXPECT_EQ(chosen.block_q, 64);
+    EXPECT_EQ(chosen.block_k, 128);
+    EXPECT_TRUE(SelectFlashBwdLaunch(DType::kBF16, d, chosen).ok());
+#else
+    EXPECT_EQ(chosen.algorithm, "");
+#endif
+    EXPECT_TRUE(FlashBwdConfigFits(chosen, d, hopper));
+    // No other GPU runs it: not a candidate there, and the heuristic is a mma.sync config.
+    for (const KernelConfig& config : FlashAttentionBwdCandidates(p, ampere)) {
+      EXPECT_EQ(config.algorithm, "") << config.DebugString();
+    }
+    for (const KernelConfig& config : FlashAttentionBwdCompiledConfigs(d)) {
+      if (config.algorithm.empty()) continue;
+      EXPECT_FALSE(FlashBwdConfigFits(config, d, ampere));
+      KernelConfig mma = config;
+      mma.algorithm.clear();
+      EXPECT_TRUE(SelectFlashBwdLaunch(DType::kF16, d, mma).ok());  // block_k 128 on mma.sync
+      KernelConfig unknown = config;
+      unknown.algorithm = "tcgen05";
+      EXPECT_EQ(SelectFlashBwdLaunch(DType::kF16, d, unknown).status().code(),
+                absl::StatusCode::kUnimplemented);
+    }
+  }
+}
+
 TEST(FlashAttentionBwdConfigTest, EveryCompiledConfigDispatchesAndOthersDoNot) {
   for (int64_t d : {64, 128}) {
     for (const KernelConfig& config : FlashAttentionBwdCompiledConfigs(d)) {

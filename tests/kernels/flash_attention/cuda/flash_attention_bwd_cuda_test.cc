@@ -1,7 +1,7 @@
 // flash_attention_bwd's own CUDA kernels against the float64 CPU reference
 // (flash_attention_bwd_test_util.h): every compiled config that fits the device, on every option
 // of the contract but dbias (which they leave to cuDNN), with poisoned outputs and the same
-// bits twice. Skips without a GPU.
+// bits twice (unless a case says deterministic=false). Skips without a GPU.
 #include <memory>
 #include <vector>
 
@@ -125,6 +125,34 @@ TEST_F(FlashAttentionBwdCudaTest, SegmentsAndVarlen) {
   varlen_causal.label = "bf16 varlen causal GQA 8:4 D=128";
   cases.push_back(varlen_causal);
   ExpectEveryConfig(cases, 500);
+}
+
+// Many key tiles adding to each query tile (the wgmma kernel's ordered dQ sums), and a call
+// that lets them add in any order.
+TEST_F(FlashAttentionBwdCudaTest, LongSequencesAndAnyOrder) {
+  std::vector<BwdCase> cases;
+  BwdCase causal;
+  causal.b = 1;
+  causal.sq = causal.sk = 600;
+  causal.hq = 4;
+  causal.hkv = 2;
+  causal.d = 128;
+  causal.params = {{"causal", true}};
+  causal.label = "bf16 Sq=Sk=600 causal GQA 4:2 D=128";
+  cases.push_back(causal);
+  BwdCase window = causal;
+  window.sq = 300;
+  window.sk = 700;
+  window.d = 64;
+  window.params = {{"window_left", int64_t{250}}, {"window_right", int64_t{90}}};
+  window.label = "bf16 Sq=300 Sk=700 window 250/90 D=64";
+  cases.push_back(window);
+  BwdCase any_order = causal;
+  any_order.dtype = DType::kF16;
+  any_order.params = {{"causal", true}, {"deterministic", false}};
+  any_order.label = "f16 Sq=Sk=600 causal GQA 4:2 D=128, not deterministic";
+  cases.push_back(any_order);
+  ExpectEveryConfig(cases, 700);
 }
 
 }  // namespace
