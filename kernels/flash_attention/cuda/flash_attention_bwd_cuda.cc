@@ -105,7 +105,7 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
   }
 
  private:
-  // The wgmma kernel's dq_accum (fp32, dq's layout) and, for a deterministic call, its locks
+  // The wgmma kernel's dq_accum (fp32, [Hq, total_q, D]) and, for a deterministic call, its locks
   // (as many as query tiles of block_q rows need); allocated by the first wgmma launch that
   // needs them.
   absl::Status AllocateWgmmaWorkspace(int block_q) {
