@@ -36,12 +36,6 @@ KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k) {
   return config;
 }
 
-// Hopper (compute capability 9.0) runs the wgmma kernel; a device without a known capability
-// (0.0) is not assumed to.
-bool IsHopper(const DeviceInfo& device) {
-  return device.fingerprint.cc_major == 9 && device.fingerprint.cc_minor == 0;
-}
-
 }  // namespace
 
 bool IsFlashBwdHeadDimCompiled(int64_t head_dim) {
@@ -81,7 +75,7 @@ bool FlashBwdConfigFits(const KernelConfig& config, int64_t head_dim, const Devi
                             ? device.shared_memory_per_block_optin
                             : kDefaultSharedOptin;
   return IsFlashBwdConfigCompiled(config, head_dim) &&
-         (config.algorithm != kFlashWgmmaAlgorithm || IsHopper(device)) &&
+         (config.algorithm != kFlashWgmmaAlgorithm || IsFlashWgmmaDevice(device)) &&
          FlashBwdConfigSharedBytes(config, head_dim) <= limit;
 }
 

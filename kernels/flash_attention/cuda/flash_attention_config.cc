@@ -45,13 +45,11 @@ KernelConfig ConfigOf(const CompiledShape& s) {
   return MakeConfig(s.algorithm, s.block_q, s.block_k, s.num_warps, s.num_stages);
 }
 
-// Hopper (compute capability 9.0) runs the wgmma kernels; a device without a known capability
-// (0.0) is not assumed to.
-bool IsHopper(const DeviceInfo& device) {
+}  // namespace
+
+bool IsFlashWgmmaDevice(const DeviceInfo& device) {
   return device.fingerprint.cc_major == 9 && device.fingerprint.cc_minor == 0;
 }
-
-}  // namespace
 
 bool IsFlashHeadDimCompiled(int64_t head_dim) {
   return std::any_of(std::begin(kCompiled), std::end(kCompiled),
@@ -98,7 +96,7 @@ bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceI
                             ? device.shared_memory_per_block_optin
                             : kDefaultSharedOptin;
   return IsFlashConfigCompiled(config, head_dim) &&
-         (config.algorithm != kFlashWgmmaAlgorithm || IsHopper(device)) &&
+         (config.algorithm != kFlashWgmmaAlgorithm || IsFlashWgmmaDevice(device)) &&
          FlashConfigSharedBytes(config, head_dim) <= limit;
 }
 

@@ -27,6 +27,10 @@ namespace kernelserve::cuda {
 // KernelConfig::algorithm of the Hopper (wgmma) kernel.
 inline constexpr std::string_view kFlashWgmmaAlgorithm = "wgmma";
 
+// True where the wgmma kernels (forward and backward) run: Hopper, compute capability 9.0. A
+// device without a known capability (0.0) is not assumed to.
+bool IsFlashWgmmaDevice(const DeviceInfo& device);
+
 // True for the head dims with compiled kernels (32, 64, 96, 128 and 256).
 bool IsFlashHeadDimCompiled(int64_t head_dim);
 

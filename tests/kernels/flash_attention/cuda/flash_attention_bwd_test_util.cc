@@ -16,19 +16,20 @@
 namespace kernelserve {
 namespace {
 
-Tensor Offsets(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> offsets = {0};
-  for (int64_t n : lengths) offsets.push_back(offsets.back() + n);
-  return Tensor::FromInts(DType::kI32, {static_cast<int64_t>(offsets.size())}, offsets);
-}
-
 int64_t Sum(const std::vector<int64_t>& v) {
   int64_t total = 0;
   for (int64_t x : v) total += x;
   return total;
 }
 
-// Segments of about 10 rows (a new id where a draw is 0), the last 5 rows padding (id 0).
+}  // namespace
+
+Tensor Offsets(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> offsets = {0};
+  for (int64_t n : lengths) offsets.push_back(offsets.back() + n);
+  return Tensor::FromInts(DType::kI32, {static_cast<int64_t>(offsets.size())}, offsets);
+}
+
 Tensor Segments(int64_t b, int64_t s, uint64_t seed) {
   const Tensor draw = RandomTensor(DType::kI64, {b, s}, seed, 0.0f, 9.0f);
   std::vector<int64_t> ids(static_cast<size_t>(b * s));
@@ -41,8 +42,6 @@ Tensor Segments(int64_t b, int64_t s, uint64_t seed) {
   }
   return Tensor::FromInts(DType::kI64, {b, s}, ids);
 }
-
-}  // namespace
 
 std::vector<BwdCase> DtypeHeadDimCases() {
   std::vector<BwdCase> cases;

@@ -1,5 +1,6 @@
 // What the GPU tests of flash_attention_bwd share: a case (shape and options), its inputs
-// (out and lse from the CPU forward) and the check of GPU configs against the CPU platform.
+// (out and lse from the CPU forward) and the check of GPU configs against the CPU platform;
+// and the cu_seqlens and segment ids that the forward's GPU tests build too.
 #ifndef KERNELSERVE_TESTS_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_TEST_UTIL_H_
 #define KERNELSERVE_TESTS_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_TEST_UTIL_H_
 
@@ -31,6 +32,13 @@ struct BwdCase {
 // Relative L2 error allowed per gradient: the GPU rounds P and dS to the dtype for the matrix
 // products and each gradient once at the end, and sums in float.
 double BwdTolerance(DType dtype);
+
+// cu_seqlens ([n + 1] i32) of sequences of these lengths.
+Tensor Offsets(const std::vector<int64_t>& lengths);
+
+// Segment ids [b, s] in runs of about 10 rows (a new id where a random draw from `seed` is 0),
+// the last 5 rows of each sequence padding (id 0), so that some query rows see no key.
+Tensor Segments(int64_t b, int64_t s, uint64_t seed);
 
 // bf16 and f16 at D 64 and 128, each plain and causal (the defaults' other fields).
 std::vector<BwdCase> DtypeHeadDimCases();

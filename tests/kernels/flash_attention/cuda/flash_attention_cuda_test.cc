@@ -18,6 +18,7 @@
 #include "kernels/flash_attention/flash_attention_kernel.h"
 #include "kernels/runtime/cuda/cuda_platform.h"
 #include "kernels/runtime/cuda/cuda_run.h"
+#include "tests/kernels/flash_attention/cuda/flash_attention_bwd_test_util.h"
 #include "tests/support/testing.h"
 
 namespace kernelserve::cuda {
@@ -38,12 +39,6 @@ TensorMap Qkv(DType dtype, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_
   return {{"q", RandomTensor(dtype, q, seed, -2.0f, 2.0f)},
           {"k", RandomTensor(dtype, kv, seed + 1, -1.0f, 1.0f)},
           {"v", RandomTensor(dtype, kv, seed + 2, -1.0f, 1.0f)}};
-}
-
-Tensor Offsets(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> offsets = {0};
-  for (int64_t n : lengths) offsets.push_back(offsets.back() + n);
-  return Tensor::FromInts(DType::kI32, {static_cast<int64_t>(offsets.size())}, offsets);
 }
 
 bool AnyNan(const Tensor& t) {
@@ -199,21 +194,6 @@ TEST_F(FlashAttentionGpuTest, BiasWithBroadcastMatches) {
       }
     }
   }
-}
-
-// Segment ids [B,S] in runs of random length, with padding (id 0) at the end of each row, so
-// some query rows see no key (zeros and lse -inf).
-Tensor Segments(int64_t b, int64_t s, uint64_t seed) {
-  const Tensor draw = RandomTensor(DType::kI64, {b, s}, seed, 0.0f, 9.0f);
-  std::vector<int64_t> ids(static_cast<size_t>(b * s));
-  for (int64_t i = 0; i < b; ++i) {
-    int64_t id = 1;
-    for (int64_t j = 0; j < s; ++j) {
-      if (draw.GetInt(i * s + j) == 0) ++id;  // a new segment about every 10 rows
-      ids[static_cast<size_t>(i * s + j)] = j >= s - 5 ? 0 : id;
-    }
-  }
-  return Tensor::FromInts(DType::kI64, {b, s}, ids);
 }
 
 TEST_F(FlashAttentionGpuTest, SegmentIdsMatchAndPaddingRowsAreZero) {
