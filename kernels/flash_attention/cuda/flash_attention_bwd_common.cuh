@@ -78,13 +78,44 @@ __device__ __forceinline__ bool TileIsFull(const FlashDeviceArgs& p, const Span&
   return first_hi >= j1 && last_lo <= j0;
 }
 
+// The sequence bounds and the causal / window mask of a sequence as bounds on the distance
+// d = j - i - (Sk - Sq) of key j from query row i's diagonal: the pair is visible iff i < Sq,
+// j < Sk and -left <= d <= right (VisibleRange's rule, inline and in 32 bits: sequences are
+// shorter than 2^31).
+struct PairMask {
+  int q_len;
+  int k_len;
+  int offset;  // Sk - Sq
+  int left;
+  int right;
+
+  __device__ __forceinline__ bool Visible(int i, int j) const {
+    const int d = j - i - offset;
+    return (i < q_len) & (j < k_len) & (d <= right) & (-d <= left);  // no branches
+  }
+};
+
+__device__ __forceinline__ PairMask PairMaskOf(const FlashDeviceArgs& p, const Span& s) {
+  constexpr int64_t kFar = int64_t{1} << 30;  // farther than any key
+  PairMask m;
+  m.q_len = static_cast<int>(s.q_len);
+  m.k_len = static_cast<int>(s.k_len);
+  m.offset = static_cast<int>(s.k_len - s.q_len);
+  m.left = static_cast<int>(p.window_left >= 0 ? min(p.window_left, kFar) : kFar);
+  int64_t right = p.window_right >= 0 ? min(p.window_right, kFar) : kFar;
+  if (p.causal) right = min(right, int64_t{0});
+  m.right = static_cast<int>(right);
+  return m;
+}
+
 // P of query row i and key j (relative to the sequence) from raw = q_i.k_j and lse2 = lse_i *
 // log2(e): 0 where the pair is masked, else exp(logits - lse) with the soft cap (tanhf, not
-// the forward's approximation) and the bias. Not inlined: only tiles at a mask's edge (or with
-// a bias or a cap) take it, and inlined into the unrolled tile loops it would cost registers.
-static __device__ __noinline__ float MaskedProbability(const FlashDeviceArgs& p, const Span& s,
-                                                       int64_t seq, int64_t head, int64_t i,
-                                                       int64_t j, float raw, float lse2) {
+// the forward's approximation) and the bias. PairProbability is inline, MaskedProbability a
+// call (for the mma.sync kernels' tiles at a mask's edge or with a bias or a cap: inlined
+// into their unrolled tile loops it would cost registers).
+__device__ __forceinline__ float PairProbability(const FlashDeviceArgs& p, const Span& s,
+                                                 int64_t seq, int64_t head, int64_t i, int64_t j,
+                                                 float raw, float lse2) {
   if (i >= s.q_len || j >= s.k_len) return 0.0f;
   int64_t lo, hi;
   VisibleRange(p, s, i, lo, hi);
@@ -94,16 +125,23 @@ static __device__ __noinline__ float MaskedProbability(const FlashDeviceArgs& p,
     if (!(segment > 0 && p.kv_segment_ids[seq * p.seq_len_k + j] == segment)) return 0.0f;
   }
   float x = raw * p.softmax_scale;
-  if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+  // __fdividef: no slow-path call for the rare operands a division by the cap would need.
+  if (p.softcap > 0.0f) x = p.softcap * tanhf(__fdividef(x, p.softcap));
   if (p.bias != nullptr) {
     x += p.bias[seq * p.bias_batch_stride + head * p.bias_head_stride + i * p.seq_len_k + j];
   }
   return Exp2(x * kLog2e - lse2);
 }
+static __device__ __noinline__ float MaskedProbability(const FlashDeviceArgs& p, const Span& s,
+                                                       int64_t seq, int64_t head, int64_t i,
+                                                       int64_t j, float raw, float lse2) {
+  return PairProbability(p, s, seq, head, i, j, raw, lse2);
+}
 
 // The soft cap's derivative 1 - t^2 at a pair of probability `prob` > 0, t recovered from the
 // logits: cap * t = ln(prob) + lse - bias. 0 where prob is 0 (dS is 0 there anyway).
-static __device__ __noinline__ float SoftcapFactor(const FlashDeviceArgs& p, int64_t seq,
+// SoftcapDerivative is inline, SoftcapFactor a call.
+__device__ __forceinline__ float SoftcapDerivative(const FlashDeviceArgs& p, int64_t seq,
                                                    int64_t head, int64_t i, int64_t j, float prob,
                                                    float lse2) {
   if (prob == 0.0f) return 0.0f;
@@ -111,8 +149,13 @@ static __device__ __noinline__ float SoftcapFactor(const FlashDeviceArgs& p, int
   if (p.bias != nullptr) {
     capped -= p.bias[seq * p.bias_batch_stride + head * p.bias_head_stride + i * p.seq_len_k + j];
   }
-  const float t = capped / p.softcap;
+  const float t = __fdividef(capped, p.softcap);
   return 1.0f - t * t;
+}
+static __device__ __noinline__ float SoftcapFactor(const FlashDeviceArgs& p, int64_t seq,
+                                                   int64_t head, int64_t i, int64_t j, float prob,
+                                                   float lse2) {
+  return SoftcapDerivative(p, seq, head, i, j, prob, lse2);
 }
 
 // c[16 rows x 8 kNTiles] = A B^T for the 16 rows of tile `sa` from row `a_row` and the first

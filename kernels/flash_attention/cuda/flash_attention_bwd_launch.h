@@ -52,15 +52,15 @@ constexpr size_t FlashBwdDqSharedBytes(int head_dim, int block_q, int block_k) {
          (2 * static_cast<size_t>(block_q) + 4 * static_cast<size_t>(block_k));
 }
 
-// Shared memory (bytes) of the wgmma kernel: K and V tiles of block_k rows, two stages of Q
-// and dO tiles of block_q rows, the dS^T tile, the fp32 dQ tile, two stages of lse and D, and
-// 1024 bytes of slack to align the tiles.
+// Shared memory (bytes) of the wgmma kernel: K and V tiles of block_k rows, and two buffers
+// each of the Q and dO tiles of block_q rows, the dS^T tile, the fp32 dQ tile and lse and D,
+// and 1024 bytes of slack to align the tiles. 231424 at D = 128 (the H100 allows 232448).
 constexpr size_t FlashBwdWgmmaSharedBytes(int head_dim, int block_q, int block_k) {
   return static_cast<size_t>(head_dim) * 2 *
              (2 * static_cast<size_t>(block_k) + 4 * static_cast<size_t>(block_q)) +
-         2 * static_cast<size_t>(block_k) * block_q +
-         sizeof(float) * static_cast<size_t>(block_q) * head_dim + 4 * sizeof(float) * block_q +
-         1024;
+         2 * (2 * static_cast<size_t>(block_k) * block_q +
+              sizeof(float) * static_cast<size_t>(block_q) * head_dim) +
+         4 * sizeof(float) * block_q + 1024;
 }
 
 // Launches the backward on `stream` and returns the first launch error (they do not wait).

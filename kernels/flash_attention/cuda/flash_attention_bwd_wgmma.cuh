@@ -1,27 +1,34 @@
 // The flash attention backward kernel for Hopper (sm_90a: wgmma), included by the per-head-dim
 // .cu files beside the mma.sync kernels of flash_attention_bwd_device.cuh.
 //
-// One kernel computes dK, dV and dQ (FlashAttention-2's loop, on warpgroup MMAs). A block of
-// two warpgroups takes a key tile of 128 rows (64 a warpgroup) of one kv head and streams the
-// query tiles of 64 rows, of every query head of the group, that can see those keys:
+// One kernel computes dK, dV and dQ (FlashAttention-2's loop, on warpgroup MMAs). A block
+// takes a key tile of 128 rows of one kv head and streams the query tiles of 64 rows, of every
+// query head of the group, that can see those keys. Its three warpgroups have roles:
 //
-//   S^T = K Q^T, dP^T = V dO^T             wgmma, both operands in shared memory
-//   P^T = exp(logits - lse)                registers (masks, bias and soft cap as the forward)
-//   dS^T = P^T (dP^T - D)                  registers; also stored to shared memory
-//   dV += P^T dO, dK += dS^T Q             wgmma, P^T and dS^T from registers
-//   dQ_tile = dS K                         wgmma, dS read transposed from shared memory
+//   warpgroup 0, warps 0-2   loaders: Q, dO, lse and D of the next query items into two stages
+//   warpgroup 0, warp 3      dQ reducer: adds each finished dQ tile to the fp32 workspace
+//   warpgroups 1 and 2       consumers, 64 keys each:
+//     S^T = K Q^T, dP^T = V dO^T             wgmma, both operands in shared memory
+//     P^T = exp(logits - lse)                registers (masks, bias and soft cap as the forward)
+//     dS^T = P^T (dP^T - D)                  registers; also stored to shared memory
+//     dV += P^T dO, dK += dS^T Q             wgmma, P^T and dS^T from registers
+//     dQ_tile = dS K                         wgmma, dS read transposed from shared memory
 //
-// Each warpgroup takes half of dQ_tile's columns; the tile goes through shared memory (fp32)
-// and one bulk reduction adds it to a workspace (dq_accum) that a last kernel scales and
-// rounds into dq. With a lock array the blocks that add to one query tile take turns in a
-// fixed order, so the sums run in the same order every time and the same inputs give the same
-// bits; without one they add in any order. The order is the last key tile first: under a
-// causal mask the block of key tile n + 1 reached each query tile two iterations before the
-// block of key tile n, so nobody waits, and the grid's x runs the key tiles from the last, so
-// that a block only ever waits for blocks launched before it.
+// The roles meet at named barriers (a stage is full / empty, a dQ buffer is full / empty, both
+// consumers' dS^T is stored), so the tensor cores go on while a stage loads and while a dQ
+// tile is added. Warpgroup 0 hands most of its registers to the consumers (setmaxnreg).
 //
-// Q and dO (two stages), K and V sit in shared memory in the 128-byte-swizzled layout of the
-// forward's wgmma kernel (flash_attention_wgmma.cuh), loaded by cp.async.
+// Each consumer takes half of dQ_tile's columns; the tile goes through shared memory (fp32,
+// two buffers) and one bulk reduction adds it to a workspace (dq_accum) that a last kernel
+// scales and rounds into dq. With a lock array the blocks that add to one query tile take
+// turns in a fixed order, so the sums run in the same order every time and the same inputs
+// give the same bits; without one they add in any order. The order is the last key tile
+// first: under a causal mask the block of key tile n + 1 reached each query tile two
+// iterations before the block of key tile n, so nobody waits, and the grid's x runs the key
+// tiles from the last, so that a block only ever waits for blocks launched before it.
+//
+// Q and dO, K and V sit in shared memory in the 128-byte-swizzled layout of the forward's
+// wgmma kernel (flash_attention_wgmma.cuh), loaded by cp.async.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_WGMMA_CUH_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_WGMMA_CUH_
 
@@ -35,54 +42,90 @@
 #include "kernels/flash_attention/cuda/flash_attention_bwd_device.cuh"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_launch.h"
 #include "kernels/flash_attention/cuda/flash_attention_wgmma.cuh"
+#include "kernels/flash_attention/cuda/hopper_sync.cuh"
 
 namespace kernelserve::cuda::flash {
 
+// The block's roles (threads) and named barriers.
+constexpr int kBwdLoaderThreads = 96;     // warps 0-2
+constexpr int kBwdConsumerThreads = 256;  // warpgroups 1 and 2
+constexpr int kBwdThreads = 128 + kBwdConsumerThreads;
+constexpr int kBwdStageThreads = kBwdLoaderThreads + kBwdConsumerThreads;
+constexpr int kBwdDqThreads = 32 + kBwdConsumerThreads;
+enum BwdBarrier : int {
+  kBarStageFull = 1,   // + stage: loaders arrive, consumers sync
+  kBarStageEmpty = 3,  // + stage: consumers arrive, loaders sync
+  kBarConsumers = 5,   // both consumers' dS^T stored
+  kBarDqFull = 6,      // + buffer: consumers arrive, the reducer syncs
+  kBarDqEmpty = 8,     // + buffer: the reducer arrives, consumers sync
+};
+
+// A block's work: key tile n (kBlockK keys from j0) of kv head kv_head of sequence seq, and the
+// `items` query items that may see one of its keys. Item i is query head
+// kv_head * group + i / q_tiles, query tile tile0 + i % q_tiles.
+struct BwdKeyBlock {
+  Span span;
+  int64_t seq;
+  int64_t kv_head;
+  int64_t n;
+  int64_t j0;
+  int64_t group;
+  int64_t tile0;
+  int q_tiles;
+  int items;
+
+  __device__ __forceinline__ int64_t Head(int item) const {
+    return kv_head * group + item / q_tiles;
+  }
+  template <int kBlockQ>
+  __device__ __forceinline__ int64_t Row0(int item) const {
+    return (tile0 + item % q_tiles) * kBlockQ;
+  }
+};
+
+template <int kBlockQ, int kBlockK>
+__device__ __forceinline__ BwdKeyBlock KeyBlockOf(const FlashDeviceArgs& p) {
+  BwdKeyBlock b;
+  b.seq = blockIdx.z;
+  b.kv_head = blockIdx.y;
+  b.span = SpanOf(p, b.seq);
+  b.n = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;  // the last key tile first
+  b.j0 = b.n * kBlockK;
+  b.group = p.num_heads_q / p.num_heads_kv;
+  int64_t lo, hi;
+  QueryRange(p, b.span, b.j0, min(b.j0 + kBlockK, b.span.k_len) - 1, lo, hi);
+  b.tile0 = lo / kBlockQ;
+  b.q_tiles = hi >= lo ? static_cast<int>(hi / kBlockQ - b.tile0 + 1) : 0;
+  b.items = b.q_tiles * static_cast<int>(b.group);
+  return b;
+}
+
+// Shared memory of the kernel: the K and V tiles, and two buffers each of the Q and dO tiles,
+// lse and D (a stage), the dS^T tile and the fp32 dQ tile (FlashBwdWgmmaSharedBytes).
+template <int kD, int kBlockQ, int kBlockK>
+struct BwdWgmmaTiles {
+  static constexpr uint32_t kQBytes = kBlockQ * kD * 2;
+  static constexpr uint32_t kKBytes = kBlockK * kD * 2;
+  static constexpr uint32_t kDsBytes = kBlockK * kBlockQ * 2;  // key rows of kBlockQ values
+  static constexpr uint32_t kDqBytes = kBlockQ * kD * 4;       // rows of kD floats
+  uint32_t k, v, q, dout, ds, dq;  // shared addresses; buffer b of q.. at + b * bytes
+  float* lse;                      // buffer b at + b * kBlockQ
+  float* dsum;
+
+  __device__ __forceinline__ explicit BwdWgmmaTiles(unsigned char* smem) {
+    const uint32_t base = SharedAddress(smem);
+    k = base + ((1024 - (base % 1024)) % 1024);
+    v = k + kKBytes;
+    q = v + kKBytes;
+    dout = q + 2 * kQBytes;
+    ds = dout + 2 * kQBytes;
+    dq = ds + 2 * kDsBytes;
+    lse = reinterpret_cast<float*>(smem + (dq + 2 * kDqBytes - base));
+    dsum = lse + 2 * kBlockQ;
+  }
+};
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-__device__ __forceinline__ int LoadAcquire(const int* address) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-__device__ __forceinline__ void StoreRelease(int* address, int value) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
-}
-__device__ __forceinline__ void StoreShared32(uint32_t address, uint32_t value) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-__device__ __forceinline__ void StoreShared64(uint32_t address, float x, float y) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(x), "f"(y) : "memory");
-}
-// dst[0, bytes) += src[0, bytes) in fp32, by the tensor memory accelerator (one bulk
-// operation); BulkWaitComplete waits until it (and every earlier one of this thread) is done.
-// REQUIRES: bytes a multiple of 16, both addresses 16-byte aligned.
-__device__ __forceinline__ void BulkReduceAdd(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-      "cp.async.bulk.commit_group;\n" ::"l"(dst),
-      "r"(src), "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void BulkWaitComplete() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-
-// Waits for turn `rank` on `lock` (none when null), adds `bytes` of fp32 values at shared
-// address `src` to `dst` (BulkReduceAdd), waits until that is done and passes the turn on.
-__device__ __forceinline__ void AddInTurn(float* dst, uint32_t src, uint32_t bytes, int* lock,
-                                          int rank) {
-  if (lock != nullptr) {
-    while (LoadAcquire(lock) != rank) {
-    }
-  }
-  BulkReduceAdd(dst, src, bytes);
-  BulkWaitComplete();
-  if (lock != nullptr) {
-    __threadfence();
-    StoreRelease(lock, rank + 1);
-  }
-}
 
 // d (+)= A B over one k16 step, A and B both read MN-major, for N = kN (32 or 64) columns.
 template <bool kBf16, int kN>
@@ -96,94 +139,103 @@ __device__ __forceinline__ void MmaSsTransposed(float (&d)[kN / 8][4], uint64_t 
   }
 }
 
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-
+// The loaders' loop: item after item, Q, dO, lse and D into stage item % 2 once the consumers
+// released it; a stage is announced full when its copies are done (the next one in flight).
 template <typename T, int kD, int kBlockQ, int kBlockK>
-__global__ void __launch_bounds__(256, 1) FlashBwdWgmmaKernel(const FlashBwdDeviceArgs a) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr int kThreads = 256;         // two warpgroups, 64 keys each
-  constexpr int kSTiles = kBlockQ / 8;  // n8 tiles of S^T (query columns)
-  constexpr int kDqCols = kD / 2;       // the columns of dQ a warpgroup takes
-  constexpr uint32_t kQBytes = kBlockQ * kD * 2;
-  constexpr uint32_t kKBytes = kBlockK * kD * 2;
-  static_assert(kBlockK == 128 && kBlockQ == 64, "two warpgroups of 64 keys; dS^T rows of 64");
-  static_assert(kD == 64 || kD == 128, "dQ: 32 or 64 columns a warpgroup");
+__device__ __forceinline__ void LoadQueryItems(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
+                                               const BwdWgmmaTiles<kD, kBlockQ, kBlockK>& s) {
+  using Tiles = BwdWgmmaTiles<kD, kBlockQ, kBlockK>;
   const FlashDeviceArgs& p = a.fwd;
-
-  extern __shared__ __align__(128) unsigned char bwd_wgmma_smem[];
-  const uint32_t base = SharedAddress(bwd_wgmma_smem);
-  const uint32_t sk = base + ((1024 - (base % 1024)) % 1024);
-  const uint32_t sv = sk + kKBytes;
-  const uint32_t sq = sv + kKBytes;                  // two stages
-  const uint32_t sdo = sq + 2 * kQBytes;             // two stages
-  const uint32_t sds = sdo + 2 * kQBytes;            // dS^T: kBlockK rows of kBlockQ values
-  const uint32_t sdq = sds + kBlockK * kBlockQ * 2;  // dQ_tile: kBlockQ rows of kD floats
-  float* const slse =                                // two stages
-      reinterpret_cast<float*>(bwd_wgmma_smem + (sdq + kBlockQ * kD * 4 - base));
-  float* const sdsum = slse + 2 * kBlockQ;  // two stages
-
-  const int64_t seq = blockIdx.z;
-  const int64_t kv_head = blockIdx.y;
-  const Span span = SpanOf(p, seq);
-  const int64_t n = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;  // the last key tile first
-  const int64_t j0 = n * kBlockK;
-  if (j0 >= span.k_len) return;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int warpgroup = warp / 4;
-  const int t = lane % 4;
-  const int64_t group = p.num_heads_q / p.num_heads_kv;
   const int64_t q_stride = p.num_heads_q * kD;
-  const int64_t kv_stride = p.num_heads_kv * kD;
-  const int64_t kv_offset = (span.k_begin + j0) * kv_stride + kv_head * kD;
+  for (int it = 0; it < b.items; ++it) {
+    const int stage = it % 2;
+    if (it >= 2) BarSync(kBarStageEmpty + stage, kBwdStageThreads);
+    const int64_t head = b.Head(it);
+    const int64_t i0 = b.Row0<kBlockQ>(it);
+    const int64_t offset = (b.span.q_begin + i0) * q_stride + head * kD;
+    const int64_t valid = b.span.q_len - i0;
+    LoadTileSw128<T, kD, kBlockQ, kBwdLoaderThreads>(
+        s.q + stage * Tiles::kQBytes, static_cast<const T*>(p.q) + offset, q_stride, valid);
+    LoadTileSw128<T, kD, kBlockQ, kBwdLoaderThreads>(
+        s.dout + stage * Tiles::kQBytes, static_cast<const T*>(a.dout) + offset, q_stride, valid);
+    // lse and D of rows past the sequence are 0: only the masked path sees them (P = 0 there).
+    for (int x = threadIdx.x; x < kBlockQ; x += kBwdLoaderThreads) {
+      const bool ok = x < valid;
+      const int64_t index = LseIndex(p, b.span, b.seq, head, ok ? i0 + x : 0);
+      CopyAsync4(SharedAddress(s.lse + stage * kBlockQ + x), p.lse + index, ok);
+      CopyAsync4(SharedAddress(s.dsum + stage * kBlockQ + x), a.dsum + index, ok);
+    }
+    CommitCopies();
+    if (it >= 1) {
+      WaitCopies<1>();
+      FenceProxyAsync();
+      BarArrive(kBarStageFull + (it - 1) % 2, kBwdStageThreads);
+    }
+  }
+  if (b.items > 0) {
+    WaitCopies<0>();
+    FenceProxyAsync();
+    BarArrive(kBarStageFull + (b.items - 1) % 2, kBwdStageThreads);
+  }
+}
+
+// The dQ reducer's loop (one warp): adds each dQ tile the consumers finished to dq_accum with
+// one bulk reduction from lane 0, after the blocks before this one in the tile's order (lock),
+// and hands the buffer back as soon as it has been read.
+template <int kD, int kBlockQ, int kBlockK>
+__device__ __forceinline__ void ReduceDqTiles(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
+                                              uint32_t sdq) {
+  const FlashDeviceArgs& p = a.fwd;
+  const bool leader = threadIdx.x % 32 == 0;
   const int64_t longest_q = p.cu_seqlens_q != nullptr ? p.max_seq_len_q : p.seq_len_q;
   const int64_t lock_tiles = (longest_q + kBlockQ - 1) / kBlockQ;
-
-  int64_t i_lo, i_hi;
-  QueryRange(p, span, j0, min(j0 + kBlockK, span.k_len) - 1, i_lo, i_hi);
-  const int64_t tile0 = i_lo / kBlockQ;
-  const int q_tiles = i_hi >= i_lo ? static_cast<int>(i_hi / kBlockQ - tile0 + 1) : 0;
-  const int items = q_tiles * static_cast<int>(group);  // (head of the group, query tile)
-
-  LoadTileSw128<T, kD, kBlockK, kThreads>(sk, static_cast<const T*>(p.k) + kv_offset, kv_stride,
-                                          span.k_len - j0);
-  LoadTileSw128<T, kD, kBlockK, kThreads>(sv, static_cast<const T*>(p.v) + kv_offset, kv_stride,
-                                          span.k_len - j0);
-  auto load_item = [&](int item, int stage) {
-    const int64_t head = kv_head * group + item / q_tiles;
-    const int64_t i0 = (tile0 + item % q_tiles) * kBlockQ;
-    const int64_t offset = (span.q_begin + i0) * q_stride + head * kD;
-    LoadTileSw128<T, kD, kBlockQ, kThreads>(
-        sq + stage * kQBytes, static_cast<const T*>(p.q) + offset, q_stride, span.q_len - i0);
-    LoadTileSw128<T, kD, kBlockQ, kThreads>(
-        sdo + stage * kQBytes, static_cast<const T*>(a.dout) + offset, q_stride, span.q_len - i0);
-    // lse and D of rows past the sequence are 0: only the masked path sees them (P = 0 there).
-    for (int x = threadIdx.x; x < kBlockQ; x += kThreads) {
-      const bool ok = i0 + x < span.q_len;
-      const int64_t index = LseIndex(p, span, seq, head, ok ? i0 + x : 0);
-      CopyAsync4(SharedAddress(slse + stage * kBlockQ + x), p.lse + index, ok);
-      CopyAsync4(SharedAddress(sdsum + stage * kBlockQ + x), a.dsum + index, ok);
+  for (int it = 0; it < b.items; ++it) {
+    const int buffer = it % 2;
+    BarSync(kBarDqFull + buffer, kBwdDqThreads);
+    int* lock = nullptr;
+    int rank = 0;
+    if (leader) {
+      const int64_t head = b.Head(it);
+      const int64_t i0 = b.Row0<kBlockQ>(it);
+      if (a.dq_locks != nullptr) {
+        lock = a.dq_locks + (b.seq * p.num_heads_q + head) * lock_tiles + i0 / kBlockQ;
+        // The blocks adding to this tile run from the last key tile that sees one of its rows.
+        rank = static_cast<int>(
+            LastKeyTileSeeing(p, b.span, min(i0 + kBlockQ, b.span.q_len) - 1, kBlockK) - b.n);
+        while (LoadAcquire(lock) != rank) {
+        }
+      }
+      const int64_t rows = min(int64_t{kBlockQ}, b.span.q_len - i0);
+      BulkReduceAdd(a.dq_accum + (head * p.total_q + b.span.q_begin + i0) * kD,
+                    sdq + buffer * (kBlockQ * kD * 4u), static_cast<uint32_t>(rows * kD * 4));
+      BulkWaitRead();
     }
-  };
-  if (items > 0) load_item(0, 0);
-  CommitCopies();
-
-  float dk[kD / 8][4], dv[kD / 8][4];
-#pragma unroll
-  for (int d = 0; d < kD / 8; ++d) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
+    __syncwarp();
+    if (it + 2 < b.items) BarArrive(kBarDqEmpty + buffer, kBwdDqThreads);
+    if (lock != nullptr) {
+      BulkWaitComplete();
+      __threadfence();
+      StoreRelease(lock, rank + 1);
+    }
   }
-  const float scale_log2 = p.softmax_scale * kLog2e;
-  const bool plain = p.bias == nullptr && p.softcap <= 0.0f;
-  // This warpgroup's 64 keys of K and V: column block c at + c * kBlockK * 128.
-  const uint32_t k_rows = sk + warpgroup * 64 * 128;
-  const uint32_t v_rows = sv + warpgroup * 64 * 128;
+  if (leader) BulkWaitComplete();
+}
+
+// A consumer's P^T and dS^T for one item (this warpgroup's 64 keys at rows key_row.. of the
+// tile, the item's kBlockQ queries), as A fragments of the next products; dS^T also goes to
+// the shared tile at `sds`.
+template <typename T, int kD, int kBlockQ, int kBlockK>
+__device__ __forceinline__ void ProbabilityGradients(
+    const FlashDeviceArgs& p, const BwdKeyBlock& b, int64_t head, int64_t i0, uint32_t k_rows,
+    uint32_t v_rows, uint32_t tq, uint32_t tdo, const float* lse, const float* dsum, int key_row,
+    uint32_t sds, uint32_t (&pa)[kBlockQ / 16][4], uint32_t (&dsa)[kBlockQ / 16][4]) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kSTiles = kBlockQ / 8;  // n8 tiles of S^T (query columns)
+  const int t = threadIdx.x % 4;
   // acc = the warpgroup's 64 rows at `rows` (of a kBlockK-row tile) times the kBlockQ rows of
   // tile `tile`, transposed: k16 step ks reads 32 bytes into each 128-byte row of column
   // block ks / 4. One commit group.
-  auto issue_by_rows = [&](float(&acc)[kSTiles][4], uint32_t rows, uint32_t tile) {
+  auto issue_by_rows = [](float(&acc)[kSTiles][4], uint32_t rows, uint32_t tile) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       const uint32_t step = (ks % 4) * 32u;
@@ -193,43 +245,56 @@ __global__ void __launch_bounds__(256, 1) FlashBwdWgmmaKernel(const FlashBwdDevi
     }
     WgmmaCommit();
   };
-  const int key_row = warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // + 8 for e >= 2
-  // This warpgroup's columns of dQ, [kDqCols * warpgroup, kDqCols * (warpgroup + 1)), in K's
-  // tile: column block, then bytes into its 128-byte rows. No branch depends on the warpgroup:
-  // a divergent path would serialize the warpgroup MMAs.
-  const int dq_col0 = warpgroup * kDqCols;
-  const uint32_t k_cols = sk + (dq_col0 / 64) * kBlockK * 128u + (dq_col0 % 64) * 2u;
-  for (int it = 0; it < items; ++it) {
-    WaitCopies<0>();
-    FenceProxyAsync();
-    __syncthreads();
-    if (it + 1 < items) load_item(it + 1, (it + 1) % 2);
-    CommitCopies();
-    const int stage = it % 2;
-    const uint32_t tq = sq + stage * kQBytes;
-    const uint32_t tdo = sdo + stage * kQBytes;
-    const float* const lse = slse + stage * kBlockQ;
-    const float* const dsum = sdsum + stage * kBlockQ;
-    const int64_t head = kv_head * group + it / q_tiles;
-    const int64_t i0 = (tile0 + it % q_tiles) * kBlockQ;
-
-    // S^T = K Q^T and dP^T = V dO^T for the warpgroup's keys (rows) and the tile's queries.
-    float s[kSTiles][4], ds[kSTiles][4];
-    WgmmaFence();
-    issue_by_rows(s, k_rows, tq);
-    issue_by_rows(ds, v_rows, tdo);
-    WgmmaWait<1>();
-    FenceRegisters(s);
-    const bool full = plain && TileIsFull(p, span, i0, i0 + kBlockQ - 1, j0, j0 + kBlockK - 1);
+  float s[kSTiles][4], ds[kSTiles][4];
+  WgmmaFence();
+  issue_by_rows(s, k_rows, tq);
+  issue_by_rows(ds, v_rows, tdo);
+  WgmmaWait<1>();
+  FenceRegisters(s);
+  if (p.bias == nullptr && p.softcap <= 0.0f && p.q_segment_ids == nullptr) {
+    // The common case inline: no call in the loop, so nothing is saved around one.
+    const float scale_log2 = p.softmax_scale * kLog2e;
+    const PairMask mask = PairMaskOf(p, b.span);
+    const bool full = TileIsFull(p, b.span, i0, i0 + kBlockQ - 1, b.j0, b.j0 + kBlockK - 1);
+    if (full) {
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = Exp2(s[nt][e] * scale_log2 - lse[nt * 8 + 2 * t + (e & 1)] * kLog2e);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = nt * 8 + 2 * t + (e & 1);
+          const int j = static_cast<int>(b.j0) + key_row + 8 * (e >> 1);
+          const float prob = Exp2(s[nt][e] * scale_log2 - lse[col] * kLog2e);
+          s[nt][e] = mask.Visible(static_cast<int>(i0) + col, j) ? prob : 0.0f;
+        }
+      }
+    }
+    WgmmaWait<0>();
+    FenceRegisters(ds);
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        ds[nt][e] = s[nt][e] * (ds[nt][e] - dsum[nt * 8 + 2 * t + (e & 1)]);
+    }
+  } else {
+    // A bias, a soft cap or segment ids: per pair, inline (a call would save every live
+    // register, dK and dV included, around it).
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = nt * 8 + 2 * t + (e & 1);
-        const int64_t j = j0 + key_row + 8 * (e >> 1);
-        const float lse2 = lse[col] * kLog2e;
-        s[nt][e] = full ? Exp2(s[nt][e] * scale_log2 - lse2)
-                        : MaskedProbability(p, span, seq, head, i0 + col, j, s[nt][e], lse2);
+        const int64_t j = b.j0 + key_row + 8 * (e >> 1);
+        s[nt][e] =
+            PairProbability(p, b.span, b.seq, head, i0 + col, j, s[nt][e], lse[col] * kLog2e);
       }
     }
     WgmmaWait<0>();
@@ -241,27 +306,68 @@ __global__ void __launch_bounds__(256, 1) FlashBwdWgmmaKernel(const FlashBwdDevi
         const int col = nt * 8 + 2 * t + (e & 1);
         ds[nt][e] = s[nt][e] * (ds[nt][e] - dsum[col]);
         if (p.softcap > 0.0f) {
-          const int64_t j = j0 + key_row + 8 * (e >> 1);
-          ds[nt][e] *= SoftcapFactor(p, seq, head, i0 + col, j, s[nt][e], lse[col] * kLog2e);
+          const int64_t j = b.j0 + key_row + 8 * (e >> 1);
+          ds[nt][e] *= SoftcapDerivative(p, b.seq, head, i0 + col, j, s[nt][e], lse[col] * kLog2e);
         }
       }
     }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBlockQ / 16; ++kk) {
+    ProbabilityFragment<kBf16>(s, kk, pa[kk]);
+    ProbabilityFragment<kBf16>(ds, kk, dsa[kk]);
+  }
+  // dS^T to shared memory: key rows of 64 query values (one 128-byte swizzle block).
+#pragma unroll
+  for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = key_row + 8 * r;
+      const uint32_t at = sds + row * 128u + ((nt ^ (row % 8)) * 16u) + 4u * t;
+      StoreShared32(at, Pack<kBf16>(ds[nt][2 * r], ds[nt][2 * r + 1]));
+    }
+  }
+}
+
+// A consumer's loop (warpgroup 1 + wg): item after item, once its stage is full, dV and dK of
+// its 64 keys and its kD / 2 columns of the dQ tile, which goes to dQ buffer item % 2 for the
+// reducer. Then dK and dV to global memory.
+template <typename T, int kD, int kBlockQ, int kBlockK>
+__device__ __forceinline__ void ConsumeQueryItems(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
+                                                  const BwdWgmmaTiles<kD, kBlockQ, kBlockK>& s,
+                                                  int wg) {
+  using Tiles = BwdWgmmaTiles<kD, kBlockQ, kBlockK>;
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kDqCols = kD / 2;  // the columns of dQ a warpgroup takes
+  const FlashDeviceArgs& p = a.fwd;
+  const int warp = threadIdx.x / 32 % 4;  // in the warpgroup
+  const int lane = threadIdx.x % 32;
+  const int t = lane % 4;
+  float dk[kD / 8][4], dv[kD / 8][4];
+#pragma unroll
+  for (int d = 0; d < kD / 8; ++d) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
+  }
+  // This warpgroup's 64 keys of K and V: column block c at + c * kBlockK * 128.
+  const uint32_t k_rows = s.k + wg * 64 * 128;
+  const uint32_t v_rows = s.v + wg * 64 * 128;
+  const int key_row = wg * 64 + warp * 16 + lane / 4;  // + 8 for e >= 2
+  // This warpgroup's columns of dQ, [kDqCols * wg, kDqCols * (wg + 1)), in K's tile: column
+  // block, then bytes into its 128-byte rows. No branch depends on the warpgroup: a divergent
+  // path would serialize the warpgroup MMAs.
+  const int dq_col0 = wg * kDqCols;
+  const uint32_t k_cols = s.k + (dq_col0 / 64) * kBlockK * 128u + (dq_col0 % 64) * 2u;
+  for (int it = 0; it < b.items; ++it) {
+    const int stage = it % 2;
+    BarSync(kBarStageFull + stage, kBwdStageThreads);
+    const uint32_t tq = s.q + stage * Tiles::kQBytes;
+    const uint32_t tdo = s.dout + stage * Tiles::kQBytes;
+    const uint32_t sds = s.ds + stage * Tiles::kDsBytes;
     uint32_t pa[kBlockQ / 16][4], dsa[kBlockQ / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / 16; ++kk) {
-      ProbabilityFragment<kBf16>(s, kk, pa[kk]);
-      ProbabilityFragment<kBf16>(ds, kk, dsa[kk]);
-    }
-    // dS^T to shared memory: key rows of 64 query values (one 128-byte swizzle block).
-#pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = key_row + 8 * r;
-        const uint32_t at = sds + row * 128u + ((nt ^ (row % 8)) * 16u) + 4u * t;
-        StoreShared32(at, Pack<kBf16>(ds[nt][2 * r], ds[nt][2 * r + 1]));
-      }
-    }
+    ProbabilityGradients<T, kD, kBlockQ, kBlockK>(p, b, b.Head(it), b.Row0<kBlockQ>(it), k_rows,
+                                                  v_rows, tq, tdo, s.lse + stage * kBlockQ,
+                                                  s.dsum + stage * kBlockQ, key_row, sds, pa, dsa);
     // dV += P^T dO and dK += dS^T Q: k16 step kk takes queries [16 kk, 16 kk + 16).
     WgmmaFence();
 #pragma unroll
@@ -274,10 +380,14 @@ __global__ void __launch_bounds__(256, 1) FlashBwdWgmmaKernel(const FlashBwdDevi
     }
     WgmmaCommit();
     FenceProxyAsync();  // dS^T's stores before the tensor cores read them
-    __syncthreads();    // both warpgroups' dS^T
-
-    // This warpgroup's columns of dQ_tile = dS K over the block's 128 keys: A is dS^T's tile
-    // read transposed, B the K tile read MN-major.
+    BarSync(kBarConsumers, kBwdConsumerThreads);
+    WgmmaWait<0>();  // frees pa and dsa before dq takes registers
+    FenceRegisters(dv);
+    FenceRegisters(dk);
+    FenceRegisters(pa);
+    FenceRegisters(dsa);
+    // This warpgroup's columns of dQ_tile = dS K over the block's keys: A is dS^T's tile read
+    // transposed, B the K tile read MN-major.
     float dq[kDqCols / 8][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
@@ -287,18 +397,14 @@ __global__ void __launch_bounds__(256, 1) FlashBwdWgmmaKernel(const FlashBwdDevi
     }
     WgmmaCommit();
     WgmmaWait<0>();
-    FenceRegisters(dv);
-    FenceRegisters(dk);
-    FenceRegisters(pa);
-    FenceRegisters(dsa);
     FenceRegisters(dq);
-
-    // dQ_tile to shared memory (fp32 rows of kD, as dq_accum holds them), then one bulk
-    // reduction adds its valid rows to dq_accum: after the blocks before this one in the
-    // tile's order (lock), and done before the next may start.
+    if (it + 2 < b.items) BarArrive(kBarStageEmpty + stage, kBwdStageThreads);
+    // dQ_tile to buffer `stage` (fp32 rows of kD, as dq_accum holds them) for the reducer.
+    if (it >= 2) BarSync(kBarDqEmpty + stage, kBwdDqThreads);
+    const uint32_t sdq = s.dq + stage * Tiles::kDqBytes;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = (warp % 4) * 16 + lane / 4 + 8 * r;
+      const int row = warp * 16 + lane / 4 + 8 * r;
 #pragma unroll
       for (int nt = 0; nt < kDqCols / 8; ++nt) {
         StoreShared64(sdq + (row * kD + dq_col0 + nt * 8 + 2 * t) * 4u, dq[nt][2 * r],
@@ -306,25 +412,57 @@ __global__ void __launch_bounds__(256, 1) FlashBwdWgmmaKernel(const FlashBwdDevi
       }
     }
     FenceProxyAsync();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int* const lock = a.dq_locks != nullptr
-                            ? a.dq_locks + (seq * p.num_heads_q + head) * lock_tiles + i0 / kBlockQ
-                            : nullptr;
-      // The blocks adding to this tile run from the last key tile that sees one of its rows.
-      const int rank = static_cast<int>(
-          LastKeyTileSeeing(p, span, min(i0 + kBlockQ, span.q_len) - 1, kBlockK) - n);
-      const int64_t rows = min(int64_t{kBlockQ}, span.q_len - i0);
-      AddInTurn(a.dq_accum + (head * p.total_q + span.q_begin + i0) * kD, sdq,
-                static_cast<uint32_t>(rows * kD * 4), lock, rank);
-    }
+    BarArrive(kBarDqFull + stage, kBwdDqThreads);
   }
-  WaitCopies<0>();
-  const int64_t row0 = j0 + warpgroup * 64 + (warp % 4) * 16;
-  T* const dk_out = static_cast<T*>(a.dk) + span.k_begin * kv_stride + kv_head * kD;
-  T* const dv_out = static_cast<T*>(a.dv) + span.k_begin * kv_stride + kv_head * kD;
-  StoreAccumulator<T, kBf16, kD>(dk_out, kv_stride, row0, span.k_len, dk, p.softmax_scale, lane);
-  StoreAccumulator<T, kBf16, kD>(dv_out, kv_stride, row0, span.k_len, dv, 1.0f, lane);
+  const int64_t row0 = b.j0 + wg * 64 + warp * 16;
+  const int64_t kv_stride = p.num_heads_kv * kD;
+  T* const dk_out = static_cast<T*>(a.dk) + b.span.k_begin * kv_stride + b.kv_head * kD;
+  T* const dv_out = static_cast<T*>(a.dv) + b.span.k_begin * kv_stride + b.kv_head * kD;
+  StoreAccumulator<T, kBf16, kD>(dk_out, kv_stride, row0, b.span.k_len, dk, p.softmax_scale, lane);
+  StoreAccumulator<T, kBf16, kD>(dv_out, kv_stride, row0, b.span.k_len, dv, 1.0f, lane);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <typename T, int kD, int kBlockQ, int kBlockK>
+__global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdWgmmaKernel(const FlashBwdDeviceArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(kBlockK == 128 && kBlockQ == 64, "two consumers of 64 keys; dS^T rows of 64");
+  static_assert(kD == 64 || kD == 128, "dQ: 32 or 64 columns a consumer");
+  const FlashDeviceArgs& p = a.fwd;
+  extern __shared__ __align__(128) unsigned char bwd_wgmma_smem[];
+  const BwdWgmmaTiles<kD, kBlockQ, kBlockK> s(bwd_wgmma_smem);
+  {
+    // K and V by every thread. The roles work out their block again after the split, so that
+    // nothing but the shared memory stays live across it.
+    const Span span = SpanOf(p, blockIdx.z);
+    const int64_t j0 = (static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x) * kBlockK;
+    if (j0 >= span.k_len) return;
+    const int64_t kv_stride = p.num_heads_kv * kD;
+    const int64_t kv_offset = (span.k_begin + j0) * kv_stride + blockIdx.y * kD;
+    LoadTileSw128<T, kD, kBlockK, kBwdThreads>(s.k, static_cast<const T*>(p.k) + kv_offset,
+                                               kv_stride, span.k_len - j0);
+    LoadTileSw128<T, kD, kBlockK, kBwdThreads>(s.v, static_cast<const T*>(p.v) + kv_offset,
+                                               kv_stride, span.k_len - j0);
+    CommitCopies();
+    WaitCopies<0>();
+    FenceProxyAsync();
+    __syncthreads();
+  }
+  // The warpgroup, read from lane 0 so that the compiler sees it uniform over each warp.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (warpgroup == 0) {
+    ReleaseRegisters<24>();
+    if (threadIdx.x < kBwdLoaderThreads) {
+      LoadQueryItems<T, kD, kBlockQ, kBlockK>(a, KeyBlockOf<kBlockQ, kBlockK>(p), s);
+    } else {
+      ReduceDqTiles<kD, kBlockQ, kBlockK>(a, KeyBlockOf<kBlockQ, kBlockK>(p), s.dq);
+    }
+  } else {
+    ClaimRegisters<240>();
+    ConsumeQueryItems<T, kD, kBlockQ, kBlockK>(a, KeyBlockOf<kBlockQ, kBlockK>(p), s,
+                                               warpgroup - 1);
+  }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -387,7 +525,7 @@ cudaError_t LaunchFlashAttentionBwdWgmma(const FlashBwdDeviceArgs& args, cudaStr
     const size_t shared = FlashBwdWgmmaSharedBytes(kHeadDim, kBlockQ, kBlockK);
     error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
     if (error != cudaSuccess) return error;
-    kernel<<<key_grid, 256, shared, stream>>>(args);
+    kernel<<<key_grid, flash::kBwdThreads, shared, stream>>>(args);
     if ((error = cudaGetLastError()) != cudaSuccess) return error;
   }
   const int64_t count4 = q_values / 4;
