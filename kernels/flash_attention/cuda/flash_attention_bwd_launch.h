@@ -26,8 +26,9 @@ struct FlashBwdDeviceArgs {
   void* dv = nullptr;          // [total_k, Hkv, D]
   int64_t max_seq_len_k = 0;   // varlen: the longest key sequence (sizes the dK/dV grid)
   // The wgmma kernel's workspaces (unused by the mma.sync kernels). dq_accum: fp32,
-  // [Hq, total_q, D]. dq_locks: FlashBwdLockCount ints; null lets the blocks add to dq_accum in any
-  // order (the bits may then differ from call to call).
+  // [Hq, total_q, D], each row's 16-byte chunks swizzled by the row (flash::DqAccumColumn).
+  // dq_locks: FlashBwdLockCount ints; null lets the blocks add to dq_accum in any order (the bits
+  // may then differ from call to call).
   float* dq_accum = nullptr;
   int* dq_locks = nullptr;
 };

@@ -100,6 +100,12 @@ __device__ __forceinline__ BwdKeyBlock KeyBlockOf(const FlashDeviceArgs& p) {
   return b;
 }
 
+// Where dq_accum (and a dQ tile in shared memory) keeps column `col` of row `row`: the
+// 16-byte chunk col / 4 swizzled by row % 8.
+__device__ __forceinline__ int DqAccumColumn(int64_t row, int col) {
+  return col ^ (static_cast<int>(row % 8) << 2);
+}
+
 // Shared memory of the kernel: the K and V tiles, and two buffers each of the Q and dO tiles,
 // lse and D (a stage), the dS^T tile and the fp32 dQ tile (FlashBwdWgmmaSharedBytes).
 template <int kD, int kBlockQ, int kBlockK>
@@ -139,17 +145,17 @@ __device__ __forceinline__ void MmaSsTransposed(float (&d)[kN / 8][4], uint64_t 
   }
 }
 
-// The loaders' loop: item after item, Q, dO, lse and D into stage item % 2 once the consumers
-// released it; a stage is announced full when its copies are done (the next one in flight).
+// Starts the loaders' copies of item `it` (Q, dO, lse and D) into stage it % 2; one commit
+// group, empty when it >= b.items.
 template <typename T, int kD, int kBlockQ, int kBlockK>
-__device__ __forceinline__ void LoadQueryItems(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
-                                               const BwdWgmmaTiles<kD, kBlockQ, kBlockK>& s) {
+__device__ __forceinline__ void LoadQueryItem(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
+                                              const BwdWgmmaTiles<kD, kBlockQ, kBlockK>& s,
+                                              int it) {
   using Tiles = BwdWgmmaTiles<kD, kBlockQ, kBlockK>;
-  const FlashDeviceArgs& p = a.fwd;
-  const int64_t q_stride = p.num_heads_q * kD;
-  for (int it = 0; it < b.items; ++it) {
+  if (it < b.items) {
+    const FlashDeviceArgs& p = a.fwd;
+    const int64_t q_stride = p.num_heads_q * kD;
     const int stage = it % 2;
-    if (it >= 2) BarSync(kBarStageEmpty + stage, kBwdStageThreads);
     const int64_t head = b.Head(it);
     const int64_t i0 = b.Row0<kBlockQ>(it);
     const int64_t offset = (b.span.q_begin + i0) * q_stride + head * kD;
@@ -165,17 +171,26 @@ __device__ __forceinline__ void LoadQueryItems(const FlashBwdDeviceArgs& a, cons
       CopyAsync4(SharedAddress(s.lse + stage * kBlockQ + x), p.lse + index, ok);
       CopyAsync4(SharedAddress(s.dsum + stage * kBlockQ + x), a.dsum + index, ok);
     }
-    CommitCopies();
-    if (it >= 1) {
-      WaitCopies<1>();
-      FenceProxyAsync();
-      BarArrive(kBarStageFull + (it - 1) % 2, kBwdStageThreads);
-    }
   }
-  if (b.items > 0) {
+  CommitCopies();
+}
+
+// The loaders' loop: item it is announced full as soon as its copies are done (while the
+// consumers work on item it - 1), then item it + 1 starts in the other stage once the
+// consumers released it (item it - 1). So a full stage is waiting whenever the consumers
+// finish one, and the copies have a whole item's time.
+template <typename T, int kD, int kBlockQ, int kBlockK>
+__device__ __forceinline__ void LoadQueryItems(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
+                                               const BwdWgmmaTiles<kD, kBlockQ, kBlockK>& s) {
+  LoadQueryItem<T, kD, kBlockQ, kBlockK>(a, b, s, 0);
+  for (int it = 0; it < b.items; ++it) {
     WaitCopies<0>();
     FenceProxyAsync();
-    BarArrive(kBarStageFull + (b.items - 1) % 2, kBwdStageThreads);
+    BarArrive(kBarStageFull + it % 2, kBwdStageThreads);
+    if (it + 1 < b.items) {
+      if (it >= 1) BarSync(kBarStageEmpty + (it + 1) % 2, kBwdStageThreads);
+      LoadQueryItem<T, kD, kBlockQ, kBlockK>(a, b, s, it + 1);
+    }
   }
 }
 
@@ -202,8 +217,9 @@ __device__ __forceinline__ void ReduceDqTiles(const FlashBwdDeviceArgs& a, const
         // The blocks adding to this tile run from the last key tile that sees one of its rows.
         rank = static_cast<int>(
             LastKeyTileSeeing(p, b.span, min(i0 + kBlockQ, b.span.q_len) - 1, kBlockK) - b.n);
-        while (LoadAcquire(lock) != rank) {
+        while (LoadRelaxed(lock) != rank) {
         }
+        FenceAcquire();  // once: an acquiring load would empty the L1 cache at every try
       }
       const int64_t rows = min(int64_t{kBlockQ}, b.span.q_len - i0);
       BulkReduceAdd(a.dq_accum + (head * p.total_q + b.span.q_begin + i0) * kD,
@@ -368,26 +384,18 @@ __device__ __forceinline__ void ConsumeQueryItems(const FlashBwdDeviceArgs& a, c
     ProbabilityGradients<T, kD, kBlockQ, kBlockK>(p, b, b.Head(it), b.Row0<kBlockQ>(it), k_rows,
                                                   v_rows, tq, tdo, s.lse + stage * kBlockQ,
                                                   s.dsum + stage * kBlockQ, key_row, sds, pa, dsa);
-    // dV += P^T dO and dK += dS^T Q: k16 step kk takes queries [16 kk, 16 kk + 16).
+    // Three groups of products, k16 step kk taking queries [16 kk, 16 kk + 16) in the first
+    // and the last: dV += P^T dO; this warpgroup's columns of dQ_tile = dS K over the block's
+    // keys (A: dS^T's tile read transposed once both consumers stored theirs, B: the K tile
+    // read MN-major); dK += dS^T Q, left running while dQ_tile is stored.
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBlockQ / 16; ++kk) {
       MmaRsTransB<kBf16, kD>(dv, pa[kk], Descriptor(tdo + kk * 2048u, kBlockQ * 128u, 1024));
     }
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / 16; ++kk) {
-      MmaRsTransB<kBf16, kD>(dk, dsa[kk], Descriptor(tq + kk * 2048u, kBlockQ * 128u, 1024));
-    }
     WgmmaCommit();
     FenceProxyAsync();  // dS^T's stores before the tensor cores read them
     BarSync(kBarConsumers, kBwdConsumerThreads);
-    WgmmaWait<0>();  // frees pa and dsa before dq takes registers
-    FenceRegisters(dv);
-    FenceRegisters(dk);
-    FenceRegisters(pa);
-    FenceRegisters(dsa);
-    // This warpgroup's columns of dQ_tile = dS K over the block's keys: A is dS^T's tile read
-    // transposed, B the K tile read MN-major.
     float dq[kDqCols / 8][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
@@ -396,23 +404,36 @@ __device__ __forceinline__ void ConsumeQueryItems(const FlashBwdDeviceArgs& a, c
                                       kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
-    WgmmaWait<0>();
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / 16; ++kk) {
+      MmaRsTransB<kBf16, kD>(dk, dsa[kk], Descriptor(tq + kk * 2048u, kBlockQ * 128u, 1024));
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();  // dV and dQ_tile
+    FenceRegisters(dv);
+    FenceRegisters(pa);
     FenceRegisters(dq);
-    if (it + 2 < b.items) BarArrive(kBarStageEmpty + stage, kBwdStageThreads);
-    // dQ_tile to buffer `stage` (fp32 rows of kD, as dq_accum holds them) for the reducer.
+    // dQ_tile to buffer `stage` for the reducer: fp32 rows of kD in dq_accum's layout, whose
+    // 16-byte chunks are swizzled by the row (DqAccumColumn), so that the 8 rows a warp writes
+    // at once fall in different banks.
     if (it >= 2) BarSync(kBarDqEmpty + stage, kBwdDqThreads);
     const uint32_t sdq = s.dq + stage * Tiles::kDqBytes;
+    const int64_t q_row0 = b.span.q_begin + b.Row0<kBlockQ>(it);  // dq_accum's row of row 0
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = warp * 16 + lane / 4 + 8 * r;
 #pragma unroll
       for (int nt = 0; nt < kDqCols / 8; ++nt) {
-        StoreShared64(sdq + (row * kD + dq_col0 + nt * 8 + 2 * t) * 4u, dq[nt][2 * r],
-                      dq[nt][2 * r + 1]);
+        const int col = DqAccumColumn(q_row0 + row, dq_col0 + nt * 8 + 2 * t);
+        StoreShared64(sdq + (row * kD + col) * 4u, dq[nt][2 * r], dq[nt][2 * r + 1]);
       }
     }
     FenceProxyAsync();
     BarArrive(kBarDqFull + stage, kBwdDqThreads);
+    WgmmaWait<0>();  // dK: the stage's Q is read
+    FenceRegisters(dk);
+    FenceRegisters(dsa);
+    if (it + 2 < b.items) BarArrive(kBarStageEmpty + stage, kBwdStageThreads);
   }
   const int64_t row0 = b.j0 + wg * 64 + warp * 16;
   const int64_t kv_stride = p.num_heads_kv * kD;
@@ -477,8 +498,8 @@ __global__ void __launch_bounds__(256)
   const int64_t row = i / (a.fwd.num_heads_q * (kD / 4));
   const int64_t head = i / (kD / 4) % a.fwd.num_heads_q;
   const int64_t col4 = i % (kD / 4);
-  const float4 v =
-      reinterpret_cast<const float4*>(a.dq_accum)[(head * a.fwd.total_q + row) * (kD / 4) + col4];
+  const float4 v = reinterpret_cast<const float4*>(
+      a.dq_accum)[(head * a.fwd.total_q + row) * (kD / 4) + DqAccumColumn(row, 4 * col4) / 4];
   const float scale = a.fwd.softmax_scale;
   uint2 packed;
   packed.x = Pack<kBf16>(v.x * scale, v.y * scale);

@@ -11,10 +11,16 @@ namespace kernelserve::cuda::flash {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-__device__ __forceinline__ int LoadAcquire(const int* address) {
+// A flag in global memory: LoadRelaxed reads it (coherent at the GPU's scope, no ordering),
+// FenceAcquire after it orders later accesses after what it saw, StoreRelease writes it after
+// every earlier access.
+__device__ __forceinline__ int LoadRelaxed(const int* address) {
   int value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
   return value;
+}
+__device__ __forceinline__ void FenceAcquire() {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 }
 __device__ __forceinline__ void StoreRelease(int* address, int value) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
