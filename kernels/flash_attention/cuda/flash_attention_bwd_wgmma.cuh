@@ -5,8 +5,9 @@
 // takes a key tile of 128 rows of one kv head and streams the query tiles of 64 rows, of every
 // query head of the group, that can see those keys. Its three warpgroups have roles:
 //
-//   warpgroup 0, warps 0-2   loaders: Q, dO, lse and D of the next query items into two stages
-//   warpgroup 0, warp 3      dQ reducer: adds each finished dQ tile to the fp32 workspace
+//   warpgroup 0, warps 0-1   loaders: Q, dO, lse and D of the next query items into two stages
+//   warpgroup 0, warps 2-3   dQ reducers, one a dQ buffer: add each finished dQ tile to the
+//                            fp32 workspace
 //   warpgroups 1 and 2       consumers, 64 keys each:
 //     S^T = K Q^T, dP^T = V dO^T             wgmma, both operands in shared memory
 //     P^T = exp(logits - lse)                registers (masks, bias and soft cap as the forward)
@@ -47,7 +48,7 @@
 namespace kernelserve::cuda::flash {
 
 // The block's roles (threads) and named barriers.
-constexpr int kBwdLoaderThreads = 96;     // warps 0-2
+constexpr int kBwdLoaderThreads = 64;     // warps 0-1
 constexpr int kBwdConsumerThreads = 256;  // warpgroups 1 and 2
 constexpr int kBwdThreads = 128 + kBwdConsumerThreads;
 constexpr int kBwdStageThreads = kBwdLoaderThreads + kBwdConsumerThreads;
@@ -194,18 +195,18 @@ __device__ __forceinline__ void LoadQueryItems(const FlashBwdDeviceArgs& a, cons
   }
 }
 
-// The dQ reducer's loop (one warp): adds each dQ tile the consumers finished to dq_accum with
-// one bulk reduction from lane 0, after the blocks before this one in the tile's order (lock),
-// and hands the buffer back as soon as it has been read.
+// A dQ reducer's loop (one warp a dQ buffer, the items it % 2 == buffer): adds each dQ tile
+// the consumers finished to dq_accum with one bulk reduction from lane 0, after the blocks
+// before this one in the tile's order (lock), and hands the buffer back as soon as it has been
+// read. Two reducers, so that one waits for its turn or its addition while the other works.
 template <int kD, int kBlockQ, int kBlockK>
 __device__ __forceinline__ void ReduceDqTiles(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
-                                              uint32_t sdq) {
+                                              uint32_t sdq, int buffer) {
   const FlashDeviceArgs& p = a.fwd;
   const bool leader = threadIdx.x % 32 == 0;
   const int64_t longest_q = p.cu_seqlens_q != nullptr ? p.max_seq_len_q : p.seq_len_q;
   const int64_t lock_tiles = (longest_q + kBlockQ - 1) / kBlockQ;
-  for (int it = 0; it < b.items; ++it) {
-    const int buffer = it % 2;
+  for (int it = buffer; it < b.items; it += 2) {
     BarSync(kBarDqFull + buffer, kBwdDqThreads);
     int* lock = nullptr;
     int rank = 0;
@@ -477,7 +478,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdWgmmaKernel(const Flas
     if (threadIdx.x < kBwdLoaderThreads) {
       LoadQueryItems<T, kD, kBlockQ, kBlockK>(a, KeyBlockOf<kBlockQ, kBlockK>(p), s);
     } else {
-      ReduceDqTiles<kD, kBlockQ, kBlockK>(a, KeyBlockOf<kBlockQ, kBlockK>(p), s.dq);
+      ReduceDqTiles<kD, kBlockQ, kBlockK>(a, KeyBlockOf<kBlockQ, kBlockK>(p), s.dq,
+                                          (threadIdx.x - kBwdLoaderThreads) / 32);
     }
   } else {
     ClaimRegisters<240>();
