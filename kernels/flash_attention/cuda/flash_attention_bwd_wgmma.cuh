@@ -230,8 +230,7 @@ __device__ __forceinline__ void ReduceDqTiles(const FlashBwdDeviceArgs& a, const
     __syncwarp();
     if (it + 2 < b.items) BarArrive(kBarDqEmpty + buffer, kBwdDqThreads);
     if (lock != nullptr) {
-      BulkWaitComplete();
-      __threadfence();
+      BulkWaitComplete();  // the additions are done; the release makes them visible first
       StoreRelease(lock, rank + 1);
     }
   }
