@@ -9,8 +9,8 @@
 //               tiles the dQ kernel streams.
 //   algorithm   "" for the mma.sync kernels (any sm_80+ GPU), "wgmma" for the Hopper kernel
 //               (compute capability 9.0, compiled when the build targets sm_90a): one kernel
-//               for dK, dV and dQ, a block of block_k = 128 keys (two warpgroups) streaming
-//               query tiles of block_q = 64 rows.
+//               for dK, dV and dQ, a block of block_k = 128 keys (two consumer warpgroups)
+//               streaming query tiles of block_q = 64 rows.
 //   platform    "cuda" (or "" when given by hand); the other fields stay zero or empty.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_CONFIG_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_CONFIG_H_

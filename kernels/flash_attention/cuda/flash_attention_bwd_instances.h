@@ -15,7 +15,7 @@
 // and dP per warp of the dK/dV kernel beside its dK and dV accumulators: past 255 registers
 // at D = 128.
 //
-// wgmma: query tiles of 64 rows, key tiles of 128 (two warpgroups of 64 keys).
+// wgmma: query tiles of 64 rows, key tiles of 128 (two consumer warpgroups of 64 keys).
 #if defined(KERNELSERVE_FLASH_WGMMA)
 #define KS_FLASH_BWD_WGMMA_(X, DT, CT, D) X(Wgmma, DT, CT, D, 64, 128)
 #else

@@ -75,7 +75,7 @@ template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
 cudaError_t LaunchFlashAttentionBwdMma(const FlashBwdDeviceArgs& args, cudaStream_t stream);
 
 // The same on Hopper (sm_90a, compiled where the build targets it) in one kernel for dK, dV
-// and dQ (flash_attention_bwd_wgmma.cuh): kBlockK = 128 keys a block (two warpgroups),
+// and dQ (flash_attention_bwd_wgmma.cuh): kBlockK = 128 keys a block (two consumer warpgroups),
 // kBlockQ = 64 query rows a tile, dQ added in fp32 to args.dq_accum, in a fixed order when
 // args.dq_locks is set. REQUIRES: as above; args.dq_accum set.
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
