@@ -31,13 +31,6 @@ __device__ __forceinline__ void CopyAsync4(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 
-// Where (seq, head, row) is in lse's layout: dense [N, Hq, Sq], varlen [Hq, Tq].
-__device__ __forceinline__ int64_t LseIndex(const FlashDeviceArgs& p, const Span& s, int64_t seq,
-                                            int64_t head, int64_t row) {
-  return p.cu_seqlens_q != nullptr ? head * p.total_q + s.q_begin + row
-                                   : (seq * p.num_heads_q + head) * p.seq_len_q + row;
-}
-
 // Under a causal mask or a right window, row i sees keys up to i + KeyReach (VisibleRange's
 // hi before it is clipped to the sequence).
 __device__ __forceinline__ int64_t KeyReach(const FlashDeviceArgs& p, const Span& s) {

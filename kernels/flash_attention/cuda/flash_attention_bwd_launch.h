@@ -33,11 +33,15 @@ struct FlashBwdDeviceArgs {
   int* dq_locks = nullptr;
 };
 
-// The lock count of the wgmma kernel with query tiles of `block_q` rows: one per query tile,
-// head and sequence.
-inline size_t FlashBwdLockCount(const FlashDeviceArgs& p, int block_q) {
+// The wgmma kernel's locks with query tiles of `block_q` rows: one per query tile, head and
+// sequence, FlashBwdLockTiles a (sequence, head) pair, tile i of head h of sequence n at
+// (n * Hq + h) * FlashBwdLockTiles + i.
+__host__ __device__ inline int64_t FlashBwdLockTiles(const FlashDeviceArgs& p, int block_q) {
   const int64_t longest = p.cu_seqlens_q != nullptr ? p.max_seq_len_q : p.seq_len_q;
-  return static_cast<size_t>(p.num_sequences * p.num_heads_q * ((longest + block_q - 1) / block_q));
+  return (longest + block_q - 1) / block_q;
+}
+inline size_t FlashBwdLockCount(const FlashDeviceArgs& p, int block_q) {
+  return static_cast<size_t>(p.num_sequences * p.num_heads_q * FlashBwdLockTiles(p, block_q));
 }
 
 // Shared memory (bytes) of the dK/dV kernel (K and V tiles of block_k rows, two stages of Q and

@@ -204,8 +204,7 @@ __device__ __forceinline__ void ReduceDqTiles(const FlashBwdDeviceArgs& a, const
                                               uint32_t sdq, int buffer) {
   const FlashDeviceArgs& p = a.fwd;
   const bool leader = threadIdx.x % 32 == 0;
-  const int64_t longest_q = p.cu_seqlens_q != nullptr ? p.max_seq_len_q : p.seq_len_q;
-  const int64_t lock_tiles = (longest_q + kBlockQ - 1) / kBlockQ;
+  const int64_t lock_tiles = FlashBwdLockTiles(p, kBlockQ);
   for (int it = buffer; it < b.items; it += 2) {
     BarSync(kBarDqFull + buffer, kBwdDqThreads);
     int* lock = nullptr;

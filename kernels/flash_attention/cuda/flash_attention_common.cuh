@@ -116,6 +116,13 @@ __device__ __forceinline__ Span SpanOf(const FlashDeviceArgs& p, int64_t seq) {
   return {seq * p.seq_len_q, p.seq_len_q, seq * p.seq_len_k, p.seq_len_k};
 }
 
+// Where (seq, head, row) is in lse's layout: dense [N, Hq, Sq], varlen [Hq, Tq].
+__device__ __forceinline__ int64_t LseIndex(const FlashDeviceArgs& p, const Span& s, int64_t seq,
+                                            int64_t head, int64_t row) {
+  return p.cu_seqlens_q != nullptr ? head * p.total_q + s.q_begin + row
+                                   : (seq * p.num_heads_q + head) * p.seq_len_q + row;
+}
+
 // The visible key range [lo, hi] of query row `row` (relative to its sequence).
 __device__ __forceinline__ void VisibleRange(const FlashDeviceArgs& p, const Span& s, int64_t row,
                                              int64_t& lo, int64_t& hi) {
@@ -362,10 +369,7 @@ __device__ __forceinline__ void StoreRows(const FlashDeviceArgs& p, const Span& 
     }
     if (p.lse != nullptr && t == 0) {
       const float lse = sum > 0.0f ? (m[r] + __log2f(sum)) * kLn2 : -INFINITY;
-      const int64_t index = p.cu_seqlens_q != nullptr
-                                ? head * p.total_q + span.q_begin + rows.row[r]
-                                : (seq * p.num_heads_q + head) * p.seq_len_q + rows.row[r];
-      p.lse[index] = lse;
+      p.lse[LseIndex(p, span, seq, head, rows.row[r])] = lse;
     }
   }
 }
