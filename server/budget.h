@@ -36,10 +36,16 @@ class InflightBudget {
   int64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   int64_t max_bytes() const { return max_bytes_; }
 
+  // Once closed (the server drains), new requests are refused (CallTracker::Hold: UNAVAILABLE)
+  // while the requests already held go on.
+  void Close() { closed_.store(true, std::memory_order_relaxed); }
+  bool closed() const { return closed_.load(std::memory_order_relaxed); }
+
  private:
   const int64_t max_bytes_;
   std::atomic<int64_t> bytes_{0};
   std::atomic<int64_t> requests_{0};
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace kernelserve::server

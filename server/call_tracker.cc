@@ -11,6 +11,11 @@ CallTracker::CallTracker(InflightBudget* budget, Metrics* metrics,
 CallTracker::~CallTracker() { ReleaseHold(); }
 
 absl::Status CallTracker::Hold(int64_t bytes, const char* what) {
+  if (!holds_request_ && budget_->closed()) {
+    return absl::UnavailableError(
+        "the server is shutting down: it finishes the calls it holds and takes no new ones; "
+        "retry on another replica");
+  }
   if (!budget_->TryAcquire(bytes, /*count_request=*/!holds_request_)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "in-flight bytes: this call's ", bytes, " bytes of ", what, " with ", budget_->bytes(),

@@ -33,7 +33,8 @@ class CallTracker {
   CallTracker& operator=(const CallTracker&) = delete;
 
   // Takes `bytes` more of the in-flight budget for this call (its first take also counts the
-  // request). ResourceExhausted naming `what` and the flag when the budget cannot take them.
+  // request). ResourceExhausted naming `what` and the flag when the budget cannot take them;
+  // Unavailable for a first take once the budget is closed (the server drains).
   absl::Status Hold(int64_t bytes, const char* what);
   // Gives back everything held now (the call is answered or about to be).
   void ReleaseHold();

@@ -16,6 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/config_tiers.h"
 #include "core/status_macros.h"
 #include "kernels/register.h"
@@ -346,8 +348,13 @@ absl::Status Server::Shutdown() {
     grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
     health->SetServingStatus(kServiceName, false);
     health->SetServingStatus(false);
-    grpc_server_->Shutdown(std::chrono::system_clock::now() +
-                           absl::ToChronoMilliseconds(options_.grace_period));
+    // New kernel calls are refused with UNAVAILABLE by our handlers while the held ones
+    // finish; only then does gRPC stop taking calls (those arriving as it stops may see
+    // CANCELLED from gRPC itself instead of a refusal).
+    const absl::Time deadline = absl::Now() + options_.grace_period;
+    budget_->Close();
+    while (budget_->requests() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   }
   if (pool_ != nullptr) pool_->Shutdown();
   if (grpc_server_ != nullptr) grpc_server_->Wait();

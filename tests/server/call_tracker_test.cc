@@ -1,0 +1,56 @@
+// CallTracker and InflightBudget: the in-flight accounting of one call, and the refusal of new
+// calls once the server drains.
+#include "server/call_tracker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/budget.h"
+#include "server/metrics.h"
+
+namespace kernelserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(CallTrackerTest, HoldCountsTheRequestOnceAndReleaseGivesEverythingBack) {
+  InflightBudget budget(1000);
+  Metrics metrics;
+  {
+    CallTracker tracker(&budget, &metrics, /*context=*/nullptr);
+    ASSERT_TRUE(tracker.Hold(100, "request").ok());
+    ASSERT_TRUE(tracker.Hold(200, "outputs").ok());
+    EXPECT_EQ(budget.requests(), 1);
+    EXPECT_EQ(budget.bytes(), 300);
+  }
+  EXPECT_EQ(budget.requests(), 0);
+  EXPECT_EQ(budget.bytes(), 0);
+}
+
+TEST(CallTrackerTest, OverTheCapIsResourceExhaustedNamingTheFlag) {
+  InflightBudget budget(1000);
+  Metrics metrics;
+  CallTracker tracker(&budget, &metrics, nullptr);
+  const absl::Status status = tracker.Hold(1001, "request");
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("--max-inflight-bytes=1000"));
+  EXPECT_EQ(budget.requests(), 0);
+}
+
+TEST(CallTrackerTest, AClosedBudgetRefusesNewCallsAndLetsHeldOnesGoOn) {
+  InflightBudget budget(1000);
+  Metrics metrics;
+  CallTracker held(&budget, &metrics, nullptr);
+  ASSERT_TRUE(held.Hold(100, "request").ok());
+  budget.Close();
+  CallTracker late(&budget, &metrics, nullptr);
+  const absl::Status refused = late.Hold(100, "request");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), HasSubstr("shutting down"));
+  EXPECT_TRUE(held.Hold(200, "outputs").ok());  // a held call still takes its outputs
+  EXPECT_EQ(budget.requests(), 1);
+  EXPECT_EQ(budget.bytes(), 300);
+}
+
+}  // namespace
+}  // namespace kernelserve::server
