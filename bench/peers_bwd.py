@@ -7,7 +7,9 @@ FLOP count as ours (2.5x the forward's). The table has ours as the heuristic pic
 the best of the own kernels and of cuDNN's plans, and the heuristic's config with
 deterministic=false. GQA runs with K and V expanded to the query heads
 before they require grad, as in the forward table, so torch's time leaves out the sum over each
-group that ours includes.
+group that ours includes. Each torch backend's backward also runs twice more on the same
+inputs: "same bits" says whether dq, dk and dv came out identical (a backend that sums in any
+order differs), so the deterministic columns are read against peers of the same kind.
 """
 import sys
 
@@ -17,7 +19,8 @@ from peers import median_ms
 
 
 def sdpa_bwd_ms(case, backend, iters):
-    """Median ms of the backward of torch SDPA under `backend`, or None when it cannot run."""
+    """(median ms of the backward of torch SDPA under `backend`, whether two more backwards
+    gave the same bits), or (None, None) when it cannot run."""
     from torch.nn.attention import sdpa_kernel
     import torch.nn.functional as F
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[case["dtype"]]
@@ -33,11 +36,14 @@ def sdpa_bwd_ms(case, backend, iters):
     try:
         with sdpa_kernel(backend):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
-            return median_ms(lambda i: torch.autograd.grad(out, (q, k, v), dout,
-                                                           retain_graph=True), iters)
+            grads = lambda i=0: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            first, second = grads(), grads()
+            same = all(torch.equal(x, y) for x, y in zip(first, second))
+            del first, second
+            return median_ms(grads, iters), same
     except RuntimeError as e:
         print(f"{case['name']}: backward {backend}: {e}", file=sys.stderr)
-        return None
+        return None, None
 
 
 def attention_bwd_table(ours, iters, result):
@@ -49,14 +55,16 @@ def attention_bwd_table(ours, iters, result):
     lines = ["", "| backward case | ours heuristic | ours tuned | own kernels best | "
              "own, deterministic=false | cuDNN plans best | ours, deterministic=false | "
              "torch flash | torch cuDNN | own / flash | own any order / flash | tuned / flash | "
-             "tuned / cuDNN | any order / cuDNN |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tuned / cuDNN | any order / cuDNN | torch same bits (flash / cuDNN) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x: "n/a" if x is None else f"{x:.1f}"
     result["attention_bwd"] = []
     for case in cases:
         tf = lambda ms: None if ms is None else case["flops"] / (ms * 1e-3) / 1e12
-        flash = tf(sdpa_bwd_ms(case, SDPBackend.FLASH_ATTENTION, iters))
-        cudnn = tf(sdpa_bwd_ms(case, SDPBackend.CUDNN_ATTENTION, iters))
+        flash_ms, flash_same = sdpa_bwd_ms(case, SDPBackend.FLASH_ATTENTION, iters)
+        cudnn_ms, cudnn_same = sdpa_bwd_ms(case, SDPBackend.CUDNN_ATTENTION, iters)
+        flash, cudnn = tf(flash_ms), tf(cudnn_ms)
+        bits = lambda same: "n/a" if same is None else ("yes" if same else "no")
         torch.cuda.empty_cache()
         ours_h, ours_t = case["heuristic"]["TFLOPs"], case["tuned"]["TFLOPs"]
         own, plans = case["best_own"]["TFLOPs"] or None, case["best_cudnn"]["TFLOPs"] or None
@@ -68,12 +76,14 @@ def attention_bwd_table(ours, iters, result):
                                         "ours_tuned_TFLOPs": ours_t, "own_TFLOPs": own,
                                         "cudnn_plans_TFLOPs": plans,
                                         "any_order_TFLOPs": any_order,
-                                        "own_any_order_TFLOPs": own_any})
+                                        "own_any_order_TFLOPs": own_any,
+                                        "flash_same_bits": flash_same,
+                                        "cudnn_same_bits": cudnn_same})
         lines.append(f"| {case['name']} | {ours_h:.1f} | {ours_t:.1f} | {fmt(own)} | "
                      f"{fmt(own_any)} | {fmt(plans)} | {fmt(any_order)} | {fmt(flash)} | "
                      f"{fmt(cudnn)} | {ratio(own, flash)} | {ratio(own_any, flash)} | "
                      f"{ratio(ours_t, flash)} | {ratio(ours_t, cudnn)} | "
-                     f"{ratio(any_order, cudnn)} |")
+                     f"{ratio(any_order, cudnn)} | {bits(flash_same)} / {bits(cudnn_same)} |")
         print(lines[-1], file=sys.stderr, flush=True)
     lines.append("")
     for case in cases:

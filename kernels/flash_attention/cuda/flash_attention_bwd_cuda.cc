@@ -99,28 +99,44 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
     KS_ASSIGN_OR_RETURN(const cuda::FlashBwdLaunchFn launch,
                         cuda::SelectFlashBwdLaunch(p_.dtype, p_.head_dim, config));
     if (config.algorithm == cuda::kFlashWgmmaAlgorithm) {
-      KS_RETURN_IF_ERROR(AllocateWgmmaWorkspace(config.block_q));
+      KS_RETURN_IF_ERROR(AllocateWgmmaWorkspace(config.block_q, config.block_k));
     }
     return TimedLaunch([&](cudaStream_t stream) { return launch(bwd_, stream); });
   }
 
  private:
-  // The wgmma kernel's dq_accum (fp32, [Hq, total_q, D]) and, for a deterministic call, its locks
-  // (as many as query tiles of block_q rows need); allocated by the first wgmma launch that
-  // needs them.
-  absl::Status AllocateWgmmaWorkspace(int block_q) {
+  // The wgmma kernel's dq_accum (fp32, [Hq, total_q, D]), where the group is split its
+  // dkv_accum (fp32 dK and dV), and for a deterministic call their locks (as many as the tiles
+  // of block_q and block_k rows need); allocated by the first wgmma launch that needs them.
+  absl::Status AllocateWgmmaWorkspace(int block_q, int block_k) {
     if (bwd_.dq_accum == nullptr) {
       const size_t values = static_cast<size_t>(args_.total_q * args_.num_heads_q * p_.head_dim);
       KS_ASSIGN_OR_RETURN(dq_accum_,
                           DeviceBuffer::Allocate(ordinal(), values * sizeof(float), stream()));
       bwd_.dq_accum = static_cast<float*>(dq_accum_.get());
     }
+    const bool split = cuda::FlashBwdGroupSplit(args_) > 1;
+    if (split && bwd_.dkv_accum == nullptr) {
+      const size_t values =
+          2 * static_cast<size_t>(args_.total_k * args_.num_heads_kv * p_.head_dim);
+      KS_ASSIGN_OR_RETURN(dkv_accum_,
+                          DeviceBuffer::Allocate(ordinal(), values * sizeof(float), stream()));
+      bwd_.dkv_accum = static_cast<float*>(dkv_accum_.get());
+    }
+    if (!bwd_problem_.deterministic) return absl::OkStatus();
     const size_t locks = cuda::FlashBwdLockCount(args_, block_q);
-    if (bwd_problem_.deterministic && locks > lock_count_) {
+    if (locks > lock_count_) {
       KS_ASSIGN_OR_RETURN(dq_locks_,
                           DeviceBuffer::Allocate(ordinal(), locks * sizeof(int), stream()));
       bwd_.dq_locks = static_cast<int*>(dq_locks_.get());
       lock_count_ = locks;
+    }
+    const size_t kv_locks = split ? cuda::FlashBwdKvLockCount(bwd_, block_k) : 0;
+    if (kv_locks > kv_lock_count_) {
+      KS_ASSIGN_OR_RETURN(dkv_locks_,
+                          DeviceBuffer::Allocate(ordinal(), kv_locks * sizeof(int), stream()));
+      bwd_.dkv_locks = static_cast<int*>(dkv_locks_.get());
+      kv_lock_count_ = kv_locks;
     }
     return absl::OkStatus();
   }
@@ -148,8 +164,9 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
   const FlashAttentionBwdProblem bwd_problem_;
   cuda::FlashBwdDeviceArgs bwd_;
   float* dbias_ = nullptr;
-  size_t lock_count_ = 0;  // of dq_locks_
-  DeviceBuffer out_, dout_, lse_, dsum_, dq_accum_, dq_locks_;
+  size_t lock_count_ = 0;     // of dq_locks_
+  size_t kv_lock_count_ = 0;  // of dkv_locks_
+  DeviceBuffer out_, dout_, lse_, dsum_, dq_accum_, dq_locks_, dkv_accum_, dkv_locks_;
 };
 
 // What flash_attention_bwd's GPU platforms (cuda::FlashGpuImpl) take from its own kernels.

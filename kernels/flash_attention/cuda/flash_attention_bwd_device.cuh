@@ -282,8 +282,7 @@ cudaError_t LaunchFlashBwdDot(const FlashBwdDeviceArgs& args, cudaStream_t strea
 // Hkv x sequences, x == 0 when there are none. cudaErrorInvalidConfiguration when too large.
 inline cudaError_t FlashBwdKeyGrid(const FlashBwdDeviceArgs& args, int block_k, dim3& grid) {
   const FlashDeviceArgs& p = args.fwd;
-  const int64_t longest_k = p.cu_seqlens_k != nullptr ? args.max_seq_len_k : p.seq_len_k;
-  const int64_t k_tiles = (longest_k + block_k - 1) / block_k;
+  const int64_t k_tiles = FlashBwdKeyTiles(args, block_k);
   grid = dim3(0, 1, 1);
   if (k_tiles == 0) return cudaSuccess;
   if (k_tiles > 2147483647 || p.num_heads_kv > 65535 || p.num_sequences > 65535) {

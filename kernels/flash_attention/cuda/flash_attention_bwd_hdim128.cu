@@ -2,7 +2,7 @@
 // wgmma where the build targets Hopper.
 #include "kernels/flash_attention/cuda/flash_attention_bwd_device.cuh"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
-#include "kernels/flash_attention/cuda/flash_attention_bwd_wgmma.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_wgmma_launch.cuh"
 
 namespace kernelserve::cuda {
 

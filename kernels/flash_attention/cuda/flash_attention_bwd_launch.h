@@ -31,7 +31,26 @@ struct FlashBwdDeviceArgs {
   // may then differ from call to call).
   float* dq_accum = nullptr;
   int* dq_locks = nullptr;
+  // Used when the wgmma kernel spreads a group's query heads over blocks
+  // (FlashBwdGroupSplit > 1). dkv_accum: fp32 dK then dV, each [Hkv, total_k, D] swizzled as
+  // dq_accum. dkv_locks: FlashBwdKvLockCount ints, set with dq_locks (the same order rule).
+  float* dkv_accum = nullptr;
+  int* dkv_locks = nullptr;
 };
+
+// Over how many blocks the wgmma kernel spreads the query heads of one GQA group (each block
+// then takes group / split heads, and the blocks add their dK and dV into dkv_accum). A block
+// takes a key tile and streams the query tiles that see it; under a causal mask or a window
+// that work differs from key tile to key tile, and a block taking all heads of a group
+// multiplies the difference: with S = 4096 and a group of 4 a block ran 8 to 256 query tiles
+// and the longest ones, started last, set the kernel's end (0.91x torch's flash backward,
+// 2026-11-27). One head a block keeps the spread of a plain causal mask. Without a mask every
+// block has the same work and the split would only add the sums, so none then.
+__host__ __device__ inline int64_t FlashBwdGroupSplit(const FlashDeviceArgs& p) {
+  const int64_t group = p.num_heads_kv > 0 ? p.num_heads_q / p.num_heads_kv : 1;
+  const bool uneven = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  return group > 1 && uneven ? group : 1;
+}
 
 // The wgmma kernel's locks with query tiles of `block_q` rows: one per query tile, head and
 // sequence, FlashBwdLockTiles a (sequence, head) pair, tile i of head h of sequence n at
@@ -42,6 +61,20 @@ __host__ __device__ inline int64_t FlashBwdLockTiles(const FlashDeviceArgs& p, i
 }
 inline size_t FlashBwdLockCount(const FlashDeviceArgs& p, int block_q) {
   return static_cast<size_t>(p.num_sequences * p.num_heads_q * FlashBwdLockTiles(p, block_q));
+}
+
+// The key tiles of `block_k` rows of the longest key sequence (the grid's x).
+__host__ __device__ inline int64_t FlashBwdKeyTiles(const FlashBwdDeviceArgs& a, int block_k) {
+  const int64_t longest = a.fwd.cu_seqlens_k != nullptr ? a.max_seq_len_k : a.fwd.seq_len_k;
+  return (longest + block_k - 1) / block_k;
+}
+
+// dkv_locks with key tiles of `block_k` rows: two per key tile (a half each consumer), kv head
+// and sequence; half c of tile n of kv head h of sequence s at
+// ((s * Hkv + h) * FlashBwdKeyTiles + n) * 2 + c.
+inline size_t FlashBwdKvLockCount(const FlashBwdDeviceArgs& a, int block_k) {
+  return static_cast<size_t>(a.fwd.num_sequences * a.fwd.num_heads_kv *
+                             FlashBwdKeyTiles(a, block_k) * 2);
 }
 
 // Shared memory (bytes) of the dK/dV kernel (K and V tiles of block_k rows, two stages of Q and
@@ -79,9 +112,11 @@ template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
 cudaError_t LaunchFlashAttentionBwdMma(const FlashBwdDeviceArgs& args, cudaStream_t stream);
 
 // The same on Hopper (sm_90a, compiled where the build targets it) in one kernel for dK, dV
-// and dQ (flash_attention_bwd_wgmma.cuh): kBlockK = 128 keys a block (two consumer warpgroups),
-// kBlockQ = 64 query rows a tile, dQ added in fp32 to args.dq_accum, in a fixed order when
-// args.dq_locks is set. REQUIRES: as above; args.dq_accum set.
+// and dQ (flash_attention_bwd_wgmma.cuh, launched by flash_attention_bwd_wgmma_launch.cuh): kBlockK
+// = 128 keys a block (two consumer warpgroups), kBlockQ = 64 query rows a tile, dQ added in fp32 to
+// args.dq_accum, in a fixed order when args.dq_locks is set. REQUIRES: as above; args.dq_accum set;
+// where FlashBwdGroupSplit > 1, args.dkv_accum set and args.dkv_locks set exactly when
+// args.dq_locks is.
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
 cudaError_t LaunchFlashAttentionBwdWgmma(const FlashBwdDeviceArgs& args, cudaStream_t stream);
 

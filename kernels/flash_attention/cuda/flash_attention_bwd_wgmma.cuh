@@ -3,7 +3,9 @@
 //
 // One kernel computes dK, dV and dQ (FlashAttention-2's loop, on warpgroup MMAs). A block
 // takes a key tile of 128 rows of one kv head and streams the query tiles of 64 rows, of every
-// query head of the group, that can see those keys. Its three warpgroups have roles:
+// query head of the group, that can see those keys; under a causal mask or a window each
+// query head of a group has blocks of its own instead (FlashBwdGroupSplit), which add their
+// dK and dV into an fp32 workspace at the end, in turn. Its three warpgroups have roles:
 //
 //   warpgroup 0, warps 0-1   loaders: Q, dO, lse and D of the next query items into two stages
 //   warpgroup 0, warps 2-3   dQ reducers, one a dQ buffer: add each finished dQ tile to the
@@ -150,6 +152,53 @@ __device__ __forceinline__ void ReduceDqTiles(const FlashBwdDeviceArgs& a, const
     }
   }
   if (leader) BulkWaitComplete();
+  if (b.split > 1) BarArrive(kBarTail, kBwdTailThreads);  // the dQ buffers are read
+}
+
+// A consumer's end when the group is split (FlashBwdGroupSplit > 1): its 64 rows of dK (times
+// the softmax scale) and dV go to shared memory as fp32 rows in dkv_accum's layout, over the
+// stages and buffers the items used (free once every consumer and reducer is done with them),
+// and one bulk reduction each adds them to dkv_accum, after the parts before this one (lock).
+template <int kD, int kBlockK>
+__device__ __forceinline__ void AddKeyGradients(const FlashBwdDeviceArgs& a, const BwdKeyBlock& b,
+                                                uint32_t tiles, const float (&dk)[kD / 8][4],
+                                                const float (&dv)[kD / 8][4], int wg) {
+  const FlashDeviceArgs& p = a.fwd;
+  const int warp = threadIdx.x / 32 % 4;
+  const int lane = threadIdx.x % 32;
+  constexpr uint32_t kHalfBytes = 64u * kD * 4u;
+  const uint32_t sdk = tiles + wg * kHalfBytes;  // dK's rows, then dV's at + 2 halves
+  const uint32_t sdv = tiles + (2 + wg) * kHalfBytes;
+  const int64_t k_row0 = b.span.k_begin + b.j0 + wg * 64;  // dkv_accum's row of row 0
+  BarSync(kBarTail, kBwdTailThreads);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + lane / 4 + 8 * r;
+#pragma unroll
+    for (int d = 0; d < kD / 8; ++d) {
+      const uint32_t at = (row * kD + DqAccumColumn(k_row0 + row, d * 8 + 2 * (lane % 4))) * 4u;
+      StoreShared64(sdk + at, dk[d][2 * r] * p.softmax_scale, dk[d][2 * r + 1] * p.softmax_scale);
+      StoreShared64(sdv + at, dv[d][2 * r], dv[d][2 * r + 1]);
+    }
+  }
+  FenceProxyAsync();
+  BarSync(kBarKeyHalf + wg, 128);
+  const int64_t rows = min(int64_t{64}, b.span.k_len - (b.j0 + wg * 64));
+  if (threadIdx.x % 128 != 0 || rows <= 0) return;
+  int* lock = nullptr;
+  if (a.dkv_locks != nullptr) {
+    const int64_t tiles_k = FlashBwdKeyTiles(a, kBlockK);
+    lock = a.dkv_locks + ((b.seq * p.num_heads_kv + b.kv_head) * tiles_k + b.n) * 2 + wg;
+    while (LoadRelaxed(lock) != static_cast<int>(b.part)) {
+    }
+    FenceAcquire();
+  }
+  const int64_t kv_values = p.num_heads_kv * p.total_k * kD;
+  float* const dk_accum = a.dkv_accum + (b.kv_head * p.total_k + k_row0) * kD;
+  BulkReduceAdd(dk_accum, sdk, static_cast<uint32_t>(rows * kD * 4));
+  BulkReduceAdd(dk_accum + kv_values, sdv, static_cast<uint32_t>(rows * kD * 4));
+  BulkWaitComplete();
+  if (lock != nullptr) StoreRelease(lock, static_cast<int>(b.part) + 1);
 }
 
 // A consumer's P^T and dS^T for one item (this warpgroup's 64 keys at rows key_row.. of the
@@ -352,6 +401,10 @@ __device__ __forceinline__ void ConsumeQueryItems(const FlashBwdDeviceArgs& a, c
     FenceRegisters(dsa);
     if (it + 2 < b.items) BarArrive(kBarStageEmpty + stage, kBwdStageThreads);
   }
+  if (b.split > 1) {
+    AddKeyGradients<kD, kBlockK>(a, b, s.q, dk, dv, wg);
+    return;
+  }
   const int64_t row0 = b.j0 + wg * 64 + warp * 16;
   const int64_t kv_stride = p.num_heads_kv * kD;
   T* const dk_out = static_cast<T*>(a.dk) + b.span.k_begin * kv_stride + b.kv_head * kD;
@@ -367,6 +420,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdWgmmaKernel(const Flas
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kBlockK == 128 && kBlockQ == 64, "two consumers of 64 keys; dS^T rows of 64");
   static_assert(kD == 64 || kD == 128, "dQ: 32 or 64 columns a consumer");
+  using Tiles = BwdWgmmaTiles<kD, kBlockQ, kBlockK>;
+  static_assert(
+      4 * Tiles::kQBytes + 2 * Tiles::kDsBytes + 2 * Tiles::kDqBytes >= 2 * kBlockK * kD * 4,
+      "AddKeyGradients: fp32 dK and dV fit over the stages and buffers");
   const FlashDeviceArgs& p = a.fwd;
   extern __shared__ __align__(128) unsigned char bwd_wgmma_smem[];
   const BwdWgmmaTiles<kD, kBlockQ, kBlockK> s(bwd_wgmma_smem);
@@ -377,7 +434,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdWgmmaKernel(const Flas
     const int64_t j0 = (static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x) * kBlockK;
     if (j0 >= span.k_len) return;
     const int64_t kv_stride = p.num_heads_kv * kD;
-    const int64_t kv_offset = (span.k_begin + j0) * kv_stride + blockIdx.y * kD;
+    const int64_t kv_head = blockIdx.y / FlashBwdGroupSplit(p);
+    const int64_t kv_offset = (span.k_begin + j0) * kv_stride + kv_head * kD;
     LoadTileSw128<T, kD, kBlockK, kBwdThreads>(s.k, static_cast<const T*>(p.k) + kv_offset,
                                                kv_stride, span.k_len - j0);
     LoadTileSw128<T, kD, kBlockK, kBwdThreads>(s.v, static_cast<const T*>(p.v) + kv_offset,
@@ -405,75 +463,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdWgmmaKernel(const Flas
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// dq = softmax_scale * dq_accum, rounded to T: four values a thread, i counting them in dq's
-// order ([total_q, Hq, kD]; dq_accum is [Hq, total_q, kD]).
-template <typename T, int kD>
-__global__ void __launch_bounds__(256)
-    FlashBwdDqRoundKernel(const FlashBwdDeviceArgs a, int64_t count4) {
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= count4) return;
-  const int64_t row = i / (a.fwd.num_heads_q * (kD / 4));
-  const int64_t head = i / (kD / 4) % a.fwd.num_heads_q;
-  const int64_t col4 = i % (kD / 4);
-  const float4 v = reinterpret_cast<const float4*>(
-      a.dq_accum)[(head * a.fwd.total_q + row) * (kD / 4) + DqAccumColumn(row, 4 * col4) / 4];
-  const float scale = a.fwd.softmax_scale;
-  uint2 packed;
-  packed.x = Pack<kBf16>(v.x * scale, v.y * scale);
-  packed.y = Pack<kBf16>(v.z * scale, v.w * scale);
-  reinterpret_cast<uint2*>(a.dq)[i] = packed;
-}
-
 }  // namespace kernelserve::cuda::flash
-
-namespace kernelserve::cuda {
-
-template <typename T, int kHeadDim, int kBlockQ, int kBlockK>
-cudaError_t LaunchFlashAttentionBwdWgmma(const FlashBwdDeviceArgs& args, cudaStream_t stream) {
-  const FlashDeviceArgs& p = args.fwd;
-  cudaError_t error = flash::CheckFlashArgs(p);
-  if (error != cudaSuccess) return error;
-  if (args.dq_accum == nullptr) return cudaErrorInvalidValue;
-  const int64_t q_values = p.total_q * p.num_heads_q * kHeadDim;
-  if ((error = cudaMemsetAsync(args.dq_accum, 0, static_cast<size_t>(q_values) * sizeof(float),
-                               stream)) != cudaSuccess) {
-    return error;
-  }
-  if (args.dq_locks != nullptr) {
-    const size_t locks = FlashBwdLockCount(p, kBlockQ);
-    if ((error = cudaMemsetAsync(args.dq_locks, 0, locks * sizeof(int), stream)) != cudaSuccess) {
-      return error;
-    }
-  }
-  if (p.cu_seqlens_q != nullptr) {  // key rows no sequence covers: zero gradients
-    const size_t k_bytes = static_cast<size_t>(p.total_k * p.num_heads_kv) * kHeadDim * sizeof(T);
-    if ((error = cudaMemsetAsync(args.dk, 0, k_bytes, stream)) != cudaSuccess ||
-        (error = cudaMemsetAsync(args.dv, 0, k_bytes, stream)) != cudaSuccess) {
-      return error;
-    }
-  }
-  bool done = false;
-  if ((error = flash::LaunchFlashBwdDot<T, kHeadDim>(args, stream, done)) != cudaSuccess || done) {
-    return error;
-  }
-  dim3 key_grid;
-  if ((error = flash::FlashBwdKeyGrid(args, kBlockK, key_grid)) != cudaSuccess) return error;
-  if (key_grid.x > 0) {
-    auto* kernel = &flash::FlashBwdWgmmaKernel<T, kHeadDim, kBlockQ, kBlockK>;
-    const size_t shared = FlashBwdWgmmaSharedBytes(kHeadDim, kBlockQ, kBlockK);
-    error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
-    if (error != cudaSuccess) return error;
-    kernel<<<key_grid, flash::kBwdThreads, shared, stream>>>(args);
-    if ((error = cudaGetLastError()) != cudaSuccess) return error;
-  }
-  const int64_t count4 = q_values / 4;
-  if ((count4 + 255) / 256 > 2147483647) return cudaErrorInvalidConfiguration;
-  flash::FlashBwdDqRoundKernel<T, kHeadDim>
-      <<<static_cast<unsigned>((count4 + 255) / 256), 256, 0, stream>>>(args, count4);
-  return cudaGetLastError();
-}
-
-}  // namespace kernelserve::cuda
 
 #endif  // KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_WGMMA_CUH_

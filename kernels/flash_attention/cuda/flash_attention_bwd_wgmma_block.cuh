@@ -23,25 +23,29 @@ enum BwdBarrier : int {
   kBarConsumers = 5,   // both consumers' dS^T stored
   kBarDqFull = 6,      // + buffer: consumers arrive, the reducer syncs
   kBarDqEmpty = 8,     // + buffer: the reducer arrives, consumers sync
+  kBarTail = 10,       // split group: the reducers are done with shared memory
+  kBarKeyHalf = 11,    // + consumer: its dK and dV halves stored to shared memory
 };
+constexpr int kBwdTailThreads = 64 + kBwdConsumerThreads;
 
-// A block's work: key tile n (kBlockK keys from j0) of kv head kv_head of sequence seq, and the
-// `items` query items that may see one of its keys. Item i is query head
-// kv_head * group + i / q_tiles, query tile tile0 + i % q_tiles.
+// A block's work: key tile n (kBlockK keys from j0) of kv head kv_head of sequence seq, for
+// part `part` of the split group's query heads (FlashBwdGroupSplit; `heads` of them from
+// head0), and the `items` query items that may see one of its keys. Item i is query head
+// head0 + i / q_tiles, query tile tile0 + i % q_tiles.
 struct BwdKeyBlock {
   Span span;
   int64_t seq;
   int64_t kv_head;
   int64_t n;
   int64_t j0;
-  int64_t group;
+  int64_t split;
+  int64_t part;
+  int64_t head0;
   int64_t tile0;
   int q_tiles;
   int items;
 
-  __device__ __forceinline__ int64_t Head(int item) const {
-    return kv_head * group + item / q_tiles;
-  }
+  __device__ __forceinline__ int64_t Head(int item) const { return head0 + item / q_tiles; }
   template <int kBlockQ>
   __device__ __forceinline__ int64_t Row0(int item) const {
     return (tile0 + item % q_tiles) * kBlockQ;
@@ -52,16 +56,19 @@ template <int kBlockQ, int kBlockK>
 __device__ __forceinline__ BwdKeyBlock KeyBlockOf(const FlashDeviceArgs& p) {
   BwdKeyBlock b;
   b.seq = blockIdx.z;
-  b.kv_head = blockIdx.y;
+  b.split = FlashBwdGroupSplit(p);
+  b.kv_head = blockIdx.y / b.split;
+  b.part = blockIdx.y % b.split;
   b.span = SpanOf(p, b.seq);
   b.n = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;  // the last key tile first
   b.j0 = b.n * kBlockK;
-  b.group = p.num_heads_q / p.num_heads_kv;
+  const int64_t heads = p.num_heads_q / p.num_heads_kv / b.split;
+  b.head0 = (b.kv_head * b.split + b.part) * heads;
   int64_t lo, hi;
   QueryRange(p, b.span, b.j0, min(b.j0 + kBlockK, b.span.k_len) - 1, lo, hi);
   b.tile0 = lo / kBlockQ;
   b.q_tiles = hi >= lo ? static_cast<int>(hi / kBlockQ - b.tile0 + 1) : 0;
-  b.items = b.q_tiles * static_cast<int>(b.group);
+  b.items = b.q_tiles * static_cast<int>(heads);
   return b;
 }
 

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_cuda.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_dispatch.h"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_launch.h"
 
 namespace kernelserve::cuda {
 namespace {
@@ -131,6 +132,28 @@ TEST(FlashAttentionBwdConfigTest, WhatTheOwnKernelsRefuseIsUnimplementedAndNamed
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(refused.message(), HasSubstr("return_dbias"));
   EXPECT_TRUE(FlashAttentionBwdCandidates(MakeProblem(DType::kF32, 64), Gpu(0)).empty());
+}
+
+// The wgmma kernel gives each query head of a group its own blocks only where the work per key
+// tile differs (a causal mask or a window) and there is a group to split.
+TEST(FlashAttentionBwdConfigTest, GroupsAreSplitOnlyUnderUnevenMasks) {
+  FlashDeviceArgs p;
+  p.num_heads_q = 32;
+  p.num_heads_kv = 8;
+  EXPECT_EQ(FlashBwdGroupSplit(p), 1);
+  p.causal = true;
+  EXPECT_EQ(FlashBwdGroupSplit(p), 4);
+  p.causal = false;
+  p.window_left = 100;
+  EXPECT_EQ(FlashBwdGroupSplit(p), 4);
+  p.window_left = -1;
+  p.window_right = 0;
+  EXPECT_EQ(FlashBwdGroupSplit(p), 4);
+  p.num_heads_kv = 32;
+  EXPECT_EQ(FlashBwdGroupSplit(p), 1);
+  p.num_heads_q = 6;
+  p.num_heads_kv = 1;
+  EXPECT_EQ(FlashBwdGroupSplit(p), 6);
 }
 
 }  // namespace

@@ -152,6 +152,17 @@ TEST_F(FlashAttentionBwdCudaTest, LongSequencesAndAnyOrder) {
   any_order.params = {{"causal", true}, {"deterministic", false}};
   any_order.label = "f16 Sq=Sk=600 causal GQA 4:2 D=128, not deterministic";
   cases.push_back(any_order);
+  // Six query heads' blocks add into one kv head's dK and dV; the last key tile's second half
+  // has no key (Sk = 173 = 128 + 45).
+  BwdCase mqa = causal;
+  mqa.b = 2;
+  mqa.sq = 150;
+  mqa.sk = 173;
+  mqa.hq = 6;
+  mqa.hkv = 1;
+  mqa.d = 64;
+  mqa.label = "bf16 Sq=150 Sk=173 causal MQA 6:1 D=64";
+  cases.push_back(mqa);
   ExpectEveryConfig(cases, 700);
 }
 
