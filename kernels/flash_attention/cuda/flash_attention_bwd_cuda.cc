@@ -88,6 +88,7 @@ class CudaFlashBwdRun : public cuda::FlashInputsRun {
     KS_RETURN_IF_ERROR(AddOutput("dv", p_.dtype, bwd_problem_.k_shape, &bwd_.dv));
     if (bwd_problem_.return_dbias) {
       KS_RETURN_IF_ERROR(AddOutput("dbias", DType::kF32, inputs.at("bias").shape(), &dbias_));
+      bwd_.dbias = dbias_;
     }
     return absl::OkStatus();
   }
@@ -205,11 +206,6 @@ absl::Status CheckFlashBwdProblemSupported(const FlashAttentionBwdProblem& probl
     return absl::UnimplementedError(absl::StrCat("flash_attention_bwd (cuda): head dim ",
                                                  p.head_dim,
                                                  " has no GPU kernel (compiled: 64 and 128)"));
-  }
-  if (problem.return_dbias) {
-    return absl::UnimplementedError(
-        "flash_attention_bwd (cuda): return_dbias has no own GPU kernel (cuDNN's plans or the "
-        "cpu platform compute it)");
   }
   if (p.num_heads_q > cuda::kMaxFlashGridYZ || p.num_sequences > cuda::kMaxFlashGridYZ) {
     return absl::UnimplementedError(absl::StrCat(

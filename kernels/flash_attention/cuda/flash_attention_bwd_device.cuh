@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/flash_attention/cuda/flash_attention_bwd_common.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_bwd_dbias.cuh"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_launch.h"
 #include "kernels/flash_attention/cuda/flash_attention_common.cuh"
 #include "kernels/flash_attention/cuda/flash_attention_device.cuh"
@@ -332,7 +333,8 @@ cudaError_t LaunchFlashAttentionBwdMma(const FlashBwdDeviceArgs& args, cudaStrea
   error = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
   if (error != cudaSuccess) return error;
   dq<<<grid, kBlockQ * 2, shared, stream>>>(args);
-  return cudaGetLastError();
+  if ((error = cudaGetLastError()) != cudaSuccess || args.dbias == nullptr) return error;
+  return flash::LaunchFlashBwdDbias<T, kHeadDim>(args, stream);
 }
 
 }  // namespace kernelserve::cuda

@@ -24,6 +24,7 @@ struct FlashBwdDeviceArgs {
   void* dq = nullptr;          // [total_q, Hq, D]; every row written (zeros where none is)
   void* dk = nullptr;          // [total_k, Hkv, D]
   void* dv = nullptr;          // [total_k, Hkv, D]
+  float* dbias = nullptr;      // return_dbias only: bias's dense shape [Bb, Hb, Sq, Sk], f32
   int64_t max_seq_len_k = 0;   // varlen: the longest key sequence (sizes the dK/dV grid)
   // The wgmma kernel's workspaces (unused by the mma.sync kernels). dq_accum: fp32,
   // [Hq, total_q, D], each row's 16-byte chunks swizzled by the row (flash::DqAccumColumn).

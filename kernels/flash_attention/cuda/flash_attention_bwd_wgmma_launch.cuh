@@ -120,8 +120,13 @@ cudaError_t LaunchFlashAttentionBwdWgmma(const FlashBwdDeviceArgs& args, cudaStr
       return error;
     }
   }
-  return flash::LaunchFlashBwdRound<T, kHeadDim>(args.dq_accum, args.dq, p.num_heads_q, p.total_q,
-                                                 p.softmax_scale, stream);
+  if ((error = flash::LaunchFlashBwdRound<T, kHeadDim>(args.dq_accum, args.dq, p.num_heads_q,
+                                                       p.total_q, p.softmax_scale, stream)) !=
+          cudaSuccess ||
+      done || args.dbias == nullptr) {
+    return error;
+  }
+  return flash::LaunchFlashBwdDbias<T, kHeadDim>(args, stream);
 }
 
 }  // namespace kernelserve::cuda

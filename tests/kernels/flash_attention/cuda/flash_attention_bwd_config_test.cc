@@ -128,9 +128,7 @@ TEST(FlashAttentionBwdConfigTest, WhatTheOwnKernelsRefuseIsUnimplementedAndNamed
   FlashAttentionBwdProblem dbias = MakeProblem(DType::kBF16, 64);
   dbias.fwd.has_bias = true;
   dbias.return_dbias = true;
-  const absl::Status refused = CheckFlashBwdProblemSupported(dbias);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(refused.message(), HasSubstr("return_dbias"));
+  EXPECT_TRUE(CheckFlashBwdProblemSupported(dbias).ok());  // the dbias kernel
   EXPECT_TRUE(FlashAttentionBwdCandidates(MakeProblem(DType::kF32, 64), Gpu(0)).empty());
 }
 

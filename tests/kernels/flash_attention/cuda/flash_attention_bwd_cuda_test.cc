@@ -1,7 +1,7 @@
 // flash_attention_bwd's own CUDA kernels against the float64 CPU reference
 // (flash_attention_bwd_test_util.h): every compiled config that fits the device, on every option
-// of the contract but dbias (which they leave to cuDNN), with poisoned outputs and the same
-// bits twice (unless a case says deterministic=false). Skips without a GPU.
+// of the contract (dbias too), with poisoned outputs and the same bits twice (unless a case says
+// deterministic=false). Skips without a GPU.
 #include <memory>
 #include <vector>
 
@@ -104,6 +104,45 @@ TEST_F(FlashAttentionBwdCudaTest, GroupsWindowsCapAndBias) {
   masked.label = "bf16 bias with a row that sees no key";
   cases.push_back(masked);
   ExpectEveryConfig(cases, 300);
+}
+
+// dbias (the dbias kernel after either launcher): summed over the sequences, the heads or both,
+// or none; with the soft cap (dbias is dS before the cap's derivative), masks, GQA and a row
+// that sees no key.
+TEST_F(FlashAttentionBwdCudaTest, Dbias) {
+  std::vector<BwdCase> cases;
+  BwdCase heads;
+  heads.sq = 96;
+  heads.sk = 173;
+  heads.bias = {1, 8, 96, 173};
+  heads.params = {{"causal", true}, {"logits_soft_cap", 4.0}, {"return_dbias", true}};
+  heads.label = "bf16 dbias [1,8,..] Sq=96 Sk=173 causal soft cap";
+  cases.push_back(heads);
+  BwdCase batches;
+  batches.d = 128;
+  batches.hkv = 2;
+  batches.bias = {2, 1, 128, 128};
+  batches.params = {{"causal", true}, {"return_dbias", true}};
+  batches.label = "bf16 dbias [2,1,..] causal GQA 8:2 D=128";
+  cases.push_back(batches);
+  BwdCase full;
+  full.dtype = DType::kF16;
+  full.sk = 200;
+  full.bias = {2, 8, 128, 200};
+  full.masked_row = true;
+  full.params = {
+      {"window_left", int64_t{40}}, {"window_right", int64_t{7}}, {"return_dbias", true}};
+  full.label = "f16 dbias [2,8,..] window 40/7 Sk=200, a row that sees no key";
+  cases.push_back(full);
+  BwdCase both;
+  both.dtype = DType::kF16;
+  both.d = 128;
+  both.bias = {1, 1, 128, 128};
+  both.segments = true;
+  both.params = {{"return_dbias", true}, {"deterministic", false}};
+  both.label = "f16 dbias [1,1,..] segment ids D=128, not deterministic";
+  cases.push_back(both);
+  ExpectEveryConfig(cases, 900);
 }
 
 TEST_F(FlashAttentionBwdCudaTest, SegmentsAndVarlen) {
