@@ -102,13 +102,30 @@ std::vector<AttentionCase> AttentionBwdCases(uint64_t seed) {
   return cases;
 }
 
+std::vector<AttentionCase> AttentionDbiasCases() {
+  std::vector<AttentionCase> cases;
+  for (bool causal : {false, true}) {
+    AttentionCase c;
+    c.batch = 2;
+    c.seq_len = 2048;
+    c.heads_q = c.heads_kv = 16;
+    c.head_dim = 128;
+    c.causal = causal;
+    c.name = absl::StrCat("bf16 D=128 [2,2048] Hq=16", causal ? " causal" : "", " bias [1,16,..]");
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 double AttentionBwdFlops(const AttentionCase& c) { return 2.5 * AttentionFlops(c); }
 
-absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const DeviceInfo& device) {
+absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const DeviceInfo& device,
+                                             bool bias) {
   const int64_t b = c.batch, s = c.seq_len, d = c.head_dim;
   TensorMap inputs = {{"q", RandomTensor(c.dtype, {b, s, c.heads_q, d}, 21)},
                       {"k", RandomTensor(c.dtype, {b, s, c.heads_kv, d}, 22)},
                       {"v", RandomTensor(c.dtype, {b, s, c.heads_kv, d}, 23)}};
+  if (bias) inputs["bias"] = RandomTensor(DType::kF32, {1, c.heads_q, s, s}, 25);
   std::unique_ptr<Kernel> forward = MakeFlashAttention();
   KS_ASSIGN_OR_RETURN(const Attributes attrs, forward->schema().CanonicalParams(
                                                   {{"causal", c.causal}, {"return_lse", true}}));

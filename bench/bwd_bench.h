@@ -49,9 +49,15 @@ std::vector<AttentionCase> AttentionBwdCases(uint64_t seed);
 // of the forward's size to its two).
 double AttentionBwdFlops(const AttentionCase& c);
 
-// flash_attention_bwd's inputs for `c`: q, k, v and dout random, out and lse from the flash
-// attention forward on `device` (the heuristic config of its cuda platform).
-absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const DeviceInfo& device);
+// The cases of the dbias table: bf16 D=128 [2,2048] Hq=16, causal and not, with a bias
+// [1, Hq, S, S] (summed over the batch in dbias).
+std::vector<AttentionCase> AttentionDbiasCases();
+
+// flash_attention_bwd's inputs for `c`: q, k, v and dout random (and with `bias` a random f32
+// bias [1, Hq, S, S]), out and lse from the flash attention forward on `device` (the heuristic
+// config of its cuda platform).
+absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const DeviceInfo& device,
+                                             bool bias = false);
 
 }  // namespace kernelserve::bench
 

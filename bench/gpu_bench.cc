@@ -8,7 +8,8 @@
 // Attention cases print the heuristic and tuned time and TFLOP/s (4*B*Hq*Sq*Sk*D, halved when
 // causal); the JSON's "attention" list carries them for bench/peers.py too, and its
 // "attention_bwd" list flash_attention_bwd's (cuda platform: own kernels and cuDNN's plans,
-// 2.5x the forward's FLOPs).
+// 2.5x the forward's FLOPs), its "attention_dbias" list the same with a bias, without and with
+// return_dbias.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -235,6 +236,59 @@ int RunAttentionBwd(const ks::DeviceInfo& device, nlohmann::json& out) {
   return failures;
 }
 
+// flash_attention_bwd with a bias [1, Hq, S, S]: the fastest own config without and with
+// return_dbias (cuDNN builds no plan for dbias, so the own kernels compute it) and cuDNN's best
+// plan without, in TFLOP/s of the backward's FLOPs, to out["attention_dbias"]. Returns the
+// number of failed cases.
+int RunAttentionDbias(const ks::DeviceInfo& device, nlohmann::json& out) {
+  std::unique_ptr<ks::Kernel> kernel = ks::MakeFlashAttentionBwd();
+  out["attention_dbias"] = nlohmann::json::array();
+  int failures = 0;
+  for (const ks::bench::AttentionCase& c : ks::bench::AttentionDbiasCases()) {
+    const absl::StatusOr<ks::TensorMap> inputs = ks::bench::AttentionBwdInputs(c, device, true);
+    const int iters = absl::GetFlag(FLAGS_iters);
+    absl::Status failed = inputs.status();
+    absl::StatusOr<ks::bench::KernelTiming> plain, dbias;
+    if (failed.ok()) {
+      plain = ks::bench::TimeKernel(*kernel, *inputs, {{"causal", c.causal}}, device, iters, true);
+      failed = plain.status();
+    }
+    if (failed.ok()) {
+      dbias = ks::bench::TimeKernel(
+          *kernel, *inputs, {{"causal", c.causal}, {"return_dbias", true}}, device, iters, true);
+      failed = dbias.status();
+    }
+    if (!failed.ok()) {
+      std::printf("flash_attention_bwd dbias %s: FAILED %s\n", c.name.c_str(),
+                  failed.ToString().c_str());
+      ++failures;
+      continue;
+    }
+    const double flops = ks::bench::AttentionBwdFlops(c);
+    nlohmann::json row = {{"name", c.name},       {"flops", flops},       {"batch", c.batch},
+                          {"seq_len", c.seq_len}, {"heads_q", c.heads_q}, {"head_dim", c.head_dim},
+                          {"causal", c.causal}};
+    auto best = [](const std::vector<ks::bench::Timing>& each, bool cudnn) {
+      ks::bench::Timing t;
+      for (const ks::bench::Timing& x : each) {
+        if ((x.config.platform == "cudnn") != cudnn) continue;
+        if (t.median_us == 0.0 || x.median_us < t.median_us) t = x;
+      }
+      return t;
+    };
+    for (const auto& [label, t] : {std::pair{"own", best(plain->each, false)},
+                                   {"own_dbias", best(dbias->each, false)},
+                                   {"cudnn", best(plain->each, true)}}) {
+      const double tf = t.median_us > 0 ? flops / (t.median_us * 1e-6) / 1e12 : 0.0;
+      std::printf("flash_attention_bwd dbias %s: %-9s %8.1f us %6.1f TFLOP/s  {%s}\n",
+                  c.name.c_str(), label, t.median_us, tf, t.config.DebugString().c_str());
+      row[label] = {{"config", t.config.DebugString()}, {"us", t.median_us}, {"TFLOPs", tf}};
+    }
+    out["attention_dbias"].push_back(row);
+  }
+  return failures;
+}
+
 // Host time per launch beyond the GPU time, on a tiny attention call (bf16 [1,128,1,64]): the
 // own kernel's config and cuDNN's first plan on the same prepared run. Their difference is what
 // the cudnn path (graph lookup, workspace, variant pack, cuDNN's own execute) adds per cached
@@ -333,6 +387,7 @@ int Run() {
   if (absl::GetFlag(FLAGS_backward)) {
     failures += RunPoolingBwd(device, *copy, stream, out);
     failures += RunAttentionBwd(device, out);
+    failures += RunAttentionDbias(device, out);
   }
   if (absl::GetFlag(FLAGS_attention)) {
     failures += RunAttention(device, out);

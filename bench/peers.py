@@ -196,8 +196,10 @@ def main():
                      f"tuned {{{case['tuned']['config']}}}")
     result["attention"] = []
     lines += attention_table(ours, args.iters, result)
-    from peers_bwd import attention_bwd_table  # it imports median_ms from here: not at the top
+    # peers_bwd imports median_ms from here: not at the top.
+    from peers_bwd import attention_bwd_table, attention_dbias_table
     lines += attention_bwd_table(ours, args.iters, result)
+    lines += attention_dbias_table(ours, args.iters, result)
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)

@@ -90,3 +90,58 @@ def attention_bwd_table(ours, iters, result):
         lines.append(f"- backward {case['name']}: heuristic {{{case['heuristic']['config']}}}, "
                      f"tuned {{{case['tuned']['config']}}}")
     return lines
+
+
+def sdpa_dbias_ms(case, iters):
+    """Median ms of torch's backward through SDPA with a float mask that requires grad (the
+    memory-efficient backend, the one that returns the mask's gradient): dq, dk, dv and the
+    bias's gradient. Causal: the bias with -inf above the diagonal (torch takes no causal flag
+    beside a mask). None when it cannot run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    b, s, h, d = case["batch"], case["seq_len"], case["heads_q"], case["head_dim"]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    rand = lambda *shape: torch.rand(shape, generator=g, device="cuda") * 2 - 1
+    q, k, v, dout = (rand(b, h, s, d).to(torch.bfloat16) for _ in range(4))
+    bias = rand(1, h, s, s)
+    q, k, v, bias = (t.requires_grad_() for t in (q, k, v, bias))
+    try:
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            mask = bias.to(torch.bfloat16)
+            if case["causal"]:
+                above = torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1)
+                mask = mask.masked_fill(above, float("-inf"))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return median_ms(lambda i: torch.autograd.grad(out, (q, k, v, bias), dout,
+                                                           retain_graph=True), iters)
+    except RuntimeError as e:
+        print(f"{case['name']}: backward with dbias: {e}", file=sys.stderr)
+        return None
+
+
+def attention_dbias_table(ours, iters, result):
+    """Markdown lines of the dbias table (ours: "attention_dbias" of kernelserve-gpu-bench)."""
+    cases = ours.get("attention_dbias", [])
+    if not cases:
+        return []
+    lines = ["", "| dbias case | own, no dbias | own, dbias | cuDNN best, no dbias | "
+             "torch efficient, with dbias | own dbias / torch | own dbias / own no dbias |",
+             "|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "n/a" if not x else f"{x:.1f}"
+    ratio = lambda a, x: "n/a" if not a or not x else f"{a / x:.2f}x"
+    result["attention_dbias"] = []
+    for case in cases:
+        ms = sdpa_dbias_ms(case, iters)
+        torch_tf = None if ms is None else case["flops"] / (ms * 1e-3) / 1e12
+        torch.cuda.empty_cache()
+        own, dbias, cudnn = (case[k]["TFLOPs"] for k in ("own", "own_dbias", "cudnn"))
+        result["attention_dbias"].append({"name": case["name"], "own_TFLOPs": own,
+                                          "own_dbias_TFLOPs": dbias, "cudnn_TFLOPs": cudnn,
+                                          "torch_dbias_TFLOPs": torch_tf})
+        lines.append(f"| {case['name']} | {fmt(own)} | {fmt(dbias)} | {fmt(cudnn)} | "
+                     f"{fmt(torch_tf)} | {ratio(dbias, torch_tf)} | {ratio(dbias, own)} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    lines.append("")
+    lines.append("(TFLOP/s of the backward's FLOPs without dbias, 2.5x the forward's, in every "
+                 "column; the mask of torch's causal case does not let it skip tiles.)")
+    return lines
