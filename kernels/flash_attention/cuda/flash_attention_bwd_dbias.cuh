@@ -8,7 +8,9 @@
 // (sequence, head) that adds to the slice, in a fixed order, sums dS in registers and stores
 // the 64 x 64 tile once. So no sum crosses blocks: the same inputs give the same bits, with no
 // workspace. It costs two of the backward's five products again; the pairs no row sees are
-// zeros (cleared first).
+// zeros (cleared first). The bias tile, the same for every pair of a slice, is loaded once per
+// key tile into shared memory, and the probabilities are computed inline from it (a call per
+// element, each waiting for its own load of the bias, took as long as the products).
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_DBIAS_CUH_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_BWD_DBIAS_CUH_
 
@@ -28,6 +30,7 @@ namespace kernelserve::cuda::flash {
 constexpr int kDbiasBlockQ = 64;  // 4 warps of 16 query rows
 constexpr int kDbiasBlockK = 64;
 constexpr int kDbiasThreads = kDbiasBlockQ * 2;
+constexpr int kDbiasBiasStride = kDbiasBlockK + 4;  // floats a bias row in shared memory
 
 // The slices of dbias: [batches, heads] of the bias (a stride of 0 broadcasts that dim).
 struct DbiasSlices {
@@ -39,13 +42,26 @@ __host__ __device__ inline DbiasSlices DbiasSlicesOf(const FlashDeviceArgs& p) {
           p.bias_head_stride == 0 ? 1 : p.num_heads_q};
 }
 
+// Starts copying the bias tile of the block's query rows from i0 and the key tile from j0
+// (rows of kDbiasBiasStride floats; past the sequence 0) into `sbias`.
+__device__ __forceinline__ void LoadDbiasBiasTile(const FlashDeviceArgs& p, const float* bias,
+                                                  int64_t i0, int64_t j0, float* sbias) {
+  for (int x = threadIdx.x; x < kDbiasBlockQ * kDbiasBlockK; x += kDbiasThreads) {
+    const int r = x / kDbiasBlockK, c = x % kDbiasBlockK;
+    const bool ok = i0 + r < p.seq_len_q && j0 + c < p.seq_len_k;
+    CopyAsync4(SharedAddress(sbias + r * kDbiasBiasStride + c),
+               bias + (ok ? (i0 + r) * p.seq_len_k + j0 + c : 0), ok);
+  }
+}
+
 // Adds dS of (sequence seq, head head) for the warp's 16 query rows from i0 + warp * 16 and the
-// key tile from j0 to `acc`. REQUIRES: the four tiles loaded (Q and dO rows of the block, K and
-// V rows of the key tile).
+// key tile from j0 to `acc`. REQUIRES: the tiles loaded (Q and dO rows of the block, K and V
+// rows of the key tile, the bias tile).
 template <typename T, int kD>
 __device__ __forceinline__ void AddDbiasTile(const FlashBwdDeviceArgs& a, const Span& span,
                                              int64_t seq, int64_t head, int64_t i0, int64_t j0,
                                              const T* sq, const T* sdo, const T* sk, const T* sv,
+                                             const float* sbias,
                                              float (&acc)[kDbiasBlockK / 8][4]) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kSTiles = kDbiasBlockK / 8;
@@ -65,13 +81,23 @@ __device__ __forceinline__ void AddDbiasTile(const FlashBwdDeviceArgs& a, const 
   float s[kSTiles][4], dp[kSTiles][4];
   RowProducts<kBf16, kD>(s, sq, warp * 16, sk, lane);
   RowProducts<kBf16, kD>(dp, sdo, warp * 16, sv, lane);
+  const PairMask mask = PairMaskOf(p, span);
 #pragma unroll
   for (int n = 0; n < kSTiles; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t i = row0 + lane / 4 + 8 * (e >> 1);
-      const int64_t j = j0 + n * 8 + 2 * (lane % 4) + (e & 1);
-      const float prob = MaskedProbability(p, span, seq, head, i, j, s[n][e], lse2[e >> 1]);
+      const int r = warp * 16 + lane / 4 + 8 * (e >> 1);
+      const int c = n * 8 + 2 * (lane % 4) + (e & 1);
+      const int64_t i = i0 + r, j = j0 + c;
+      bool visible = mask.Visible(static_cast<int>(i), static_cast<int>(j));
+      if (visible && p.q_segment_ids != nullptr) {
+        const int64_t segment = p.q_segment_ids[seq * p.seq_len_q + i];
+        visible = segment > 0 && p.kv_segment_ids[seq * p.seq_len_k + j] == segment;
+      }
+      float x = s[n][e] * p.softmax_scale;
+      if (p.softcap > 0.0f) x = p.softcap * tanhf(__fdividef(x, p.softcap));
+      x += sbias[r * kDbiasBiasStride + c];
+      const float prob = visible ? Exp2(x * kLog2e - lse2[e >> 1]) : 0.0f;
       acc[n][e] += prob * (dp[n][e] - dsum[e >> 1]);
     }
   }
@@ -86,6 +112,7 @@ __global__ void __launch_bounds__(kDbiasThreads) FlashBwdDbiasKernel(const Flash
   T* const sdo = sq + kDbiasBlockQ * kD;
   T* const sk = sdo + kDbiasBlockQ * kD;
   T* const sv = sk + kDbiasBlockK * kD;
+  float* const sbias = reinterpret_cast<float*>(sv + kDbiasBlockK * kD);
   const DbiasSlices slices = DbiasSlicesOf(p);
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kDbiasBlockQ;
   const int64_t slice_b = blockIdx.z, slice_h = blockIdx.y;
@@ -99,7 +126,8 @@ __global__ void __launch_bounds__(kDbiasThreads) FlashBwdDbiasKernel(const Flash
   const int64_t kv_stride = p.num_heads_kv * kD;
   // Dense (a bias has no varlen form): every sequence has the same span lengths and tiles.
   const KeyTiles tiles = KeyTilesOf(p, SpanOf(p, seq_lo), i0, kDbiasBlockQ, kDbiasBlockK);
-  float* const out = a.dbias + slice_b * p.bias_batch_stride + slice_h * p.bias_head_stride;
+  const int64_t slice = slice_b * p.bias_batch_stride + slice_h * p.bias_head_stride;
+  float* const out = a.dbias + slice;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   for (int tile = 0; tile < tiles.num_tiles; ++tile) {
@@ -107,6 +135,8 @@ __global__ void __launch_bounds__(kDbiasThreads) FlashBwdDbiasKernel(const Flash
     float acc[kSTiles][4];
 #pragma unroll
     for (int n = 0; n < kSTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    __syncthreads();  // the previous key tile's bias is read
+    LoadDbiasBiasTile(p, p.bias + slice, i0, j0, sbias);
     for (int64_t seq = seq_lo; seq < seq_hi; ++seq) {
       const Span span = SpanOf(p, seq);
       for (int64_t head = head_lo; head < head_hi; ++head) {
@@ -124,7 +154,7 @@ __global__ void __launch_bounds__(kDbiasThreads) FlashBwdDbiasKernel(const Flash
         CommitCopies();
         WaitCopies<0>();
         __syncthreads();
-        AddDbiasTile<T, kD>(a, span, seq, head, i0, j0, sq, sdo, sk, sv, acc);
+        AddDbiasTile<T, kD>(a, span, seq, head, i0, j0, sq, sdo, sk, sv, sbias, acc);
       }
     }
 #pragma unroll
@@ -157,7 +187,8 @@ cudaError_t LaunchFlashBwdDbias(const FlashBwdDeviceArgs& args, cudaStream_t str
   const int64_t q_tiles = (p.seq_len_q + kDbiasBlockQ - 1) / kDbiasBlockQ;
   if (q_tiles > 2147483647) return cudaErrorInvalidConfiguration;
   auto* kernel = &FlashBwdDbiasKernel<T, kD>;
-  const size_t shared = 2 * (kDbiasBlockQ + kDbiasBlockK) * kD * sizeof(T);
+  const size_t shared = 2 * (kDbiasBlockQ + kDbiasBlockK) * kD * sizeof(T) +
+                        kDbiasBlockQ * kDbiasBiasStride * sizeof(float);
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
   if (error != cudaSuccess) return error;
   const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(slices.heads),
