@@ -168,6 +168,17 @@ int RunPoolingBwd(const ks::DeviceInfo& device, double copy, cudaStream_t stream
   return failures;
 }
 
+// The fastest of `each` on the cudnn platform (cudnn) or off it (the own kernels); an empty
+// Timing when there is none.
+ks::bench::Timing BestOf(const std::vector<ks::bench::Timing>& each, bool cudnn) {
+  ks::bench::Timing best;
+  for (const ks::bench::Timing& t : each) {
+    if ((t.config.platform == "cudnn") != cudnn) continue;
+    if (best.median_us == 0.0 || t.median_us < best.median_us) best = t;
+  }
+  return best;
+}
+
 // flash_attention_bwd on its cuda platform (the own kernels and cuDNN's plans), in TFLOP/s
 // (2.5x the forward's FLOPs), appended to out["attention_bwd"] with the best own config, the
 // best cuDNN plan and the heuristic's config with deterministic=false. Returns the number of
@@ -198,17 +209,8 @@ int RunAttentionBwd(const ks::DeviceInfo& device, nlohmann::json& out) {
     const absl::StatusOr<ks::bench::KernelTiming> any_order =
         ks::bench::TimeKernel(*kernel, *inputs, {{"causal", c.causal}, {"deterministic", false}},
                               device, absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_tune));
-    // The fastest own config and cuDNN plan among `each`.
-    auto best_of = [](const std::vector<ks::bench::Timing>& each, bool cudnn) {
-      ks::bench::Timing best;
-      for (const ks::bench::Timing& t : each) {
-        if ((t.config.platform == "cudnn") != cudnn) continue;
-        if (best.median_us == 0.0 || t.median_us < best.median_us) best = t;
-      }
-      return best;
-    };
-    const ks::bench::Timing own = best_of(r->each, false);
-    const ks::bench::Timing cudnn = best_of(r->each, true);
+    const ks::bench::Timing own = BestOf(r->each, false);
+    const ks::bench::Timing cudnn = BestOf(r->each, true);
     std::printf("flash_attention_bwd %s: %d candidates\n", c.name.c_str(), r->candidates);
     for (const ks::bench::Timing& t : r->each) {
       std::printf("    candidate  %8.1f us %6.1f TFLOP/s  {%s}\n", t.median_us, tflops(t),
@@ -226,7 +228,7 @@ int RunAttentionBwd(const ks::DeviceInfo& device, nlohmann::json& out) {
           {"best_cudnn", cudnn},
           {"any_order", any_order.ok() ? any_order->heuristic : ks::bench::Timing{}},
           {"own_any_order",
-           any_order.ok() ? best_of(any_order->each, false) : ks::bench::Timing{}}}) {
+           any_order.ok() ? BestOf(any_order->each, false) : ks::bench::Timing{}}}) {
       std::printf("    %-10s %8.1f us %6.1f TFLOP/s  {%s}\n", label, t.median_us, tflops(t),
                   t.config.DebugString().c_str());
       row[label] = {{"config", t.config.DebugString()}, {"us", t.median_us}, {"TFLOPs", tflops(t)}};
@@ -268,17 +270,9 @@ int RunAttentionDbias(const ks::DeviceInfo& device, nlohmann::json& out) {
     nlohmann::json row = {{"name", c.name},       {"flops", flops},       {"batch", c.batch},
                           {"seq_len", c.seq_len}, {"heads_q", c.heads_q}, {"head_dim", c.head_dim},
                           {"causal", c.causal}};
-    auto best = [](const std::vector<ks::bench::Timing>& each, bool cudnn) {
-      ks::bench::Timing t;
-      for (const ks::bench::Timing& x : each) {
-        if ((x.config.platform == "cudnn") != cudnn) continue;
-        if (t.median_us == 0.0 || x.median_us < t.median_us) t = x;
-      }
-      return t;
-    };
-    for (const auto& [label, t] : {std::pair{"own", best(plain->each, false)},
-                                   {"own_dbias", best(dbias->each, false)},
-                                   {"cudnn", best(plain->each, true)}}) {
+    for (const auto& [label, t] : {std::pair{"own", BestOf(plain->each, false)},
+                                   {"own_dbias", BestOf(dbias->each, false)},
+                                   {"cudnn", BestOf(plain->each, true)}}) {
       const double tf = t.median_us > 0 ? flops / (t.median_us * 1e-6) / 1e12 : 0.0;
       std::printf("flash_attention_bwd dbias %s: %-9s %8.1f us %6.1f TFLOP/s  {%s}\n",
                   c.name.c_str(), label, t.median_us, tf, t.config.DebugString().c_str());

@@ -81,6 +81,9 @@ __device__ __forceinline__ void AddDbiasTile(const FlashBwdDeviceArgs& a, const 
   float s[kSTiles][4], dp[kSTiles][4];
   RowProducts<kBf16, kD>(s, sq, warp * 16, sk, lane);
   RowProducts<kBf16, kD>(dp, sdo, warp * 16, sv, lane);
+  // PairProbability's rule, with the bias from the shared tile. Helpers shared with
+  // PairProbability changed the wgmma kernel's register allocation (184 spill stores instead of
+  // 156 at D = 128), so the few lines stay restated here.
   const PairMask mask = PairMaskOf(p, span);
 #pragma unroll
   for (int n = 0; n < kSTiles; ++n) {
