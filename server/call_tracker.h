@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "server/budget.h"
+#include "server/identity.h"
 #include "server/metrics.h"
 
 namespace kernelserve::server {
@@ -51,6 +53,10 @@ class CallTracker {
   // Records the finished call (code, duration, bytes sent when OK) under its labels.
   void Record(const absl::Status& outcome, int64_t response_bytes) const;
 
+  // Who makes the call, once authenticated (an anonymous caller until then).
+  const Caller& caller() const { return caller_; }
+  void set_caller(Caller caller) { caller_ = std::move(caller); }
+
   grpc::CallbackServerContext* context() const { return context_; }
   Clock::time_point start() const { return start_; }
   double seconds() const;
@@ -64,6 +70,7 @@ class CallTracker {
   Metrics* const metrics_;
   grpc::CallbackServerContext* const context_;
   const Clock::time_point start_;
+  Caller caller_;
   int64_t held_bytes_ = 0;
   bool holds_request_ = false;
 };

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/utils/string_view.h"
 #include "proto/convert.h"
 
 namespace kernelserve::server {
@@ -28,8 +29,9 @@ void Sha256(std::string_view text, unsigned char* digest) {
 
 }  // namespace
 
-absl::Status Authorize(const ServiceDeps& deps, const grpc::CallbackServerContext& context) {
-  if (deps.auth_token.empty()) return absl::OkStatus();
+absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
+                                    const grpc::CallbackServerContext& context) {
+  if (deps.auth_token.empty()) return Caller();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
@@ -43,7 +45,15 @@ absl::Status Authorize(const ServiceDeps& deps, const grpc::CallbackServerContex
   if (CRYPTO_memcmp(got, want, SHA256_DIGEST_LENGTH) != 0) {
     return absl::UnauthenticatedError("the bearer token does not match");
   }
-  return absl::OkStatus();
+  return Caller();
+}
+
+absl::Status RequireAdmin(const Caller& caller, std::string_view method) {
+  if (caller.admin()) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(Sv(method), " needs the admin role; identity '", caller.identity, "' has the ",
+                   Sv(RoleName(caller.role)),
+                   " role (roles come from --auth-token-file or --admin-identities)"));
 }
 
 template <typename Request>

@@ -9,17 +9,24 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/call.h"
 #include "server/call_tracker.h"
+#include "server/identity.h"
 
 namespace kernelserve::server {
 
-// OK when `deps` has no token or the call carries "authorization: Bearer <token>";
-// Unauthenticated otherwise. The compare takes the same time wherever the token differs.
-absl::Status Authorize(const ServiceDeps& deps, const grpc::CallbackServerContext& context);
+// The caller of a call. Without authentication on the server: the anonymous caller.
+// Unauthenticated when the server has tokens and the call carries none or a wrong one
+// ("authorization: Bearer <token>"); the compare takes the same time wherever the token differs.
+absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
+                                    const grpc::CallbackServerContext& context);
+
+// OK for an admin; PermissionDenied naming `method`, the caller's identity and role otherwise.
+absl::Status RequireAdmin(const Caller& caller, std::string_view method);
 
 // Plans a parsed request once (the executor's plan: kernel, analysis, platform, worker, cache
 // key) from its fields, with its explicit config when it has one and the interrupt (deadline,

@@ -109,11 +109,12 @@ absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
                                  reply.output_regions);
 }
 
-grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(Context* context, const char* method,
-                                                       const std::function<absl::Status()>& body) {
+grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(
+    Context* context, const char* method, const std::function<absl::Status(const Caller&)>& body) {
   Reactor* reactor = context->DefaultReactor();
-  absl::Status status = Authorize(deps_, *context);
-  if (status.ok()) status = RunGuarded([&] { return body(); });
+  absl::StatusOr<Caller> caller = Authenticate(deps_, *context);
+  absl::Status status = caller.status();
+  if (status.ok()) status = RunGuarded([&] { return body(*caller); });
   deps_.metrics->InferenceProtocolCall(method, absl::StatusCodeToString(status.code()));
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -122,7 +123,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(Context* context, const c
 grpc::ServerUnaryReactor* InferenceServiceImpl::ServerLive(
     Context* context, const inference::ServerLiveRequest* /*request*/,
     inference::ServerLiveResponse* response) {
-  return Answer(context, "ServerLive", [&] {
+  return Answer(context, "ServerLive", [&](const Caller& /*caller*/) {
     response->set_live(true);
     return absl::OkStatus();
   });
@@ -131,7 +132,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerLive(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ServerReady(
     Context* context, const inference::ServerReadyRequest* /*request*/,
     inference::ServerReadyResponse* response) {
-  return Answer(context, "ServerReady", [&] {
+  return Answer(context, "ServerReady", [&](const Caller& /*caller*/) {
     response->set_ready(deps_.draining == nullptr || !deps_.draining->load());
     return absl::OkStatus();
   });
@@ -140,7 +141,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerReady(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(
     Context* context, const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  return Answer(context, "ModelReady", [&]() -> absl::Status {
+  return Answer(context, "ModelReady", [&](const Caller& /*caller*/) -> absl::Status {
     KS_RETURN_IF_ERROR(FindModel(*deps_.executor, request->name(), request->version()).status());
     response->set_ready(deps_.draining == nullptr || !deps_.draining->load());
     return absl::OkStatus();
@@ -150,7 +151,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
     Context* context, const inference::ServerMetadataRequest* /*request*/,
     inference::ServerMetadataResponse* response) {
-  return Answer(context, "ServerMetadata", [&] {
+  return Answer(context, "ServerMetadata", [&](const Caller& /*caller*/) {
     response->set_name("kernelserve");
     response->set_version(GetBuildInfo().version);
     // The extensions served in full.
@@ -170,7 +171,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
     Context* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  return Answer(context, "ModelMetadata", [&]() -> absl::Status {
+  return Answer(context, "ModelMetadata", [&](const Caller& /*caller*/) -> absl::Status {
     KS_ASSIGN_OR_RETURN(const Kernel* kernel,
                         FindModel(*deps_.executor, request->name(), request->version()));
     return kserve::ToModelMetadata(kernel->schema(), response);
@@ -180,7 +181,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
     Context* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  return Answer(context, "ModelConfig", [&]() -> absl::Status {
+  return Answer(context, "ModelConfig", [&](const Caller& /*caller*/) -> absl::Status {
     KS_ASSIGN_OR_RETURN(const Kernel* kernel,
                         FindModel(*deps_.executor, request->name(), request->version()));
     return kserve::ToModelConfig(kernel->schema(), response->mutable_config());
@@ -190,7 +191,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelStatistics(
     Context* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  return Answer(context, "ModelStatistics", [&]() -> absl::Status {
+  return Answer(context, "ModelStatistics", [&](const Caller& /*caller*/) -> absl::Status {
     std::vector<std::string> names;
     if (request->name().empty()) {
       names = ModelNames(*deps_.executor);
@@ -210,7 +211,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelStatistics(
 grpc::ServerUnaryReactor* InferenceServiceImpl::RepositoryIndex(
     Context* context, const inference::RepositoryIndexRequest* /*request*/,
     inference::RepositoryIndexResponse* response) {
-  return Answer(context, "RepositoryIndex", [&] {
+  return Answer(context, "RepositoryIndex", [&](const Caller& /*caller*/) {
     // Every kernel is loaded for the server's life: each is READY.
     for (const std::string& name : ModelNames(*deps_.executor)) {
       inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
@@ -235,7 +236,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
   };
   absl::Status status = RunGuarded([&]() -> absl::Status {
     deps_.metrics->Received(call->received_bytes());
-    KS_RETURN_IF_ERROR(Authorize(deps_, *context));
+    KS_ASSIGN_OR_RETURN(Caller caller, Authenticate(deps_, *context));
+    call->tracker().set_caller(std::move(caller));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
     v1::ExecuteRequest native;

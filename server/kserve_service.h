@@ -19,6 +19,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "proto/kserve_convert.h"
 #include "server/call.h"
+#include "server/identity.h"
 #include "server/shared_memory.h"
 
 namespace kernelserve::server {
@@ -91,9 +92,10 @@ class InferenceServiceImpl final : public KServeService {
       Context* context) override;
 
  private:
-  // Authorizes, runs `body` on this (gRPC's) thread, counts the call under `method` and
-  // finishes it.
-  Reactor* Answer(Context* context, const char* method, const std::function<absl::Status()>& body);
+  // Authenticates, runs `body` for the caller on this (gRPC's) thread, counts the call under
+  // `method` and finishes it.
+  Reactor* Answer(Context* context, const char* method,
+                  const std::function<absl::Status(const Caller&)>& body);
 
   const ServiceDeps deps_;
 };

@@ -21,7 +21,7 @@ absl::Status NoRegistry() {
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
     Context* context, const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
-  return Answer(context, "SystemSharedMemoryStatus", [&]() -> absl::Status {
+  return Answer(context, "SystemSharedMemoryStatus", [&](const Caller& /*caller*/) -> absl::Status {
     if (deps_.shared_memory == nullptr) {
       return request->name().empty() ? absl::OkStatus() : NoRegistry();
     }
@@ -41,28 +41,30 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     Context* context, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse* /*response*/) {
-  return Answer(context, "SystemSharedMemoryRegister", [&]() -> absl::Status {
-    if (deps_.shared_memory == nullptr) return NoRegistry();
-    return deps_.shared_memory->RegisterSystem(request->name(), request->key(), request->offset(),
-                                               request->byte_size());
-  });
+  return Answer(context, "SystemSharedMemoryRegister",
+                [&](const Caller& /*caller*/) -> absl::Status {
+                  if (deps_.shared_memory == nullptr) return NoRegistry();
+                  return deps_.shared_memory->RegisterSystem(
+                      request->name(), request->key(), request->offset(), request->byte_size());
+                });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
     Context* context, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse* /*response*/) {
-  return Answer(context, "SystemSharedMemoryUnregister", [&]() -> absl::Status {
-    if (deps_.shared_memory == nullptr) {
-      return request->name().empty() ? absl::OkStatus() : NoRegistry();
-    }
-    return deps_.shared_memory->Unregister(request->name(), RegionKind::kSystem);
-  });
+  return Answer(context, "SystemSharedMemoryUnregister",
+                [&](const Caller& /*caller*/) -> absl::Status {
+                  if (deps_.shared_memory == nullptr) {
+                    return request->name().empty() ? absl::OkStatus() : NoRegistry();
+                  }
+                  return deps_.shared_memory->Unregister(request->name(), RegionKind::kSystem);
+                });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
     Context* context, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* response) {
-  return Answer(context, "CudaSharedMemoryStatus", [&]() -> absl::Status {
+  return Answer(context, "CudaSharedMemoryStatus", [&](const Caller& /*caller*/) -> absl::Status {
     if (deps_.shared_memory == nullptr) {
       return request->name().empty() ? absl::OkStatus() : NoRegistry();
     }
@@ -81,7 +83,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
     Context* context, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* /*response*/) {
-  return Answer(context, "CudaSharedMemoryRegister", [&]() -> absl::Status {
+  return Answer(context, "CudaSharedMemoryRegister", [&](const Caller& /*caller*/) -> absl::Status {
     if (deps_.shared_memory == nullptr) return NoRegistry();
     if (request->device_id() < 0 || request->device_id() > INT32_MAX) {
       return absl::InvalidArgumentError(
@@ -96,12 +98,13 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
     Context* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
-  return Answer(context, "CudaSharedMemoryUnregister", [&]() -> absl::Status {
-    if (deps_.shared_memory == nullptr) {
-      return request->name().empty() ? absl::OkStatus() : NoRegistry();
-    }
-    return deps_.shared_memory->Unregister(request->name(), RegionKind::kCuda);
-  });
+  return Answer(context, "CudaSharedMemoryUnregister",
+                [&](const Caller& /*caller*/) -> absl::Status {
+                  if (deps_.shared_memory == nullptr) {
+                    return request->name().empty() ? absl::OkStatus() : NoRegistry();
+                  }
+                  return deps_.shared_memory->Unregister(request->name(), RegionKind::kCuda);
+                });
 }
 
 }  // namespace kernelserve::server

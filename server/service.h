@@ -82,11 +82,12 @@ class KernelServiceImpl final : public RawKernelService {
                 const BatchOptions& options, absl::Status status, int64_t queue_us) const;
   void RunAutotune(AutotuneCall* call, const CallPlan& plan, const TensorMap* inputs,
                    absl::Status status) const;
-  // Admin calls that run on gRPC's thread: authorize, parse, run `body`, finish.
+  // Admin calls that run on gRPC's thread: authenticate, parse, run `body` for the caller,
+  // finish.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Admin(
       grpc::CallbackServerContext* context, const Raw* request, Raw* response,
-      const std::function<absl::Status(const Request&, Response*)>& body);
+      const std::function<absl::Status(const Caller&, const Request&, Response*)>& body);
 
   const ServiceDeps deps_;
 };
@@ -94,15 +95,16 @@ class KernelServiceImpl final : public RawKernelService {
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* KernelServiceImpl::Admin(
     grpc::CallbackServerContext* context, const Raw* request, Raw* response,
-    const std::function<absl::Status(const Request&, Response*)>& body) {
+    const std::function<absl::Status(const Caller&, const Request&, Response*)>& body) {
   auto* call = new UnaryCall<Request, Response>(deps_.budget, deps_.metrics, context, request,
                                                 response, /*record=*/false);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   call->Finish(RunGuarded([&]() -> absl::Status {
-    KS_RETURN_IF_ERROR(Authorize(deps_, *context));
+    KS_ASSIGN_OR_RETURN(Caller caller, Authenticate(deps_, *context));
+    call->tracker().set_caller(std::move(caller));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
-    return body(call->request(), &call->response());
+    return body(call->tracker().caller(), call->request(), &call->response());
   }));
   return reactor;
 }

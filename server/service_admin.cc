@@ -55,7 +55,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ListKernels(grpc::CallbackServerCon
   using Request = v1::ListKernelsRequest;
   using Response = v1::ListKernelsResponse;
   return Admin<Request, Response>(
-      context, raw_request, raw_response, [&](const Request&, Response* response) -> absl::Status {
+      context, raw_request, raw_response,
+      [&](const Caller&, const Request&, Response* response) -> absl::Status {
         for (const Kernel* kernel : deps_.executor->registry().kernels()) {
           v1::KernelInfo* info = response->add_kernels();
           ToProto(kernel->schema(), info);
@@ -72,7 +73,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerC
   using Request = v1::GetServerInfoRequest;
   using Response = v1::ServerInfo;
   return Admin<Request, Response>(
-      context, raw_request, raw_response, [&](const Request&, Response* response) -> absl::Status {
+      context, raw_request, raw_response,
+      [&](const Caller&, const Request&, Response* response) -> absl::Status {
         const Executor& executor = *deps_.executor;
         const BuildInfo& build = GetBuildInfo();
         response->set_version(build.version);
@@ -107,31 +109,30 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ListConfigs(grpc::CallbackServerCon
                                                          Raw* raw_response) {
   using Request = v1::ListConfigsRequest;
   using Response = v1::ListConfigsResponse;
-  return Admin<Request, Response>(context, raw_request, raw_response,
-                                  [&](const Request& request, Response* response) -> absl::Status {
-                                    const std::string& filter = request.kernel();
-                                    ConfigSelectorChain& chain = deps_.executor->chain();
-                                    for (const auto& [key, config] : chain.memory()->Entries()) {
-                                      if (!absl::StartsWith(key, filter)) continue;
-                                      v1::ConfigEntry* entry = response->add_entries();
-                                      entry->set_kernel(key.substr(0, key.find(':')));
-                                      entry->set_cache_key(key);
-                                      entry->set_device_fingerprint(chain.memory()->DeviceOf(key));
-                                      *entry->mutable_config() = ToProto(config);
-                                      entry->set_tier("memory");
-                                    }
-                                    PersistentStore* store = chain.store();
-                                    if (store == nullptr) return absl::OkStatus();
-                                    absl::StatusOr<std::vector<StoredConfig>> stored =
-                                        store->List(filter);
-                                    if (!stored.ok()) {
-                                      deps_.metrics->StoreError(store->name(), "list");
-                                      return absl::OkStatus();  // the memory tier still answers
-                                    }
-                                    for (const StoredConfig& s : *stored)
-                                      AddStored(s, store->name(), response);
-                                    return absl::OkStatus();
-                                  });
+  return Admin<Request, Response>(
+      context, raw_request, raw_response,
+      [&](const Caller&, const Request& request, Response* response) -> absl::Status {
+        const std::string& filter = request.kernel();
+        ConfigSelectorChain& chain = deps_.executor->chain();
+        for (const auto& [key, config] : chain.memory()->Entries()) {
+          if (!absl::StartsWith(key, filter)) continue;
+          v1::ConfigEntry* entry = response->add_entries();
+          entry->set_kernel(key.substr(0, key.find(':')));
+          entry->set_cache_key(key);
+          entry->set_device_fingerprint(chain.memory()->DeviceOf(key));
+          *entry->mutable_config() = ToProto(config);
+          entry->set_tier("memory");
+        }
+        PersistentStore* store = chain.store();
+        if (store == nullptr) return absl::OkStatus();
+        absl::StatusOr<std::vector<StoredConfig>> stored = store->List(filter);
+        if (!stored.ok()) {
+          deps_.metrics->StoreError(store->name(), "list");
+          return absl::OkStatus();  // the memory tier still answers
+        }
+        for (const StoredConfig& s : *stored) AddStored(s, store->name(), response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::PutConfig(grpc::CallbackServerContext* context,
@@ -140,7 +141,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::PutConfig(grpc::CallbackServerConte
   using Response = v1::PutConfigResponse;
   return Admin<Request, Response>(
       context, raw_request, raw_response,
-      [&](const Request& request, Response* response) -> absl::Status {
+      [&](const Caller& caller, const Request& request, Response* response) -> absl::Status {
+        KS_RETURN_IF_ERROR(RequireAdmin(caller, "PutConfig"));
         const Executor& executor = *deps_.executor;
         KS_ASSIGN_OR_RETURN(const CallParams params, ParamsOf(request));
         KS_ASSIGN_OR_RETURN(const CallPlan plan, PlanCall(executor, *deps_.pool, params));
@@ -157,7 +159,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::DeleteConfig(grpc::CallbackServerCo
   using Request = v1::DeleteConfigRequest;
   using Response = v1::DeleteConfigResponse;
   return Admin<Request, Response>(
-      context, raw_request, raw_response, [&](const Request& request, Response*) -> absl::Status {
+      context, raw_request, raw_response,
+      [&](const Caller& caller, const Request& request, Response*) -> absl::Status {
+        KS_RETURN_IF_ERROR(RequireAdmin(caller, "DeleteConfig"));
         if (request.cache_key().empty()) {
           return absl::InvalidArgumentError(
               "cache_key: expected a key as ListConfigs shows it (kernel@vN:hash)");

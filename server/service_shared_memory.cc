@@ -17,40 +17,43 @@ grpc::ServerUnaryReactor* KernelServiceImpl::RegisterSystemSharedMemory(
     grpc::CallbackServerContext* context, const Raw* raw_request, Raw* raw_response) {
   using Request = v1::RegisterSystemSharedMemoryRequest;
   using Response = v1::RegisterSharedMemoryResponse;
-  return Admin<Request, Response>(
-      context, raw_request, raw_response,
-      [this](const Request& request, Response* /*response*/) -> absl::Status {
-        if (deps_.shared_memory == nullptr) return NoRegistry();
-        return deps_.shared_memory->RegisterSystem(request.name(), request.key(), request.offset(),
-                                                   request.byte_size());
-      });
+  return Admin<Request, Response>(context, raw_request, raw_response,
+                                  [this](const Caller& /*caller*/, const Request& request,
+                                         Response* /*response*/) -> absl::Status {
+                                    if (deps_.shared_memory == nullptr) return NoRegistry();
+                                    return deps_.shared_memory->RegisterSystem(
+                                        request.name(), request.key(), request.offset(),
+                                        request.byte_size());
+                                  });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::RegisterCudaSharedMemory(
     grpc::CallbackServerContext* context, const Raw* raw_request, Raw* raw_response) {
   using Request = v1::RegisterCudaSharedMemoryRequest;
   using Response = v1::RegisterSharedMemoryResponse;
-  return Admin<Request, Response>(
-      context, raw_request, raw_response,
-      [this](const Request& request, Response* /*response*/) -> absl::Status {
-        if (deps_.shared_memory == nullptr) return NoRegistry();
-        return deps_.shared_memory->RegisterCuda(request.name(), request.raw_handle(),
-                                                 request.device(), request.byte_size());
-      });
+  return Admin<Request, Response>(context, raw_request, raw_response,
+                                  [this](const Caller& /*caller*/, const Request& request,
+                                         Response* /*response*/) -> absl::Status {
+                                    if (deps_.shared_memory == nullptr) return NoRegistry();
+                                    return deps_.shared_memory->RegisterCuda(
+                                        request.name(), request.raw_handle(), request.device(),
+                                        request.byte_size());
+                                  });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const Raw* raw_request, Raw* raw_response) {
   using Request = v1::UnregisterSharedMemoryRequest;
   using Response = v1::UnregisterSharedMemoryResponse;
-  return Admin<Request, Response>(
-      context, raw_request, raw_response,
-      [this](const Request& request, Response* /*response*/) -> absl::Status {
-        if (deps_.shared_memory == nullptr) {
-          return request.name().empty() ? absl::OkStatus() : NoRegistry();
-        }
-        return deps_.shared_memory->Unregister(request.name());
-      });
+  return Admin<Request, Response>(context, raw_request, raw_response,
+                                  [this](const Caller& /*caller*/, const Request& request,
+                                         Response* /*response*/) -> absl::Status {
+                                    if (deps_.shared_memory == nullptr) {
+                                      return request.name().empty() ? absl::OkStatus()
+                                                                    : NoRegistry();
+                                    }
+                                    return deps_.shared_memory->Unregister(request.name());
+                                  });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::SharedMemoryStatus(
@@ -59,7 +62,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::SharedMemoryStatus(
   using Response = v1::SharedMemoryStatusResponse;
   return Admin<Request, Response>(
       context, raw_request, raw_response,
-      [this](const Request& request, Response* response) -> absl::Status {
+      [this](const Caller& /*caller*/, const Request& request, Response* response) -> absl::Status {
         if (deps_.shared_memory == nullptr) {
           return request.name().empty() ? absl::OkStatus() : NoRegistry();
         }

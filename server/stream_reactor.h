@@ -53,10 +53,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   // `deps` must outlive the stream.
   StreamReactor(const ServiceDeps* deps, grpc::CallbackServerContext* context)
       : deps_(deps), context_(context) {
-    if (absl::Status auth = Authorize(*deps_, *context_); !auth.ok()) {
-      Finish(ToGrpcStatus(auth));
+    absl::StatusOr<Caller> caller = Authenticate(*deps_, *context_);
+    if (!caller.ok()) {
+      Finish(ToGrpcStatus(caller.status()));
       return;
     }
+    caller_ = *std::move(caller);
     StartRead(&read_);
   }
 
@@ -102,6 +104,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
   void Handle() {
     auto tracker = std::make_shared<CallTracker>(deps_->budget, deps_->metrics, context_);
+    tracker->set_caller(caller_);
     Reply reply;
     {
       absl::MutexLock lock(&mu_);
@@ -183,6 +186,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   const ServiceDeps* const deps_;
   grpc::CallbackServerContext* const context_;
+  Caller caller_;          // authenticated once, for every item of the stream
   grpc::ByteBuffer read_;  // the read in progress; touched only by the reactions
   absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
