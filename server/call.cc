@@ -89,7 +89,7 @@ void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource s
 
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response, wire::TensorBuffers* buffers,
-                     const OutputSpans* spans) {
+                     const OutputSpans* spans, const CallRegions* regions) {
   const TensorMap places = spans != nullptr ? OutputPlaces(plan, *spans) : TensorMap();
   KS_ASSIGN_OR_RETURN(ExecuteResult result, deps.executor->Run(plan, inputs, places));
   const std::string& kernel = plan.kernel->name();
@@ -98,7 +98,8 @@ absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const Tensor
   RecordSelection(*deps.metrics, kernel, result.source,
                   static_cast<double>(result.timings.select_us) * 1e-6);
   FillResponse(std::move(result), response, buffers, spans);
-  return absl::OkStatus();
+  // Last: FillResponse writes outputs into their regions.
+  return regions != nullptr ? regions->CheckIntact() : absl::OkStatus();
 }
 
 }  // namespace kernelserve::server

@@ -103,10 +103,11 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
 
 // Runs `plan` on `inputs` through the executor (on the calling worker thread), fills
 // `response` (and `buffers` and `spans`, as FillResponse) and records the kernel, selection and
-// tuning metrics.
+// tuning metrics. `regions` (nullable): the shared-memory regions of the call's tensors; DataLoss
+// (CallRegions::CheckIntact) when one was damaged before the call was done with it.
 absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response, wire::TensorBuffers* buffers = nullptr,
-                     const OutputSpans* spans = nullptr);
+                     const OutputSpans* spans = nullptr, const CallRegions* regions = nullptr);
 
 // Counts a kernel call that reached its worker in deps.stats (when kept): see ModelStats::Record.
 void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,

@@ -63,7 +63,7 @@ absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& req
   KS_ASSIGN_OR_RETURN(CallParams params, ParamsOf(request));
   if constexpr (std::is_same_v<Request, v1::ExecuteRequest>) {
     // Where the request's CUDA regions are, when it names no device.
-    if (!params.device) params.device = RegionsGpu(deps.shared_memory, request);
+    if (!params.device) params.device = RegionsGpu(deps.shared_memory, tracker.caller(), request);
   }
   ExecuteOptions options;
   if constexpr (requires { request.config(); }) {

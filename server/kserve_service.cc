@@ -63,8 +63,9 @@ absl::Status CheckOutputsProduced(const CallPlan& plan, const std::vector<std::s
   return absl::OkStatus();
 }
 
-absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest* request,
-                          v1::ExecuteRequest* native, InferReply* reply) {
+absl::Status PrepareInfer(const ServiceDeps& deps, const Caller& caller,
+                          inference::ModelInferRequest* request, v1::ExecuteRequest* native,
+                          InferReply* reply) {
   reply->id = request->id();
   reply->model = request->model_name();
   KS_ASSIGN_OR_RETURN(const Kernel* kernel,
@@ -80,14 +81,15 @@ absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest*
   }
   *native = std::move(call.request);
   if (std::optional<int> gpu =
-          RegionsGpu(deps.shared_memory, reply->input_regions, reply->output_regions)) {
+          RegionsGpu(deps.shared_memory, caller, reply->input_regions, reply->output_regions)) {
     native->set_device(*gpu);  // a call runs where its CUDA regions are
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan& plan,
-                                         v1::ExecuteRequest* native, InferReply* reply) {
+absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const Caller& caller,
+                                         const CallPlan& plan, v1::ExecuteRequest* native,
+                                         InferReply* reply) {
   KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, reply->outputs));
   TensorSpecMap specs;
   for (const auto& [name, ref] : reply->input_regions) {
@@ -95,10 +97,15 @@ absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan
     KS_ASSIGN_OR_RETURN(specs[name],
                         SpecFromProto(proto->second, absl::StrCat("input '", name, "'")));
   }
-  KS_ASSIGN_OR_RETURN(TensorMap inputs, InputsFromRegions(deps.shared_memory, reply->input_regions,
-                                                          specs, plan.ordinal()));
-  KS_ASSIGN_OR_RETURN(reply->output_spans,
-                      OutputSpansOf(deps.shared_memory, plan, reply->output_regions));
+  if (!reply->input_regions.empty() || !reply->output_regions.empty()) {
+    reply->regions = std::make_shared<CallRegions>();
+  }
+  KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                      InputsFromRegions(deps.shared_memory, caller, reply->input_regions, specs,
+                                        plan.ordinal(), reply->regions.get()));
+  KS_ASSIGN_OR_RETURN(
+      reply->output_spans,
+      OutputSpansOf(deps.shared_memory, caller, plan, reply->output_regions, reply->regions.get()));
   for (const auto& [name, ref] : reply->input_regions) native->mutable_inputs()->erase(name);
   return inputs;
 }
@@ -236,15 +243,16 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
   };
   absl::Status status = RunGuarded([&]() -> absl::Status {
     deps_.metrics->Received(call->received_bytes());
-    KS_ASSIGN_OR_RETURN(Caller caller, Authenticate(deps_, *context));
-    call->tracker().set_caller(std::move(caller));
+    KS_ASSIGN_OR_RETURN(Caller authenticated, Authenticate(deps_, *context));
+    call->tracker().set_caller(std::move(authenticated));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
     v1::ExecuteRequest native;
     InferReply reply;
-    KS_RETURN_IF_ERROR(PrepareInfer(deps_, &call->request(), &native, &reply));
+    const Caller& caller = call->tracker().caller();
+    KS_RETURN_IF_ERROR(PrepareInfer(deps_, caller, &call->request(), &native, &reply));
     KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, native, call->tracker()));
-    KS_ASSIGN_OR_RETURN(TensorMap inputs, ResolveRegions(deps_, plan, &native, &reply));
+    KS_ASSIGN_OR_RETURN(TensorMap inputs, ResolveRegions(deps_, caller, plan, &native, &reply));
     KS_ASSIGN_OR_RETURN(TensorMap sent,
                         TakeTensors(native.mutable_inputs(), nullptr, &plan.kernel->schema()));
     inputs.merge(sent);
@@ -259,7 +267,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
           v1::ExecuteResponse answer;
           if (status.ok()) {
             status = RunGuarded([&] {
-              return RunCall(deps_, plan, inputs, &answer, nullptr, &reply.output_spans);
+              return RunCall(deps_, plan, inputs, &answer, nullptr, &reply.output_spans,
+                             reply.regions.get());
             });
           }
           answer.mutable_timing()->set_queue_us(queue_us);

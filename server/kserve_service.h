@@ -113,20 +113,26 @@ struct InferReply {
   RegionRefs output_regions;  // outputs for shared memory
   // Where each output of output_regions goes, once checked against the plan (ResolveRegions).
   OutputSpans output_spans;
+  // The regions of input_regions and output_regions, which the call holds until it ends
+  // (ResolveRegions; null = none).
+  std::shared_ptr<CallRegions> regions;
 };
 
-// The native request of `request` (its bytes moved out) and its InferReply: NotFound for an
-// unknown model or version, InvalidArgument (kserve::FromInferRequest) for the rest.
-absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest* request,
-                          v1::ExecuteRequest* native, InferReply* reply);
+// The native request of `request` (its bytes moved out) and its InferReply, the call placed on
+// the GPU of the caller's CUDA regions it names: NotFound for an unknown model or version,
+// InvalidArgument (kserve::FromInferRequest) for the rest.
+absl::Status PrepareInfer(const ServiceDeps& deps, const Caller& caller,
+                          inference::ModelInferRequest* request, v1::ExecuteRequest* native,
+                          InferReply* reply);
 
-// After planning: the inputs of reply->input_regions as tensors that read their region in place
-// (taken out of `native`), and reply->output_spans for reply->output_regions. Checks that every
-// output asked for is produced (CheckOutputsProduced) and that each region range fits its
-// tensor: InvalidArgument naming the tensor and region, NotFound for a region not registered,
-// Unimplemented when the server keeps no regions.
-absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const CallPlan& plan,
-                                         v1::ExecuteRequest* native, InferReply* reply);
+// After planning: the inputs of reply->input_regions, in the caller's regions, as tensors
+// (InputsFromRegions; taken out of `native`), reply->output_spans for reply->output_regions and
+// reply->regions. Checks that every output asked for is produced (CheckOutputsProduced) and that
+// each region range fits its tensor: InvalidArgument naming the tensor and region, NotFound for
+// a region not registered, Unimplemented when the server keeps no regions.
+absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const Caller& caller,
+                                         const CallPlan& plan, v1::ExecuteRequest* native,
+                                         InferReply* reply);
 
 // The answer of a call that ran (its outputs of reply.output_spans written there by RunCall):
 // kserve::ToInferResponse, the serialized ModelInferResponse.

@@ -17,17 +17,18 @@ namespace {
 struct KServeStream {
   using Reply = InferReply;
 
-  static absl::Status Parse(const ServiceDeps& deps, grpc::ByteBuffer* read,
+  static absl::Status Parse(const ServiceDeps& deps, const Caller& caller, grpc::ByteBuffer* read,
                             v1::ExecuteRequest* request, wire::TensorBuffers* /*buffers*/,
                             Reply* reply) {
     inference::ModelInferRequest infer;
     KS_RETURN_IF_ERROR(wire::ParseRequest(read, &infer));
-    return PrepareInfer(deps, &infer, request, reply);
+    return PrepareInfer(deps, caller, &infer, request, reply);
   }
 
-  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const CallPlan& plan,
-                                           v1::ExecuteRequest* request, Reply* reply) {
-    return ResolveRegions(deps, plan, request, reply);
+  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const Caller& caller,
+                                           const CallPlan& plan, v1::ExecuteRequest* request,
+                                           Reply* reply) {
+    return ResolveRegions(deps, caller, plan, request, reply);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& reply) {

@@ -65,7 +65,9 @@ absl::StatusOr<Tensor> TensorInRegion(const SharedMemoryRegistry& registry, cons
     return TensorInGpuRegion(registry, spec, std::move(span), device, what);
   }
   constexpr uintptr_t kTensorAlignment = 16;  // what Tensor promises kernels (malloc's)
-  if (reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
+  // Index tensors are checked on the host before the kernel reads them (a kernel may read them
+  // again, e.g. on the GPU): the client's later writes must not change them.
+  if (!IsFloating(spec.dtype) || reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
     return Tensor::FromBytes(spec.dtype, spec.shape, std::string(span.data, span.byte_size));
   }
   char* data = span.data;
@@ -78,8 +80,9 @@ absl::StatusOr<Tensor> TensorInRegion(const SharedMemoryRegistry& registry, cons
 }  // namespace
 
 absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry,
-                                            const RegionRefs& refs, const TensorSpecMap& specs,
-                                            int device) {
+                                            const Caller& caller, const RegionRefs& refs,
+                                            const TensorSpecMap& specs, int device,
+                                            CallRegions* held) {
   TensorMap inputs;
   if (refs.empty()) return inputs;
   if (registry == nullptr) return NoRegistry();
@@ -88,7 +91,8 @@ absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry
     auto spec = specs.find(name);
     if (spec == specs.end()) return absl::InternalError(absl::StrCat(what, ": no spec"));
     KS_ASSIGN_OR_RETURN(RegionSpan span,
-                        registry->Span(ref.region, ref.offset, ref.byte_size, what));
+                        registry->Span(caller, ref.region, ref.offset, ref.byte_size, what));
+    if (held != nullptr) held->Add(span);
     KS_ASSIGN_OR_RETURN(inputs[name],
                         TensorInRegion(*registry, spec->second, std::move(span), device, what));
   }
@@ -96,7 +100,8 @@ absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry
 }
 
 absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
-                                          const CallPlan& plan, const RegionRefs& refs) {
+                                          const Caller& caller, const CallPlan& plan,
+                                          const RegionRefs& refs, CallRegions* held) {
   OutputSpans spans;
   if (refs.empty()) return spans;
   if (registry == nullptr) return NoRegistry();
@@ -110,12 +115,13 @@ absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
     }
     const int64_t bytes = SpecBytes(spec->second);
     if (bytes < 0 || static_cast<uint64_t>(bytes) > ref.byte_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", bytes, " bytes (", spec->second.DebugString(),
-                       ") do not fit byte_size ", ref.byte_size, " in region '", ref.region, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", bytes, " bytes (", spec->second.DebugString(), ") do not fit byte_size ",
+          ref.byte_size, " in region ", Quoted(ref.region)));
     }
     KS_ASSIGN_OR_RETURN(RegionSpan span,
-                        registry->Span(ref.region, ref.offset, ref.byte_size, what));
+                        registry->Span(caller, ref.region, ref.offset, ref.byte_size, what));
+    if (held != nullptr) held->Add(span);
     if (span.region->device() >= 0 && plan.ordinal() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " is in CUDA region '", ref.region, "' on GPU ", span.region->device(),
@@ -128,7 +134,7 @@ absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
 }
 
 absl::StatusOr<RequestRegions> TakeRequestRegions(const SharedMemoryRegistry* registry,
-                                                  const CallPlan& plan,
+                                                  const Caller& caller, const CallPlan& plan,
                                                   v1::ExecuteRequest* request) {
   RegionRefs inputs;
   TensorSpecMap specs;
@@ -147,8 +153,12 @@ absl::StatusOr<RequestRegions> TakeRequestRegions(const SharedMemoryRegistry* re
     outputs[name] = {ref.region(), ref.offset(), ref.byte_size()};
   }
   RequestRegions regions;
-  KS_ASSIGN_OR_RETURN(regions.inputs, InputsFromRegions(registry, inputs, specs, plan.ordinal()));
-  KS_ASSIGN_OR_RETURN(regions.outputs, OutputSpansOf(registry, plan, outputs));
+  if (inputs.empty() && outputs.empty()) return regions;
+  regions.held = std::make_shared<CallRegions>();
+  KS_ASSIGN_OR_RETURN(regions.inputs, InputsFromRegions(registry, caller, inputs, specs,
+                                                        plan.ordinal(), regions.held.get()));
+  KS_ASSIGN_OR_RETURN(regions.outputs,
+                      OutputSpansOf(registry, caller, plan, outputs, regions.held.get()));
   for (const auto& [name, ref] : inputs) request->mutable_inputs()->erase(name);
   return regions;
 }
@@ -172,13 +182,14 @@ TensorMap OutputPlaces(const CallPlan& plan, const OutputSpans& spans) {
   return places;
 }
 
-std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const RegionRefs& inputs,
-                              const RegionRefs& outputs) {
+std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const Caller& caller,
+                              const RegionRefs& inputs, const RegionRefs& outputs) {
   if (registry == nullptr || !registry->cuda()) return std::nullopt;
   for (const RegionRefs* refs : {&inputs, &outputs}) {
     for (const auto& [name, ref] : *refs) {
+      if (ref.region.empty()) continue;  // "" would list every region
       absl::StatusOr<std::vector<std::shared_ptr<const SharedRegion>>> found =
-          registry->List(ref.region);
+          registry->List(caller, "", ref.region);
       if (found.ok() && found->size() == 1 && found->front()->device() >= 0) {
         return found->front()->device();
       }
@@ -187,7 +198,7 @@ std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const Region
   return std::nullopt;
 }
 
-std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry,
+std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const Caller& caller,
                               const v1::ExecuteRequest& request) {
   if (registry == nullptr || !registry->cuda()) return std::nullopt;
   RegionRefs inputs;
@@ -196,7 +207,7 @@ std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry,
   }
   RegionRefs outputs;
   for (const auto& [name, ref] : request.output_regions()) outputs[name] = {ref.region(), 0, 0};
-  return RegionsGpu(registry, inputs, outputs);
+  return RegionsGpu(registry, caller, inputs, outputs);
 }
 
 }  // namespace kernelserve::server

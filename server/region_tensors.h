@@ -1,9 +1,10 @@
 // Tensors that live in registered shared-memory regions, for the kernel call handlers of both
-// protocols: inputs read in place, outputs written into their regions.
+// protocols: inputs read in place (index inputs copied), outputs written into their regions.
 #ifndef KERNELSERVE_SERVER_REGION_TENSORS_H_
 #define KERNELSERVE_SERVER_REGION_TENSORS_H_
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "core/tensor.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/region_ref.h"
+#include "server/identity.h"
 #include "server/shared_memory.h"
 
 namespace kernelserve::server {
@@ -19,29 +21,37 @@ namespace kernelserve::server {
 // Where outputs go, by output name; each span holds its region mapped.
 using OutputSpans = std::map<std::string, RegionSpan>;
 
-// The inputs of `refs` (each of `specs`) for a call on `device` (-1 = the CPU) as tensors
-// that read their region in place, holding it mapped: host tensors for a system region (a
-// copy when the bytes are not 16-byte aligned, as tensors are); for a CUDA region, views of
-// the GPU bytes (Tensor::device()) for floating tensors and host copies for index tensors.
-// NotFound for a region not registered; InvalidArgument naming the input when its range is
-// past the region or not its tensor's size, when a CUDA region's tensor is not 16-byte
-// aligned or the call runs on the CPU; Unimplemented when `registry` is null.
+// The inputs of `refs` (each of `specs`) in the caller's regions, for a call on `device` (-1 =
+// the CPU), each region counted in `held` (nullptr = not counted; see CallRegions). Floating
+// tensors read their region in place, holding it mapped: host tensors for a system region (a
+// copy when the bytes are not 16-byte aligned, as tensors are), views of the GPU bytes
+// (Tensor::device()) for a CUDA region. Index tensors (every other dtype: lengths, segment ids,
+// masks) are copied into the call's own host memory, so that the bytes the server checks are
+// the bytes the kernel reads whatever the client writes meanwhile. NotFound for a region the
+// caller has not registered; InvalidArgument naming the input when its range is past the
+// region or its object or is not its tensor's size, when a CUDA region's tensor is not 16-byte
+// aligned or the call runs on the CPU; FailedPrecondition for a damaged region (see
+// SharedMemoryRegistry::Span); Unimplemented when `registry` is null.
 absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry,
-                                            const RegionRefs& refs, const TensorSpecMap& specs,
-                                            int device);
+                                            const Caller& caller, const RegionRefs& refs,
+                                            const TensorSpecMap& specs, int device,
+                                            CallRegions* held);
 
-// The spans of the outputs of `refs`: each an output `plan` produces (InvalidArgument naming it
-// otherwise) with room for its bytes, in a CUDA region only when the plan runs on a GPU.
-// Errors as InputsFromRegions.
+// The spans of the outputs of `refs` in the caller's regions, each region counted in `held`
+// (nullable): each an output `plan` produces (InvalidArgument naming it otherwise) with room
+// for its bytes, in a CUDA region only when the plan runs on a GPU. Errors as
+// InputsFromRegions.
 absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
-                                          const CallPlan& plan, const RegionRefs& refs);
+                                          const Caller& caller, const CallPlan& plan,
+                                          const RegionRefs& refs, CallRegions* held);
 
-// The GPU of a CUDA region that `inputs` or `outputs` name, where a call that names no device
-// should run; nullopt when none does (a region not registered is left to the errors above).
-std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const RegionRefs& inputs,
-                              const RegionRefs& outputs);
+// The GPU of a CUDA region of the caller's that `inputs` or `outputs` name, where a call that
+// names no device should run; nullopt when none does (a region not registered is left to the
+// errors above).
+std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const Caller& caller,
+                              const RegionRefs& inputs, const RegionRefs& outputs);
 // The same for the refs and output_regions of a kernelserve.v1 request.
-std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry,
+std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const Caller& caller,
                               const v1::ExecuteRequest& request);
 
 // The outputs of `spans` a GPU call writes straight into their regions, as tensors of the
@@ -51,14 +61,16 @@ std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry,
 TensorMap OutputPlaces(const CallPlan& plan, const OutputSpans& spans);
 
 // The shared-memory parts of a kernelserve.v1 request, after planning: its inputs that carry a
-// ref (taken out of `request`; InvalidArgument for one with data as well) and the spans of
-// its output_regions.
+// ref (taken out of the request; InvalidArgument for one with data as well), the spans of its
+// output_regions, and the regions they lie in, which the call holds until it ends (shared by
+// the copies of the work item that runs it).
 struct RequestRegions {
   TensorMap inputs;
   OutputSpans outputs;
+  std::shared_ptr<CallRegions> held;
 };
 absl::StatusOr<RequestRegions> TakeRequestRegions(const SharedMemoryRegistry* registry,
-                                                  const CallPlan& plan,
+                                                  const Caller& caller, const CallPlan& plan,
                                                   v1::ExecuteRequest* request);
 
 }  // namespace kernelserve::server

@@ -81,8 +81,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
   absl::Status status = RunGuarded([&]() -> absl::Status {
     KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
     call->response().set_request_id(call->request().request_id());
-    KS_ASSIGN_OR_RETURN(RequestRegions regions,
-                        TakeRequestRegions(deps_.shared_memory, plan, &call->request()));
+    KS_ASSIGN_OR_RETURN(
+        RequestRegions regions,
+        TakeRequestRegions(deps_.shared_memory, call->tracker().caller(), plan, &call->request()));
     KS_ASSIGN_OR_RETURN(TensorMap inputs,
                         TakeTensors(call->request().mutable_inputs(), &call->request_buffers(),
                                     &plan.kernel->schema()));
@@ -93,11 +94,12 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
     return Dispatch(
         deps_, context, worker,
         [this, call, plan = std::move(plan), inputs = std::move(inputs),
-         spans = std::move(regions.outputs)](absl::Status status, int64_t queue_us) {
+         spans = std::move(regions.outputs),
+         held = std::move(regions.held)](absl::Status status, int64_t queue_us) {
           if (status.ok()) {
             status = RunGuarded([&] {
               return RunCall(deps_, plan, inputs, &call->response(), &call->response_buffers(),
-                             &spans);
+                             &spans, held.get());
             });
           }
           call->response().mutable_timing()->set_queue_us(queue_us);

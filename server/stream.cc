@@ -14,23 +14,26 @@ namespace {
 
 struct NativeStream {
   struct Reply {
-    std::string id;            // request_id
-    OutputSpans output_spans;  // the request's output_regions
+    std::string id;                        // request_id
+    OutputSpans output_spans;              // the request's output_regions
+    std::shared_ptr<CallRegions> regions;  // the regions the item holds; null = none
   };
 
-  static absl::Status Parse(const ServiceDeps& deps, grpc::ByteBuffer* read,
-                            v1::ExecuteRequest* request, wire::TensorBuffers* buffers,
-                            Reply* reply) {
+  static absl::Status Parse(const ServiceDeps& deps, const Caller& /*caller*/,
+                            grpc::ByteBuffer* read, v1::ExecuteRequest* request,
+                            wire::TensorBuffers* buffers, Reply* reply) {
     KS_RETURN_IF_ERROR(wire::ParseRequest(read, request, deps.host_allocator, buffers));
     reply->id = request->request_id();
     return absl::OkStatus();
   }
 
-  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const CallPlan& plan,
-                                           v1::ExecuteRequest* request, Reply* reply) {
+  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const Caller& caller,
+                                           const CallPlan& plan, v1::ExecuteRequest* request,
+                                           Reply* reply) {
     KS_ASSIGN_OR_RETURN(RequestRegions regions,
-                        TakeRequestRegions(deps.shared_memory, plan, request));
+                        TakeRequestRegions(deps.shared_memory, caller, plan, request));
     reply->output_spans = std::move(regions.outputs);
+    reply->regions = std::move(regions.held);
     return std::move(regions.inputs);
   }
 

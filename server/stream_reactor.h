@@ -31,12 +31,15 @@ struct StreamWaits {
 
 // Protocol provides:
 //   struct Reply: what an answer needs of its request (a value type; default = nothing known),
-//       with an OutputSpans output_spans (the outputs RunCall writes into shared memory).
-//   static absl::Status Parse(const ServiceDeps&, grpc::ByteBuffer* read, v1::ExecuteRequest*,
-//                             wire::TensorBuffers*, Reply*): the request as the native one.
-//   static absl::StatusOr<TensorMap> Resolve(const ServiceDeps&, const CallPlan&,
+//       with an OutputSpans output_spans (the outputs RunCall writes into shared memory) and a
+//       std::shared_ptr<CallRegions> regions (the regions the item holds until answered).
+//   static absl::Status Parse(const ServiceDeps&, const Caller&, grpc::ByteBuffer* read,
+//                             v1::ExecuteRequest*, wire::TensorBuffers*, Reply*): the request
+//       as the native one.
+//   static absl::StatusOr<TensorMap> Resolve(const ServiceDeps&, const Caller&, const CallPlan&,
 //       v1::ExecuteRequest*, Reply*): after planning, the inputs that the request holds no bytes
-//       of (taken out of it), and any checks before the call is queued.
+//       of (taken out of it, from the caller's regions), and any checks before the call is
+//       queued.
 //   static std::chrono::system_clock::time_point Deadline(const Reply&): the item's own
 //       deadline besides the stream's.
 //   static constexpr bool kKeepBuffers: outputs may stay in page-locked buffers (Serialize
@@ -117,12 +120,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       v1::ExecuteRequest request;
       wire::TensorBuffers request_buffers;
       const auto parse_started = std::chrono::steady_clock::now();
-      KS_RETURN_IF_ERROR(Protocol::Parse(*deps_, &read_, &request, &request_buffers, &reply));
+      KS_RETURN_IF_ERROR(
+          Protocol::Parse(*deps_, caller_, &read_, &request, &request_buffers, &reply));
       const int64_t recv_us = std::chrono::duration_cast<std::chrono::microseconds>(
                                   std::chrono::steady_clock::now() - parse_started)
                                   .count();
       KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(*deps_, request, *tracker));
-      KS_ASSIGN_OR_RETURN(TensorMap inputs, Protocol::Resolve(*deps_, plan, &request, &reply));
+      KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                          Protocol::Resolve(*deps_, caller_, plan, &request, &reply));
       KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(request.mutable_inputs(), &request_buffers,
                                                       &plan.kernel->schema()));
       inputs.merge(sent);
@@ -147,7 +152,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     if (status.ok()) {
       status = RunGuarded([&] {
         return RunCall(*deps_, plan, inputs, &response, Protocol::kKeepBuffers ? &buffers : nullptr,
-                       &reply.output_spans);
+                       &reply.output_spans, reply.regions.get());
       });
     }
     response.mutable_timing()->set_queue_us(waits.queue_us);

@@ -474,6 +474,56 @@ TEST_F(KServeTest, SystemSharedMemoryInputsAndOutputsEqualTheNativeAnswer) {
                   .ok());
 }
 
+TEST_F(KServeTest, SystemSharedMemoryOfAShrunkObjectOrABadNameIsInvalidArgument) {
+  const Tensor x = RandomTensor(DType::kF32, {2, 8, 16}, 5);
+  ShmObject object(64 * 1024);
+  std::memcpy(object.data() + 40 * 1024, x.data(), x.nbytes());
+  auto unary = [&](auto method, const auto& request, auto* response) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    return (v2_.get()->*method)(&context, request, response);
+  };
+  inference::SystemSharedMemoryRegisterRequest reg;
+  reg.set_key(object.key());
+  reg.set_byte_size(64 * 1024);
+  inference::SystemSharedMemoryRegisterResponse registered;
+  for (const std::string& name :
+       {std::string("a\0b", 3), std::string("line\nbreak"), std::string(200, 'n')}) {
+    reg.set_name(name);
+    const grpc::Status status =
+        unary(&GRPCInferenceService::Stub::SystemSharedMemoryRegister, reg, &registered);
+    EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_EQ(status.error_message().find('\n'), std::string::npos) << status.error_message();
+  }
+  reg.set_name("tensors");
+  ASSERT_TRUE(
+      unary(&GRPCInferenceService::Stub::SystemSharedMemoryRegister, reg, &registered).ok());
+
+  ModelInferRequest request;
+  request.set_model_name("mean_pooling");
+  auto* input = request.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP32");
+  for (int64_t d : x.shape()) input->add_shape(d);
+  Region(input, "tensors", 40 * 1024, static_cast<int64_t>(x.nbytes()));
+  ModelInferResponse v2;
+  ASSERT_TRUE(Infer(request, &v2).ok());
+  object.Resize(16 * 1024);  // the client cuts its object
+  const grpc::Status status = Infer(request, &v2);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("region 'tensors' (key '" + object.key() +
+                                        "') is 16384 bytes now"),
+            std::string::npos)
+      << status.error_message();
+  ASSERT_TRUE(native_ != nullptr);
+  v1::ExecuteResponse native;
+  EXPECT_TRUE(Execute(MeanPoolingRequest(x), &native).ok()) << "the server lives on";
+  inference::SystemSharedMemoryUnregisterResponse gone;
+  EXPECT_TRUE(unary(&GRPCInferenceService::Stub::SystemSharedMemoryUnregister,
+                    inference::SystemSharedMemoryUnregisterRequest(), &gone)
+                  .ok());
+}
+
 TEST_F(KServeTest, ReadinessAndUnknownModels) {
   grpc::ClientContext live_context;
   inference::ServerLiveResponse live;

@@ -289,6 +289,14 @@ std::string MakeTempDir(const std::string& name) {
   return made != nullptr ? std::string(made) : std::string("/tmp");
 }
 
+void ShmObject::Resize(size_t bytes) const {
+  const int fd = shm_open(key_.c_str(), O_RDWR, 0);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ADD_FAILURE() << "ftruncate " << key_ << ": " << std::strerror(errno);
+  }
+  if (fd >= 0) close(fd);
+}
+
 ShmObject::ShmObject(size_t bytes) : bytes_(bytes) {
   static std::atomic<int> counter{0};
   key_ = "/kernelserve-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++);

@@ -96,6 +96,9 @@ class ShmObject {
   const std::string& key() const { return key_; }  // "/kernelserve-test-PID-N"
   char* data() const { return data_; }
   size_t size() const { return bytes_; }
+  // Cuts (or grows) the object to `bytes` (ftruncate), as a client may at any time. The bytes of
+  // data() past them must not be touched here while it is shorter.
+  void Resize(size_t bytes) const;
 
  private:
   std::string key_;

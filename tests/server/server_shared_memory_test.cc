@@ -1,9 +1,15 @@
 // kernelserve.v1's shared memory over the kernelserve-server binary: a system region
 // registered once, inputs read from it and outputs written into it, equal to inline calls bit
-// for bit; every bad reference and registration with its code; the flag that turns it off.
+// for bit; every bad reference and registration with its code; the flag that turns it off; what
+// one identity sees of its regions (owner, Unregister of "" keeping to it), the rules
+// for names and keys, objects shrunk under the server, the calls counted in use.
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -36,14 +42,35 @@ class SharedMemoryTest : public ::testing::Test {
 
   grpc::Status Register(const std::string& name, const ShmObject& object, uint64_t offset,
                         uint64_t bytes) {
+    return RegisterKey(name, object.key(), offset, bytes);
+  }
+  grpc::Status RegisterKey(const std::string& name, const std::string& key, uint64_t offset,
+                           uint64_t bytes) {
     grpc::ClientContext context;
     v1::RegisterSystemSharedMemoryRequest request;
     request.set_name(name);
-    request.set_key(object.key());
+    request.set_key(key);
     request.set_offset(offset);
     request.set_byte_size(bytes);
     v1::RegisterSharedMemoryResponse response;
     return stub_->RegisterSystemSharedMemory(&context, request, &response);
+  }
+  v1::SharedMemoryStatusResponse Status(const std::string& owner = "") {
+    grpc::ClientContext context;
+    v1::SharedMemoryStatusRequest request;
+    request.set_owner(owner);
+    v1::SharedMemoryStatusResponse response;
+    const grpc::Status status = stub_->SharedMemoryStatus(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+  grpc::Status Unregister(const std::string& name, const std::string& owner = "") {
+    grpc::ClientContext context;
+    v1::UnregisterSharedMemoryRequest request;
+    request.set_name(name);
+    request.set_owner(owner);
+    v1::UnregisterSharedMemoryResponse response;
+    return stub_->UnregisterSharedMemory(&context, request, &response);
   }
   grpc::Status Execute(const v1::ExecuteRequest& request, v1::ExecuteResponse* response) {
     grpc::ClientContext context;
@@ -204,6 +231,155 @@ TEST(SharedMemoryOffTest, RegistrationIsUnimplementedAndTheStartupLineSaysSo) {
   EXPECT_NE(status.error_message().find("--shared-memory=off"), std::string::npos)
       << status.error_message();
   EXPECT_TRUE(server.Stop().ok());
+}
+
+// True when `text` is printable ASCII only.
+bool Printable(const std::string& text) {
+  for (char c : text) {
+    if (c < ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+TEST_F(SharedMemoryTest, StatusShowsTheOwnerAndUnregisterKeepsToTheCallersRegions) {
+  ShmObject object(8192);
+  ASSERT_TRUE(Register("r", object, 0, 8192).ok());
+  v1::SharedMemoryStatusResponse own = Status();
+  ASSERT_EQ(own.regions_size(), 1);
+  EXPECT_EQ(own.regions(0).owner(), "anonymous");  // a server without authentication
+  EXPECT_FALSE(own.regions(0).pinned());           // no GPUs here
+  EXPECT_EQ(Status("*").regions_size(), 1);        // the anonymous caller is an admin
+  EXPECT_EQ(Status("anonymous").regions_size(), 1);
+  EXPECT_EQ(Status("someone-else").regions_size(), 0);
+  // Another owner's regions (there are none) are all an owner field reaches.
+  EXPECT_TRUE(Unregister("", "someone-else").ok());
+  EXPECT_EQ(Unregister("r", "someone-else").error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Status().regions_size(), 1);
+  EXPECT_TRUE(Unregister("").ok());
+  EXPECT_EQ(Status().regions_size(), 0);
+}
+
+TEST_F(SharedMemoryTest, NamesAndKeysBreakingTheRulesAreInvalidArgumentAndNeverEchoed) {
+  ShmObject object(4096);
+  const std::vector<std::string> names = {std::string("a\0b", 3), "line\nbreak",
+                                          "\xE2\x80\x8Fright-to-left", "two words",
+                                          std::string(1 << 20, 'x')};
+  for (const std::string& name : names) {
+    const grpc::Status status = Register(name, object, 0, 16);
+    EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_TRUE(Printable(status.error_message())) << status.error_message();
+    EXPECT_LT(status.error_message().size(), 512u);
+  }
+  // A key with a NUL was cut there and opened the object before it.
+  const grpc::Status nul = RegisterKey("r", object.key() + std::string(1, '\0') + "x", 0, 16);
+  EXPECT_EQ(nul.error_code(), StatusCode::INVALID_ARGUMENT) << nul.error_message();
+  EXPECT_NE(nul.error_message().find("expected a POSIX shared-memory name"), std::string::npos)
+      << nul.error_message();
+  EXPECT_TRUE(Printable(nul.error_message())) << nul.error_message();
+  for (const std::string& key : {std::string("relative"), std::string("/a/b"),
+                                 "/" + std::string(300, 'k'), std::string("/..")}) {
+    EXPECT_EQ(RegisterKey("r", key, 0, 16).error_code(), StatusCode::INVALID_ARGUMENT) << key;
+  }
+  EXPECT_EQ(Status().regions_size(), 0);
+  EXPECT_TRUE(Register(std::string(128, 'n'), object, 0, 16).ok());
+}
+
+TEST_F(SharedMemoryTest, ACallIntoAShrunkObjectIsInvalidArgumentAndTheServerLives) {
+  const Tensor x = RandomTensor(DType::kF32, {2, 8, 16}, 3);
+  ShmObject object(64 * 1024);
+  ASSERT_TRUE(Register("r", object, 0, 64 * 1024).ok());
+  v1::ExecuteRequest kept = MeanPoolingRequest(x);
+  MoveInput(&kept, "x", object, 0, "r", 1024);
+  v1::ExecuteRequest lost = MeanPoolingRequest(x);
+  MoveInput(&lost, "x", object, 0, "r", 40 * 1024);
+  v1::ExecuteRequest lost_output = kept;
+  (*lost_output.mutable_output_regions())["out"] = Ref("r", 48 * 1024, 4096);
+  object.Resize(16 * 1024);  // the client cuts its object
+
+  v1::ExecuteResponse response;
+  grpc::Status status = Execute(lost, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+  const std::string want = "input 'x': the object of region 'r' (key '" + object.key() +
+                           "') is 16384 bytes now, and the call needs its bytes [40960, " +
+                           std::to_string(40 * 1024 + x.nbytes()) + ")";
+  EXPECT_NE(status.error_message().find(want), std::string::npos) << status.error_message();
+  status = Execute(lost_output, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("output 'out'"), std::string::npos)
+      << status.error_message();
+  // The stream answers in-band.
+  grpc::ClientContext context;
+  auto stream = stub_->ExecuteStream(&context);
+  ASSERT_TRUE(stream->Write(lost));
+  stream->WritesDone();
+  v1::ExecuteResponse streamed;
+  ASSERT_TRUE(stream->Read(&streamed));
+  EXPECT_EQ(streamed.status().code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_TRUE(stream->Finish().ok());
+  // The server lives on, and the part still there serves.
+  status = Execute(kept, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.outputs().at("out").shape_size(), 2);
+}
+
+TEST_F(SharedMemoryTest, InUseCountsTheCallsHoldingARegionNotTheirTensors) {
+  // Calls queued behind a slow one on the CPU worker hold their regions while they wait.
+  AttentionInputsOptions slow_options;
+  slow_options.B = 2;
+  slow_options.Sq = 1024;
+  slow_options.Sk = 1024;
+  slow_options.Hq = 8;
+  slow_options.Hkv = 8;
+  slow_options.D = 64;
+  const TensorMap slow_inputs = RandomAttentionInputs(slow_options);
+  v1::ExecuteRequest slow;
+  slow.set_kernel("flash_attention");
+  slow.set_platform("cpu");
+  for (const auto& [name, tensor] : slow_inputs) (*slow.mutable_inputs())[name] = ToWire(tensor);
+
+  AttentionInputsOptions small_options;  // q, k, v and out: 4 tensors in one region
+  const TensorMap small_inputs = RandomAttentionInputs(small_options);
+  ShmObject object(1 << 20);
+  ASSERT_TRUE(Register("t", object, 0, 1 << 20).ok());
+  v1::ExecuteRequest small;
+  small.set_kernel("flash_attention");
+  small.set_platform("cpu");
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : small_inputs) {
+    (*small.mutable_inputs())[name] = ToWire(tensor);
+    MoveInput(&small, name, object, 0, "t", offset);
+    offset += 64 * 1024;
+  }
+  (*small.mutable_output_regions())["out"] = Ref("t", offset, 64 * 1024);
+
+  int most = 0;
+  for (int attempt = 0; attempt < 3 && most == 0; ++attempt) {
+    std::thread slow_call([&] {
+      v1::ExecuteResponse response;
+      EXPECT_TRUE(Execute(slow, &response).ok());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::atomic<int> running{2};
+    std::vector<std::thread> small_calls;
+    for (int i = 0; i < 2; ++i) {
+      small_calls.emplace_back([&] {
+        v1::ExecuteResponse response;
+        const grpc::Status status = Execute(small, &response);
+        EXPECT_TRUE(status.ok()) << status.error_message();
+        --running;
+      });
+    }
+    for (int poll = 0; poll < 2000 && running.load() > 0; ++poll) {
+      const v1::SharedMemoryStatusResponse listed = Status();
+      if (listed.regions_size() == 1) most = std::max(most, listed.regions(0).in_use());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (std::thread& call : small_calls) call.join();
+    slow_call.join();
+  }
+  EXPECT_GE(most, 1) << "no poll saw a call waiting";
+  EXPECT_LE(most, 2) << "two calls, whatever their tensors";
+  EXPECT_EQ(Status().regions(0).in_use(), 0);
 }
 
 }  // namespace
