@@ -1,9 +1,11 @@
 #include "server/options.h"
 
 #include <limits>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address: host:port (port 0 = any free port) or unix:PATH");
@@ -34,6 +36,19 @@ ABSL_FLAG(std::string, shared_memory, "auto",
           "handles of GPU buffers) or all");
 ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{16} << 30,
           "bytes of shared memory registered in all before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_shared_memory_regions, 1024,
+          "shared-memory regions registered in all before RESOURCE_EXHAUSTED (1 to 8192)");
+ABSL_FLAG(int32_t, quota_shared_memory_regions, 256,
+          "shared-memory regions one identity may hold registered before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, quota_shared_memory_bytes, 0,
+          "bytes of shared memory one identity may hold registered before RESOURCE_EXHAUSTED; "
+          "0 = only --max-shared-memory-bytes");
+ABSL_FLAG(int64_t, max_pinned_shared_memory_bytes, int64_t{4} << 30,
+          "bytes of system shared-memory regions page-locked for the GPUs in all; regions past "
+          "it stay unpinned (their copies are staged)");
+ABSL_FLAG(int64_t, quota_pinned_bytes, 0,
+          "bytes of one identity's system shared-memory regions page-locked for the GPUs; "
+          "regions past it stay unpinned; 0 = only --max-pinned-shared-memory-bytes");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file holding the bearer token every RPC but health must carry");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
@@ -44,6 +59,33 @@ ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long accepted calls may take to finish");
 
 namespace kernelserve::server {
+namespace {
+
+// The caps on shared-memory regions, each >= 0 (the region counts >= 1, at most
+// kMaxSharedMemoryRegions in all).
+absl::Status CheckSharedMemoryCaps(const ServerOptions& o) {
+  if (o.max_shared_memory_regions < 1 || o.max_shared_memory_regions > kMaxSharedMemoryRegions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-shared-memory-regions=", o.max_shared_memory_regions,
+                     ": expected 1 .. ", kMaxSharedMemoryRegions));
+  }
+  if (o.quota_shared_memory_regions < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quota-shared-memory-regions=", o.quota_shared_memory_regions, ": expected > 0"));
+  }
+  const std::pair<const char*, int64_t> bytes[] = {
+      {"--quota-shared-memory-bytes", o.quota_shared_memory_bytes},
+      {"--max-pinned-shared-memory-bytes", o.max_pinned_shared_memory_bytes},
+      {"--quota-pinned-bytes", o.quota_pinned_bytes}};
+  for (const auto& [flag, value] : bytes) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, "=", value, ": expected >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ServerOptions> OptionsFromFlags() {
   ServerOptions o;
@@ -61,6 +103,11 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_pinned_bytes = absl::GetFlag(FLAGS_max_pinned_bytes);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
+  o.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
+  o.quota_shared_memory_regions = absl::GetFlag(FLAGS_quota_shared_memory_regions);
+  o.quota_shared_memory_bytes = absl::GetFlag(FLAGS_quota_shared_memory_bytes);
+  o.max_pinned_shared_memory_bytes = absl::GetFlag(FLAGS_max_pinned_shared_memory_bytes);
+  o.quota_pinned_bytes = absl::GetFlag(FLAGS_quota_pinned_bytes);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -102,6 +149,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-shared-memory-bytes=", o.max_shared_memory_bytes, ": expected >= 0"));
   }
+  KS_RETURN_IF_ERROR(CheckSharedMemoryCaps(o));
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");
   }

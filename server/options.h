@@ -10,6 +10,9 @@
 
 namespace kernelserve::server {
 
+// The most --max-shared-memory-regions may be.
+inline constexpr int kMaxSharedMemoryRegions = 8192;
+
 // A value type. Every field has a default (the flags' defaults).
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";          // gRPC address (port 0 = pick a free one)
@@ -28,12 +31,19 @@ struct ServerOptions {
   // regions are served.
   std::string shared_memory = "auto";
   int64_t max_shared_memory_bytes = int64_t{16} << 30;  // registered bytes in all
-  std::string auth_token_file;                          // "" = no authentication
-  std::string tls_cert;                                 // PEM; "" = plaintext
-  std::string tls_key;                                  // PEM; required with tls_cert
-  std::string tls_client_ca;                            // PEM; set = clients must present a cert
-  bool reflection = false;                              // gRPC server reflection
-  absl::Duration grace_period = absl::Seconds(30);      // drain time on SIGTERM/SIGINT
+  int max_shared_memory_regions = 1024;                 // registered regions in all
+  int quota_shared_memory_regions = 256;                // regions of one identity
+  int64_t quota_shared_memory_bytes = 0;                // of one identity; 0 = the max only
+  // Page-locked bytes of system regions (servers with GPUs), in all and of one identity (0 =
+  // the max only); past them regions stay unpinned.
+  int64_t max_pinned_shared_memory_bytes = int64_t{4} << 30;
+  int64_t quota_pinned_bytes = 0;
+  std::string auth_token_file;                      // "" = no authentication
+  std::string tls_cert;                             // PEM; "" = plaintext
+  std::string tls_key;                              // PEM; required with tls_cert
+  std::string tls_client_ca;                        // PEM; set = clients must present a cert
+  bool reflection = false;                          // gRPC server reflection
+  absl::Duration grace_period = absl::Seconds(30);  // drain time on SIGTERM/SIGINT
 };
 
 // The options the flags hold. InvalidArgument naming the flag for out-of-range values.

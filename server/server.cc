@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,19 @@ std::string SharedMemoryLabel(const SharedMemoryRegistry* registry) {
   if (registry != nullptr && registry->system()) kinds.push_back("system");
   if (registry != nullptr && registry->cuda()) kinds.push_back("cuda");
   return kinds.empty() ? std::string("off") : absl::StrJoin(kinds, " ");
+}
+
+// Each system region keeps its object open (its size is checked before each use): the soft
+// limit on open files is raised, as far as the hard limit lets it, to leave room for `regions`
+// of them besides the server's connections and files.
+void RaiseOpenFileLimit(int regions) {
+  constexpr rlim_t kOtherFiles = 4096;
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(regions) + kOtherFiles;
+  if (limit.rlim_cur >= want) return;
+  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? want : std::min(want, limit.rlim_max);
+  (void)setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 constexpr char kServiceName[] = "kernelserve.v1.KernelService";
@@ -201,6 +215,12 @@ absl::Status Server::StartGrpc() {
   shared.system = mode == "system" || mode == "all" || local;
   shared.cuda = mode == "cuda" || mode == "all" || local;
   shared.max_bytes = options_.max_shared_memory_bytes;
+  shared.max_regions = options_.max_shared_memory_regions;
+  shared.quota_regions = options_.quota_shared_memory_regions;
+  shared.quota_bytes = options_.quota_shared_memory_bytes;
+  shared.max_pinned_bytes = options_.max_pinned_shared_memory_bytes;
+  shared.quota_pinned_bytes = options_.quota_pinned_bytes;
+  if (shared.system) RaiseOpenFileLimit(shared.max_regions);
   shared.off_reason = mode == "auto"
                           ? "--shared-memory=auto serves it on loopback and unix listeners only"
                           : absl::StrCat("--shared-memory=", mode);

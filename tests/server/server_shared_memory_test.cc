@@ -1,7 +1,7 @@
 // kernelserve.v1's shared memory over the kernelserve-server binary: a system region
 // registered once, inputs read from it and outputs written into it, equal to inline calls bit
 // for bit; every bad reference and registration with its code; the flag that turns it off; what
-// one identity sees of its regions (owner, Unregister of "" keeping to it), the rules
+// one identity sees of its regions (owner, Unregister of "" keeping to it), the caps, the rules
 // for names and keys, objects shrunk under the server, the calls counted in use.
 #include <atomic>
 #include <chrono>
@@ -380,6 +380,53 @@ TEST_F(SharedMemoryTest, InUseCountsTheCallsHoldingARegionNotTheirTensors) {
   EXPECT_GE(most, 1) << "no poll saw a call waiting";
   EXPECT_LE(most, 2) << "two calls, whatever their tensors";
   EXPECT_EQ(Status().regions(0).in_use(), 0);
+}
+
+TEST(SharedMemoryCapsTest, RegionCountsAndBytesAreCappedNamingTheFlags) {
+  ShmObject object(16384);
+  auto registered = [&](v1::KernelService::Stub& stub, const std::string& name, uint64_t bytes) {
+    grpc::ClientContext context;
+    v1::RegisterSystemSharedMemoryRequest request;
+    request.set_name(name);
+    request.set_key(object.key());
+    request.set_byte_size(bytes);
+    v1::RegisterSharedMemoryResponse response;
+    return stub.RegisterSystemSharedMemory(&context, request, &response);
+  };
+  auto expect_full = [](const grpc::Status& status, const std::string& words) {
+    EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_NE(status.error_message().find(words), std::string::npos) << status.error_message();
+  };
+  {
+    ServerProcess server;
+    ASSERT_TRUE(server
+                    .Start({"--cache=memory", "--max-shared-memory-regions=3",
+                            "--quota-shared-memory-regions=8"})
+                    .ok());
+    auto stub = MakeStub(server.address());
+    for (const char* name : {"a", "b", "c"}) ASSERT_TRUE(registered(*stub, name, 16).ok());
+    expect_full(registered(*stub, "d", 16), "--max-shared-memory-regions=3");
+    EXPECT_TRUE(server.Stop().ok());
+  }
+  {
+    ServerProcess server;
+    ASSERT_TRUE(server
+                    .Start({"--cache=memory", "--quota-shared-memory-regions=2",
+                            "--quota-shared-memory-bytes=8192"})
+                    .ok());
+    auto stub = MakeStub(server.address());
+    ASSERT_TRUE(registered(*stub, "a", 4096).ok());
+    expect_full(registered(*stub, "b", 8192), "--quota-shared-memory-bytes=8192");
+    ASSERT_TRUE(registered(*stub, "b", 4096).ok());
+    expect_full(registered(*stub, "c", 16), "holds 2 regions, --quota-shared-memory-regions=2");
+    EXPECT_TRUE(server.Stop().ok());
+  }
+  for (const char* flag : {"--max-shared-memory-regions=0", "--max-shared-memory-regions=8193",
+                           "--quota-shared-memory-regions=0", "--quota-pinned-bytes=-1"}) {
+    ServerProcess server;
+    const absl::Status started = server.Start({"--cache=memory", flag});
+    EXPECT_FALSE(started.ok()) << flag;
+  }
 }
 
 }  // namespace
