@@ -188,7 +188,9 @@ class Client {
 
   // Shared memory of the server's host (see client/shared_memory.h for the helper that makes
   // and registers a system region): registers `byte_size` bytes at `offset` of the POSIX
-  // shared-memory object `key` as system region `name`.
+  // shared-memory object `key` as system region `name` of this client's identity (its token).
+  // The server takes names of 1 to 128 printable ASCII characters without spaces and keys of
+  // '/' and 1 to 254 printable ASCII characters without '/' (InvalidArgument otherwise).
   absl::Status RegisterSystemSharedMemory(const std::string& name, const std::string& key,
                                           uint64_t offset, uint64_t byte_size) const;
   // Registers `byte_size` bytes of the GPU buffer whose cudaIpcMemHandle_t is `raw_handle` (64
@@ -196,7 +198,8 @@ class Client {
   // GPU `device` as CUDA region `name`: calls on that GPU read and write it in place.
   absl::Status RegisterCudaSharedMemory(const std::string& name, const std::string& raw_handle,
                                         int device, uint64_t byte_size) const;
-  // Forgets region `name` ("" = all); lists the regions ("" = all).
+  // Forgets region `name` of this client's identity ("" = all of them); lists them ("" = all),
+  // each with its owner, whether pinned and the calls holding it.
   absl::Status UnregisterSharedMemory(const std::string& name) const;
   absl::StatusOr<v1::SharedMemoryStatusResponse> SharedMemoryStatus(
       const std::string& name = "") const;

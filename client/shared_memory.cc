@@ -31,13 +31,14 @@ struct SharedMemoryRegion::Mapping {
 
 namespace {
 
-// A new shm_open key: "/kernelserve-<pid>-<n>-<name>", '/' in the name made '_', at most 255
-// bytes (NAME_MAX).
+// A new shm_open key: "/kernelserve-<pid>-<n>-<name>", each '/', space or byte that is not
+// printable ASCII in the name made '_', at most 255 bytes (NAME_MAX): a key the server takes
+// whatever the name.
 std::string NewKey(const std::string& name) {
   static std::atomic<uint64_t> next{0};
   std::string key = absl::StrCat("/kernelserve-", getpid(), "-", next.fetch_add(1), "-", name);
   for (size_t i = 1; i < key.size(); ++i) {
-    if (key[i] == '/') key[i] = '_';
+    if (key[i] == '/' || key[i] <= ' ' || key[i] > '~') key[i] = '_';
   }
   if (key.size() > 255) key.resize(255);
   return key;

@@ -33,11 +33,14 @@ namespace kernelserve {
 // calls that read or write them (a call's inputs must not change until it returns).
 class SharedMemoryRegion {
  public:
-  // Creates a shared-memory object of `byte_size` bytes (its key "/kernelserve-<pid>-<n>-<name>"),
-  // maps it and registers all of it with the server of `client` under `name`. InvalidArgument
-  // for an empty name or size; Internal when the object cannot be made or mapped; the
-  // server's error when it refuses (Unimplemented: shared memory is off there; AlreadyExists:
-  // the name is taken; NotFound: the server is on another host and cannot see the object).
+  // Creates a shared-memory object of `byte_size` bytes (its key "/kernelserve-<pid>-<n>-<name>",
+  // each '/', space or byte outside printable ASCII in the name made '_', cut to 255 bytes), maps
+  // it and registers all of it with the server of `client` under `name`, a region of the
+  // client's identity. InvalidArgument for an empty name or size; Internal when the object
+  // cannot be made or mapped; the server's error when it refuses (InvalidArgument: a name not of
+  // 1 to 128 printable ASCII characters without spaces; Unimplemented: shared memory is off
+  // there; AlreadyExists: the identity has taken the name; ResourceExhausted: past the server's
+  // caps; NotFound: the server is on another host and cannot see the object).
   // REQUIRES: `client` outlives the region.
   static absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> CreateSystem(const Client& client,
                                                                           std::string name,

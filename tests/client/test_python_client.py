@@ -586,6 +586,8 @@ class SystemSharedMemoryTest(unittest.TestCase):
         self.assertEqual((listed.name, listed.kind, listed.key, listed.offset, listed.byte_size,
                           listed.in_use, listed.device),
                          ("status", "system", region.key, 0, 1 << 16, 0, -1))
+        # The server has no authentication (one identity) and no GPU.
+        self.assertEqual((listed.owner, listed.pinned), ("anonymous", False))
         with self.client.register_system_shm("other", 4096) as other:
             self.assertEqual(sorted(r.name for r in self.client.shm_status()),
                              ["other", "status"])

@@ -226,8 +226,11 @@ class Client:
         host. Returns the region: region.ndarray(shape, dtype, offset) and region.put(array,
         offset) give views into it, which execute and execute_stream send as references
         (inputs) or have the server write (outputs=); region.close() (or a with block)
-        unregisters it and removes the object. Codes: ALREADY_EXISTS for a name taken,
-        RESOURCE_EXHAUSTED past the server's --max-shared-memory-bytes, UNIMPLEMENTED where
+        unregisters it and removes the object. The region belongs to this client's identity
+        (its token): calls name it only with that identity. Codes: INVALID_ARGUMENT for a name
+        that is not 1 to 128 printable ASCII characters without spaces, ALREADY_EXISTS for a
+        name the identity has taken, RESOURCE_EXHAUSTED past the server's caps on regions and
+        their bytes (--max-shared-memory-bytes and the others), UNIMPLEMENTED where
         the server serves no shared memory (--shared-memory=off, or a listener that is not
         loopback or unix), NOT_FOUND from a server on another host (it cannot see the
         object); the object is removed then."""
@@ -278,16 +281,17 @@ class Client:
                    pb.UnregisterSharedMemoryRequest(name=name))
 
     def unregister_shm(self, name: str = "") -> None:
-        """Unregisters the shared-memory region `name` ("" = every region, this client's or
-        not); NOT_FOUND for a name the server does not have. A call holding it keeps it mapped
-        until it ends. This client's region of that name stays here (its views go as data
-        from now on) until closed."""
+        """Unregisters the shared-memory region `name` ("" = every region of this client's
+        identity, this client's or another's with the same token); NOT_FOUND for a name the
+        identity does not have. A call holding it keeps it mapped until it ends. This client's
+        region of that name stays here (its views go as data from now on) until closed."""
         self._unregister_region(name)
         self._regions.forget(name)
 
     def shm_status(self, name: str = "") -> list[results.RegionStatus]:
-        """The registered shared-memory regions ("" = all; NOT_FOUND for a name the server
-        does not have), with the calls holding each."""
+        """The shared-memory regions this client's identity registered ("" = all; NOT_FOUND for
+        a name it does not have), with their owner, whether pinned and the calls holding
+        each."""
         response = self._call(self._stub.SharedMemoryStatus,
                               pb.SharedMemoryStatusRequest(name=name))
         return [results.region_status_of(region) for region in response.regions]

@@ -110,6 +110,8 @@ class RegionStatus:
     byte_size: int
     in_use: int  # calls holding it now
     device: int  # the GPU of a "cuda" region; -1 for "system"
+    owner: str = ""  # the identity that registered it ("anonymous" without authentication)
+    pinned: bool = False  # a "system" region page-locked for the server's GPUs
 
 
 def config_dict(config: pb.KernelConfig) -> dict[str, Union[int, str]]:
@@ -221,4 +223,5 @@ def entry_of(entry: pb.ConfigEntry) -> ConfigEntry:
 def region_status_of(region: pb.SharedMemoryRegion) -> RegionStatus:
     """The RegionStatus of a pb.SharedMemoryRegion."""
     return RegionStatus(name=region.name, kind=region.kind, key=region.key, offset=region.offset,
-                        byte_size=region.byte_size, in_use=region.in_use, device=region.device)
+                        byte_size=region.byte_size, in_use=region.in_use, device=region.device,
+                        owner=region.owner, pinned=region.pinned)
