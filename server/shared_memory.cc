@@ -62,7 +62,7 @@ std::string BadByte(std::string_view text, size_t at) {
 std::string NotRegistered(RegionKind kind, const std::string& name, const std::string& owner) {
   return absl::StrCat("no ", KindName(kind), "shared memory region ", Quoted(name),
                       owner == kEveryOwner ? std::string(" of any identity")
-                                           : absl::StrCat(" of identity '", owner, "'"));
+                                           : absl::StrCat(" of identity ", Quoted(owner)));
 }
 
 }  // namespace

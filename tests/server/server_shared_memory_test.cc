@@ -324,7 +324,7 @@ TEST_F(SharedMemoryTest, ACallIntoAShrunkObjectIsInvalidArgumentAndTheServerLive
 
 TEST_F(SharedMemoryTest, InUseCountsTheCallsHoldingARegionNotTheirTensors) {
   // Calls queued behind a slow one on the CPU worker hold their regions while they wait.
-  AttentionInputsOptions slow_options;
+  AttentionInputsOptions slow_options;  // about a second on one core
   slow_options.B = 2;
   slow_options.Sq = 1024;
   slow_options.Sk = 1024;
@@ -358,7 +358,13 @@ TEST_F(SharedMemoryTest, InUseCountsTheCallsHoldingARegionNotTheirTensors) {
       v1::ExecuteResponse response;
       EXPECT_TRUE(Execute(slow, &response).ok());
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Received (the in-flight gauge counts it from then on), then parsed and queued at once.
+    for (int poll = 0; poll < 1000; ++poll) {
+      absl::StatusOr<std::string> metrics = HttpGet(server_->metrics_port(), "/metrics");
+      if (metrics.ok() && MetricSum(*metrics, "kernelserve_inflight_requests") >= 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::atomic<int> running{2};
     std::vector<std::thread> small_calls;
     for (int i = 0; i < 2; ++i) {

@@ -195,6 +195,9 @@ TEST(SharedMemoryOwnershipTest, AdminsSeeAndRemoveEveryonesRegionsButResolveThei
   EXPECT_EQ(registry.List(admin, kEveryOwner, "a")->size(), 2u);
   EXPECT_EQ(registry.List(admin, "bob", "")->size(), 2u);
   EXPECT_EQ(registry.List(admin, "carol", "a").status().code(), absl::StatusCode::kNotFound);
+  const absl::Status odd = registry.Unregister(admin, std::string("x\n", 2), "a");
+  EXPECT_EQ(odd.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(odd.message().find("of identity 'x\\n'"), std::string::npos) << odd;
   EXPECT_EQ(registry.Span(admin, "a", 0, 1, "input 'x'").status().code(),
             absl::StatusCode::kNotFound);
 
