@@ -12,12 +12,14 @@
 #include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/convert.h"
+#include "server/auth.h"
 #include "server/budget.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
 #include "server/region_tensors.h"
 #include "server/shared_memory.h"
+#include "server/tenants.h"
 #include "server/worker_pool.h"
 
 namespace kernelserve::server {
@@ -30,10 +32,13 @@ struct ServiceDeps {
   Metrics* metrics = nullptr;              // REQUIRED
   InflightBudget* budget = nullptr;        // REQUIRED
   const ServerOptions* options = nullptr;  // REQUIRED
-  std::string auth_token;                  // "" = no authentication
-  std::string store_location;              // for GetServerInfo ("memory (none)" without a store)
-  bool built_with_cuda = false;            // for GetServerInfo
-  std::string cudnn_version = "none";      // for GetServerInfo (LoadedCudnnVersion)
+  // Who calls (identities and roles); nullptr = every caller is the anonymous admin.
+  const Authenticator* auth = nullptr;
+  // Per-identity quotas and metrics; nullptr = none.
+  Tenants* tenants = nullptr;
+  std::string store_location;          // for GetServerInfo ("memory (none)" without a store)
+  bool built_with_cuda = false;        // for GetServerInfo
+  std::string cudnn_version = "none";  // for GetServerInfo (LoadedCudnnVersion)
   // Where the large tensor bytes of Execute and ExecuteStream requests are parsed into (the
   // CUDA platform's pool of page-locked memory when serving GPUs); nullptr = the heap.
   HostAllocator* host_allocator = nullptr;

@@ -112,9 +112,9 @@ absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
 grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(
     Context* context, const char* method, const std::function<absl::Status(const Caller&)>& body) {
   Reactor* reactor = context->DefaultReactor();
-  absl::StatusOr<Caller> caller = Authenticate(deps_, *context);
-  absl::Status status = caller.status();
-  if (status.ok()) status = RunGuarded([&] { return body(*caller); });
+  absl::StatusOr<Admitted> admitted = Admit(deps_, *context);
+  absl::Status status = admitted.status();
+  if (status.ok()) status = RunGuarded([&] { return body(admitted->caller); });
   deps_.metrics->InferenceProtocolCall(method, absl::StatusCodeToString(status.code()));
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -236,8 +236,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
   };
   absl::Status status = RunGuarded([&]() -> absl::Status {
     deps_.metrics->Received(call->received_bytes());
-    KS_ASSIGN_OR_RETURN(Caller caller, Authenticate(deps_, *context));
-    call->tracker().set_caller(std::move(caller));
+    KS_RETURN_IF_ERROR(Admit(deps_, call->tracker()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
     v1::ExecuteRequest native;

@@ -35,7 +35,27 @@ ABSL_FLAG(std::string, shared_memory, "auto",
 ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{16} << 30,
           "bytes of shared memory registered in all before RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "file holding the bearer token every RPC but health must carry");
+          "file of bearer tokens, one per line: IDENTITY ROLE TOKEN (ROLE caller or admin; TOKEN "
+          "or sha256:HEX of it), or a single TOKEN (identity 'default', admin); every RPC but "
+          "health must then carry one");
+ABSL_FLAG(std::string, admin_identities, "",
+          "comma-separated identities with the admin role besides the token file's: "
+          "cert:SUBJECT (mTLS), uid:N (Unix socket peers) or a token identity");
+ABSL_FLAG(std::string, anonymous_role, "admin",
+          "role of callers the server cannot name (no tokens, no client certificate, not a Unix "
+          "socket peer): admin or caller");
+ABSL_FLAG(std::string, metrics_auth_token_file, "",
+          "file holding the bearer token a /metrics scrape must carry (Prometheus: "
+          "authorization.credentials_file); empty = /metrics is open");
+ABSL_FLAG(int64_t, quota_inflight_bytes, 0,
+          "in-flight bytes of one identity's calls before RESOURCE_EXHAUSTED; 0 = only "
+          "--max-inflight-bytes");
+ABSL_FLAG(double, quota_requests_per_second, 0,
+          "calls one identity may start per second on average before RESOURCE_EXHAUSTED; 0 = "
+          "no limit");
+ABSL_FLAG(double, quota_request_burst, 0,
+          "calls one identity may start at once under --quota-requests-per-second; 0 = "
+          "max(1, the rate)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA that client certificates must chain to (mTLS)");
@@ -62,6 +82,12 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  o.admin_identities = absl::GetFlag(FLAGS_admin_identities);
+  o.anonymous_role = absl::GetFlag(FLAGS_anonymous_role);
+  o.metrics_auth_token_file = absl::GetFlag(FLAGS_metrics_auth_token_file);
+  o.quota_inflight_bytes = absl::GetFlag(FLAGS_quota_inflight_bytes);
+  o.quota_requests_per_second = absl::GetFlag(FLAGS_quota_requests_per_second);
+  o.quota_request_burst = absl::GetFlag(FLAGS_quota_request_burst);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
@@ -101,6 +127,18 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   if (o.max_shared_memory_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-shared-memory-bytes=", o.max_shared_memory_bytes, ": expected >= 0"));
+  }
+  if (o.anonymous_role != "admin" && o.anonymous_role != "caller") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--anonymous-role=", o.anonymous_role, ": expected admin or caller"));
+  }
+  if (o.quota_inflight_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quota-inflight-bytes=", o.quota_inflight_bytes, ": expected >= 0"));
+  }
+  if (!(o.quota_requests_per_second >= 0) || !(o.quota_request_burst >= 0)) {
+    return absl::InvalidArgumentError(
+        "--quota-requests-per-second and --quota-request-burst: expected >= 0");
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");

@@ -28,12 +28,19 @@ struct ServerOptions {
   // regions are served.
   std::string shared_memory = "auto";
   int64_t max_shared_memory_bytes = int64_t{16} << 30;  // registered bytes in all
-  std::string auth_token_file;                          // "" = no authentication
-  std::string tls_cert;                                 // PEM; "" = plaintext
-  std::string tls_key;                                  // PEM; required with tls_cert
-  std::string tls_client_ca;                            // PEM; set = clients must present a cert
-  bool reflection = false;                              // gRPC server reflection
-  absl::Duration grace_period = absl::Seconds(30);      // drain time on SIGTERM/SIGINT
+  // Bearer tokens with their identities and roles (server/auth.h, ParseTokenFile); "" = none.
+  std::string auth_token_file;
+  std::string admin_identities;          // comma-separated identities given the admin role
+  std::string anonymous_role = "admin";  // role of callers without an identity: admin or caller
+  std::string metrics_auth_token_file;   // bearer token a /metrics scrape must carry; "" = none
+  int64_t quota_inflight_bytes = 0;      // per identity; 0 = only --max-inflight-bytes
+  double quota_requests_per_second = 0;  // per identity; 0 = no rate limit
+  double quota_request_burst = 0;        // per identity; 0 = max(1, requests per second)
+  std::string tls_cert;                  // PEM; "" = plaintext
+  std::string tls_key;                   // PEM; required with tls_cert
+  std::string tls_client_ca;             // PEM; set = clients must present a cert
+  bool reflection = false;               // gRPC server reflection
+  absl::Duration grace_period = absl::Seconds(30);  // drain time on SIGTERM/SIGINT
 };
 
 // The options the flags hold. InvalidArgument naming the flag for out-of-range values.

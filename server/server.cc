@@ -51,6 +51,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string&
   return text.str();
 }
 
+// The one token a file holds (surrounding white space dropped); InvalidArgument when empty.
+absl::StatusOr<std::string> ReadToken(const std::string& path, const std::string& flag) {
+  KS_ASSIGN_OR_RETURN(std::string text, ReadFile(path, flag));
+  std::string token(absl::StripAsciiWhitespace(text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": the file is empty"));
+  }
+  return token;
+}
+
 // The GPU ordinals --devices names, checked against the `detected` count.
 absl::StatusOr<std::vector<int>> ParseDevices(const std::string& spec, int detected) {
   std::vector<int> gpus;
@@ -166,11 +176,17 @@ absl::Status Server::Init(
   };
   pool_ = std::make_unique<WorkerPool>(devices_, pool_options);
   budget_ = std::make_unique<InflightBudget>(options_.max_inflight_bytes);
+  KS_RETURN_IF_ERROR(InitAuth());
   metrics_.InflightRequestsAdd(0);  // exported from the start
   metrics_.ExportKnownSeries(KnownLabels());
 
   if (!options_.metrics_listen.empty()) {
-    KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen));
+    std::string metrics_token;
+    if (!options_.metrics_auth_token_file.empty()) {
+      KS_ASSIGN_OR_RETURN(metrics_token,
+                          ReadToken(options_.metrics_auth_token_file, "--metrics-auth-token-file"));
+    }
+    KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen, metrics_token));
   }
   SampleDevices();
   sampler_ = std::thread([this] {
@@ -181,6 +197,31 @@ absl::Status Server::Init(
     }
   });
   return StartGrpc();
+}
+
+absl::Status Server::InitAuth() {
+  AuthOptions auth;
+  if (!options_.auth_token_file.empty()) {
+    KS_ASSIGN_OR_RETURN(std::string text, ReadFile(options_.auth_token_file, "--auth-token-file"));
+    KS_ASSIGN_OR_RETURN(auth.tokens, ParseTokenFile(text, options_.auth_token_file));
+  }
+  for (absl::string_view name :
+       absl::StrSplit(options_.admin_identities, ',', absl::SkipWhitespace())) {
+    auth.admin_identities.emplace_back(absl::StripAsciiWhitespace(name));
+  }
+  auth.anonymous_role = options_.anonymous_role == "caller" ? Role::kCaller : Role::kAdmin;
+  auth.client_certificates = !options_.tls_client_ca.empty();
+  KS_ASSIGN_OR_RETURN(auth_, Authenticator::Create(std::move(auth), /*peers=*/nullptr));
+  QuotaOptions quota;
+  quota.inflight_bytes = options_.quota_inflight_bytes;
+  quota.requests_per_second = options_.quota_requests_per_second;
+  quota.request_burst = options_.quota_request_burst;
+  std::vector<std::string> known = auth_->TokenIdentities();
+  if (known.empty()) known.push_back("anonymous");
+  tenants_ = std::make_unique<Tenants>(
+      quota, known,
+      [this](const std::string& label, const char* what) { metrics_.QuotaRefusal(label, what); });
+  return absl::OkStatus();
 }
 
 absl::Status Server::StartGrpc() {
@@ -208,14 +249,8 @@ absl::Status Server::StartGrpc() {
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
   deps.draining = &draining_;
-  if (!options_.auth_token_file.empty()) {
-    KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
-    deps.auth_token = std::string(absl::StripAsciiWhitespace(token));
-    if (deps.auth_token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--auth-token-file=", options_.auth_token_file, ": the file is empty"));
-    }
-  }
+  deps.auth = auth_.get();
+  deps.tenants = tenants_.get();
   kserve_service_ = std::make_unique<InferenceServiceImpl>(deps);
   service_ = std::make_unique<KernelServiceImpl>(std::move(deps));
   KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
@@ -224,6 +259,12 @@ absl::Status Server::StartGrpc() {
   if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   KS_RETURN_IF_ERROR(CheckUnixSocketFree(options_.listen));
   grpc::ServerBuilder builder;
+  if (options_.reflection && !options_.auth_token_file.empty()) {
+    // Reflection is gRPC's own service: its calls get the token rule through an interceptor.
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
+    guards.push_back(ReflectionGuard(auth_.get()));
+    builder.experimental().SetInterceptorCreators(std::move(guards));
+  }
   builder.AddListeningPort(options_.listen, credentials, &port_);
   // gRPC turns SO_REUSEPORT on by default: a second server on a port in use would start and
   // take a share of the calls. Off, binding a port in use fails.
@@ -301,6 +342,7 @@ KnownSeries Server::KnownLabels() const {
     }
   }
   for (int device : devices_) known.devices.push_back(DeviceLabel(device));
+  known.identities = tenants_->Labels();
   if (const PersistentStore* store = tiers_.chain->store()) known.store = store->name();
   for (ConfigSource source :
        {ConfigSource::kOverride, ConfigSource::kOverlay, ConfigSource::kMemory, ConfigSource::kFile,
@@ -337,7 +379,7 @@ std::string Server::StartupLine() const {
           : std::string(),
       devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
                           : std::string(),
-      "; shared memory ", SharedMemoryLabel(shared_memory_.get()));
+      "; shared memory ", SharedMemoryLabel(shared_memory_.get()), "; auth ", auth_->Describe());
 }
 
 absl::Status Server::Shutdown() {

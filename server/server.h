@@ -18,12 +18,14 @@
 #include "core/executor.h"
 #include "core/host_pool.h"
 #include "core/registry.h"
+#include "server/auth.h"
 #include "server/budget.h"
 #include "server/kserve_service.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
 #include "server/service.h"
+#include "server/tenants.h"
 #include "server/worker_pool.h"
 
 namespace kernelserve::server {
@@ -58,6 +60,7 @@ class Server {
  private:
   explicit Server(const ServerOptions& options);
   absl::Status Init(const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels);
+  absl::Status InitAuth();  // the authenticator and the per-identity state
   absl::Status StartGrpc();
   void SampleDevices();  // device memory and the pinned pool, into the metrics
   // The label values of the metrics series exported at startup.
@@ -73,6 +76,8 @@ class Server {
   std::vector<int> devices_;  // served: -1 (the CPU) then GPU ordinals
   // Page-locked memory for GPU calls (the CUDA platform's, process-wide); null without GPUs.
   HostBufferPool* host_pool_ = nullptr;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<Tenants> tenants_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<InflightBudget> budget_;
   std::unique_ptr<KernelServiceImpl> service_;

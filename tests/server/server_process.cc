@@ -189,6 +189,13 @@ absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& 
 }
 
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
+  absl::StatusOr<HttpResponse> response = HttpRequest(port, path);
+  if (!response.ok()) return response.status();
+  return response->body;
+}
+
+absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& path,
+                                         const std::vector<std::string>& headers) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket failed");
   sockaddr_in addr{};
@@ -199,8 +206,10 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot connect to port ", port));
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+  for (const std::string& header : headers) absl::StrAppend(&request, header, "\r\n");
+  request += "\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return absl::UnavailableError("write failed");
@@ -213,7 +222,12 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   close(fd);
   const size_t body = response.find("\r\n\r\n");
   if (body == std::string::npos) return absl::UnavailableError("no HTTP body: " + response);
-  return response.substr(body + 4);
+  HttpResponse out;
+  // "HTTP/1.1 200 OK": the code after the first space.
+  const size_t space = response.find(' ');
+  if (space != std::string::npos) out.status = std::atoi(response.c_str() + space + 1);
+  out.body = response.substr(body + 4);
+  return out;
 }
 
 double MetricSum(const std::string& text, const std::string& name,

@@ -68,6 +68,13 @@ absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& 
 
 // The body of GET http://127.0.0.1:<port><path>.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
+// The status code and body of GET http://127.0.0.1:<port><path> with `headers` ("Name: value").
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& path,
+                                         const std::vector<std::string>& headers = {});
 // Sum of the samples of metric `name` whose line contains every one of `labels` (e.g.
 // {"code=\"OK\""}); 0 when there is none.
 double MetricSum(const std::string& text, const std::string& name,
