@@ -32,6 +32,14 @@ std::vector<std::string> ModelNames(const Executor& executor) {
   return names;
 }
 
+// `timeout_us` from now; time_point::max() (no deadline) for a timeout of a century or more,
+// which the clock's arithmetic could not add.
+std::chrono::system_clock::time_point DeadlineAfter(int64_t timeout_us) {
+  constexpr int64_t kCenturyUs = int64_t{100} * 365 * 24 * 3600 * 1000000;
+  if (timeout_us >= kCenturyUs) return std::chrono::system_clock::time_point::max();
+  return std::chrono::system_clock::now() + std::chrono::microseconds(timeout_us);
+}
+
 }  // namespace
 
 absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_view name,
@@ -74,10 +82,7 @@ absl::Status PrepareInfer(const ServiceDeps& deps, inference::ModelInferRequest*
   reply->outputs = std::move(call.outputs);
   reply->input_regions = std::move(call.input_regions);
   reply->output_regions = std::move(call.output_regions);
-  if (call.timeout_us.has_value()) {
-    reply->deadline =
-        std::chrono::system_clock::now() + std::chrono::microseconds(*call.timeout_us);
-  }
+  if (call.timeout_us.has_value()) reply->deadline = DeadlineAfter(*call.timeout_us);
   *native = std::move(call.request);
   if (std::optional<int> gpu =
           RegionsGpu(deps.shared_memory, reply->input_regions, reply->output_regions)) {
