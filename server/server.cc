@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -104,6 +105,25 @@ std::string WithPort(const std::string& address, int port) {
   }
   const size_t colon = address.rfind(':');
   return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
+}
+
+// `limit` in whole milliseconds for a gRPC channel argument: at least 1, at most INT_MAX
+// (which gRPC reads as no limit).
+int ChannelArgMillis(absl::Duration limit) {
+  const int64_t millis = absl::ToInt64Milliseconds(absl::Ceil(limit, absl::Milliseconds(1)));
+  return static_cast<int>(std::clamp<int64_t>(millis, 1, INT_MAX));
+}
+
+// --max-connection-idle, --max-connection-age and --max-connection-age-grace (zero: gRPC's
+// default, no limit).
+void SetConnectionLimits(const ServerOptions& options, grpc::ServerBuilder* builder) {
+  const std::pair<const char*, absl::Duration> limits[] = {
+      {GRPC_ARG_MAX_CONNECTION_IDLE_MS, options.max_connection_idle},
+      {GRPC_ARG_MAX_CONNECTION_AGE_MS, options.max_connection_age},
+      {GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, options.max_connection_age_grace}};
+  for (const auto& [arg, limit] : limits) {
+    if (limit > absl::ZeroDuration()) builder->AddChannelArgument(arg, ChannelArgMillis(limit));
+  }
 }
 
 }  // namespace
@@ -228,6 +248,7 @@ absl::Status Server::StartGrpc() {
   // gRPC turns SO_REUSEPORT on by default: a second server on a port in use would start and
   // take a share of the calls. Off, binding a port in use fails.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  SetConnectionLimits(options_, &builder);
   // A request larger than the in-flight budget could never be accepted: gRPC refuses it as it
   // arrives ("larger than max"), before buffering it whole.
   builder.SetMaxReceiveMessageSize(
