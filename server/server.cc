@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "server/build_info.h"
 #include "server/device_memory.h"
 #include "server/listen_check.h"
+#include "server/listener.h"
 
 namespace kernelserve::server {
 namespace {
@@ -126,6 +128,11 @@ void SetConnectionLimits(const ServerOptions& options, grpc::ServerBuilder* buil
   }
 }
 
+// "; fds 1048576": the open files the process may have.
+std::string FileLimitLabel(uint64_t limit) {
+  return limit == RLIM_INFINITY ? std::string("; fds unlimited") : absl::StrCat("; fds ", limit);
+}
+
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -144,6 +151,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
 absl::Status Server::Init(
     const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
+  file_limit_ = RaiseFileLimit();
   ChainOptions chain_options;
   chain_options.on_store_error = [this](std::string_view store, std::string_view op) {
     metrics_.StoreError(store, op);
@@ -203,7 +211,24 @@ absl::Status Server::Init(
   return StartGrpc();
 }
 
+absl::Status Server::Listen(std::shared_ptr<grpc::ServerCredentials> credentials) {
+  KS_RETURN_IF_ERROR(CheckUnixSocketFree(options_.listen));
+  ListenerOptions listener_options;
+  if (!options_.tls_cert.empty()) listener_options.tls = std::move(credentials);
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Bind(options_.listen, std::move(listener_options));
+  if (!listener.ok()) {
+    return {listener.status().code(),
+            absl::StrCat("--listen=", options_.listen, ": ", listener.status().message())};
+  }
+  listener_ = *std::move(listener);
+  port_ = listener_->port();
+  return absl::OkStatus();
+}
+
 absl::Status Server::StartGrpc() {
+  KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
+  KS_RETURN_IF_ERROR(Listen(credentials));
   ServiceDeps deps;
   deps.executor = executor_.get();
   deps.pool = pool_.get();
@@ -228,6 +253,7 @@ absl::Status Server::StartGrpc() {
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
   deps.draining = &draining_;
+  deps.peers = listener_.get();
   if (!options_.auth_token_file.empty()) {
     KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
     deps.auth_token = std::string(absl::StripAsciiWhitespace(token));
@@ -238,16 +264,13 @@ absl::Status Server::StartGrpc() {
   }
   kserve_service_ = std::make_unique<InferenceServiceImpl>(deps);
   service_ = std::make_unique<KernelServiceImpl>(std::move(deps));
-  KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  KS_RETURN_IF_ERROR(CheckUnixSocketFree(options_.listen));
+  // The listener binds the address (refusing one in use) and accepts the connections itself;
+  // gRPC serves them.
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, credentials, &port_);
-  // gRPC turns SO_REUSEPORT on by default: a second server on a port in use would start and
-  // take a share of the calls. Off, binding a port in use fails.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  listener_->AddTo(&builder);
   SetConnectionLimits(options_, &builder);
   // A request larger than the in-flight budget could never be accepted: gRPC refuses it as it
   // arrives ("larger than max"), before buffering it whole.
@@ -265,12 +288,11 @@ absl::Status Server::StartGrpc() {
   builder.RegisterService(service_.get());
   builder.RegisterService(kserve_service_.get());
   grpc_server_ = builder.BuildAndStart();
-  if (grpc_server_ == nullptr || port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "--listen=", options_.listen,
-        ": cannot listen on this address: it is in use (a server already running?) or not an "
-        "address of this host"));
+  if (grpc_server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("--listen=", options_.listen, ": gRPC could not start the server"));
   }
+  listener_->Start(grpc_server_.get());
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -358,7 +380,7 @@ std::string Server::StartupLine() const {
           : std::string(),
       devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
                           : std::string(),
-      "; shared memory ", SharedMemoryLabel(shared_memory_.get()));
+      "; shared memory ", SharedMemoryLabel(shared_memory_.get()), FileLimitLabel(file_limit_));
 }
 
 absl::Status Server::Shutdown() {
@@ -375,6 +397,8 @@ absl::Status Server::Shutdown() {
     const absl::Time deadline = absl::Now() + options_.grace_period;
     budget_->Close();
     while (budget_->requests() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    // New connections are refused from here, as gRPC refuses new calls.
+    listener_->Stop();
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   }
   if (pool_ != nullptr) pool_->Shutdown();
