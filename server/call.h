@@ -14,6 +14,7 @@
 #include "proto/convert.h"
 #include "server/auth.h"
 #include "server/budget.h"
+#include "server/identity.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
@@ -48,6 +49,9 @@ struct ServiceDeps {
   SharedMemoryRegistry* shared_memory = nullptr;
   // True once the server drains (ServerReady answers false); nullptr = never.
   const std::atomic<bool>* draining = nullptr;
+  // The process on the other end of a call, from its peer string (ServerContextBase::peer());
+  // nullptr = unknown.
+  const PeerLookup* peers = nullptr;
 };
 
 // The call-describing fields of a request, converted. A value type.

@@ -1,6 +1,7 @@
 #include "server/options.h"
 
 #include <limits>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,15 @@ ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA that client certificates must 
 ABSL_FLAG(bool, reflection, false, "enable gRPC server reflection");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long accepted calls may take to finish");
+ABSL_FLAG(absl::Duration, max_connection_idle, absl::Minutes(10),
+          "a connection without calls this long is closed (clients reconnect on their next "
+          "call); 0 = never");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
+          "a connection is closed this long (give or take 10%) after it opened, once its calls "
+          "finish, so that clients spread over servers again; 0 = never");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::ZeroDuration(),
+          "after --max-connection-age, how long the connection's calls may take before it is "
+          "closed under them; 0 = as long as they take");
 
 namespace kernelserve::server {
 
@@ -93,6 +103,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   o.reflection = absl::GetFlag(FLAGS_reflection);
   o.grace_period = absl::GetFlag(FLAGS_grace_period);
+  o.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  o.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  o.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
   if (o.listen.empty()) {
     return absl::InvalidArgumentError("--listen: expected host:port or unix:PATH");
   }
@@ -148,6 +161,15 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   }
   if (o.grace_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--grace-period: expected >= 0");
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"--max-connection-idle", o.max_connection_idle},
+        std::pair{"--max-connection-age", o.max_connection_age},
+        std::pair{"--max-connection-age-grace", o.max_connection_age_grace}}) {
+    if (value < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", absl::FormatDuration(value), ": expected >= 0 (0 = no limit)"));
+    }
   }
   return o;
 }

@@ -41,6 +41,12 @@ struct ServerOptions {
   std::string tls_client_ca;             // PEM; set = clients must present a cert
   bool reflection = false;               // gRPC server reflection
   absl::Duration grace_period = absl::Seconds(30);  // drain time on SIGTERM/SIGINT
+  // Connections (each closed with a GOAWAY; clients reconnect on their next call). Zero = no
+  // limit.
+  absl::Duration max_connection_idle = absl::Minutes(10);    // without calls this long
+  absl::Duration max_connection_age = absl::ZeroDuration();  // this long after it opened
+  // After max_connection_age, how long its calls in progress may take before it closes.
+  absl::Duration max_connection_age_grace = absl::ZeroDuration();
 };
 
 // The options the flags hold. InvalidArgument naming the flag for out-of-range values.

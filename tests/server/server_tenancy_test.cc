@@ -2,6 +2,8 @@
 // file (config writes for admins only), per-identity quotas (request rate, in-flight bytes),
 // per-identity metrics, /metrics behind its own token, and reflection under the token rule.
 #include <grpcpp/generic/generic_stub.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -273,6 +275,37 @@ TEST(TenancyRoleTest, AnonymousCallersMayBeMadeCallers) {
   EXPECT_NE(server.startup_line().find("auth none: callers are anonymous (caller)"),
             std::string::npos)
       << server.startup_line();
+  EXPECT_EQ(*server.Stop(), 0);
+}
+
+// On a Unix socket without tokens each local user is an identity of its own: uid:<n>, an admin
+// when it is the server's own user (or root), a caller otherwise.
+TEST(TenancyUnixTest, EachLocalUserIsAnIdentityOfItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to call as another user";
+  const std::string dir = MakeTempDir("unix-identity");
+  chmod(dir.c_str(), 0755);
+  const std::string socket = dir + "/ks.sock";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({"--cache=memory", "--listen=unix:" + socket}).ok());
+  chmod(socket.c_str(), 0777);  // any local user may connect
+  const std::string cli = PublicCopy(KERNELSERVE_CLI_BINARY);
+  const std::vector<std::string> pin = {
+      cli,       "--target",    "unix:" + socket, "cache", "put",      "mean_pooling",
+      "--shape", "x=f32:1,4,8", "--platform",     "cpu",   "--config", "block_size=64,num_warps=1"};
+  std::string output;
+  absl::StatusOr<int> nobody = RunAs(65534, 65534, pin, &output);
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  EXPECT_EQ(*nobody, 7) << output;  // PERMISSION_DENIED
+  EXPECT_NE(output.find("identity 'uid:65534' has the caller role"), std::string::npos) << output;
+  absl::StatusOr<int> runs =
+      RunAs(65534, 65534,
+            {cli, "--target", "unix:" + socket, "run", "mean_pooling", "--shape", "x=f32:1,4,8"},
+            &output);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(*runs, 0) << output;
+  absl::StatusOr<int> root = RunAs(0, 0, pin, &output);
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(*root, 0) << output;
   EXPECT_EQ(*server.Stop(), 0);
 }
 
