@@ -48,7 +48,7 @@ RUN ldd /out/bin/kernelserve-server /out/bin/kernelserve \
       > /out/runtime-packages.txt \
  && cat /out/runtime-packages.txt \
  && for want in 'libgrpc\+\+' 'libprotobuf[0-9]' 'libabsl' 'libhiredis' 'libprometheus-cpp-core' \
-                'libprometheus-cpp-pull' 'libssl'; do \
+                'libcivetweb' 'libssl'; do \
       grep -Eq "^${want}" /out/runtime-packages.txt \
         || { echo "runtime package matching '${want}' not found" >&2; exit 1; }; \
     done

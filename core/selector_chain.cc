@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -45,6 +47,40 @@ absl::Status NothingToForget(const std::string& fingerprint_hash, const std::str
                                           fingerprint_hash, "' in ", where));
 }
 
+// The distinct values `field` takes in `configs`, quoted, "" shown as (none).
+std::string ValuesOf(const std::vector<KernelConfig>& configs, std::string KernelConfig::*field) {
+  std::vector<std::string> values;
+  for (const KernelConfig& c : configs) {
+    std::string value = c.*field;
+    if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+  }
+  std::string out;
+  for (const std::string& value : values) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", value.empty() ? "(none)" : "'" + value + "'");
+  }
+  return out;
+}
+
+// OK when the free-form fields of `config` (algorithm, backend) are empty or name a variant that
+// some candidate of the platform has; InvalidArgument naming the field and the variants there
+// are otherwise, so that no text of a client's choosing is cached or stored.
+absl::Status CheckVariants(const KernelConfig& config,
+                           const std::vector<KernelConfig>& candidates) {
+  for (auto [name, field] : {std::pair{"algorithm", &KernelConfig::algorithm},
+                             std::pair{"backend", &KernelConfig::backend}}) {
+    const std::string& value = config.*field;
+    if (value.empty()) continue;
+    const bool known = std::any_of(candidates.begin(), candidates.end(),
+                                   [&](const KernelConfig& c) { return c.*field == value; });
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " '", value.substr(0, 64), value.size() > 64 ? "..." : "",
+                       "' is not one of this platform's: ", ValuesOf(candidates, field)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ConfigSelectorChain::ConfigSelectorChain(ConfigCache* memory, PersistentStore* store,
@@ -66,6 +102,9 @@ absl::Status ConfigSelectorChain::CheckSupported(const SelectRequest& request,
                                                    platform, "'"));
   }
   absl::Status checked = request.impl->CheckConfig(config, *request.problem, *request.device);
+  if (checked.ok() && (!config.algorithm.empty() || !config.backend.empty())) {
+    checked = CheckVariants(config, request.impl->Candidates(*request.problem, *request.device));
+  }
   if (!checked.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Sv(what), " config {", config.DebugString(),
                                                    "} cannot run ", request.kernel->id(), " on ",

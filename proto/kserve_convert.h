@@ -56,7 +56,7 @@ struct InferCall {
   // parameters, request_id.
   v1::ExecuteRequest request;
   std::vector<std::string> outputs;   // the outputs asked for, in request order; empty = all
-  std::optional<int64_t> timeout_us;  // the protocol's `timeout` parameter
+  std::optional<int64_t> timeout_us;  // the protocol's `timeout` parameter; 0 = none (nullopt)
   RegionRefs input_regions;           // inputs that live in shared memory
   RegionRefs output_regions;          // outputs to write into shared memory
 };

@@ -131,12 +131,17 @@ absl::StatusOr<v1::ParamValue> ParamValueOf(const InferParameter& value, const s
   return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "': no value"));
 }
 
-// The `timeout` parameter in microseconds (>= 0).
-absl::StatusOr<int64_t> TimeoutOf(const InferParameter& value) {
-  if (value.has_int64_param() && value.int64_param() >= 0) return value.int64_param();
-  if (value.has_uint64_param() && value.uint64_param() <= static_cast<uint64_t>(INT64_MAX)) {
-    return static_cast<int64_t>(value.uint64_param());
+// The `timeout` parameter in microseconds (>= 0); nullopt for 0, which the protocol (and
+// Triton) reads as no timeout. Values past int64 saturate.
+absl::StatusOr<std::optional<int64_t>> TimeoutOf(const InferParameter& value) {
+  std::optional<int64_t> timeout;
+  if (value.has_int64_param() && value.int64_param() >= 0) {
+    timeout = value.int64_param();
+  } else if (value.has_uint64_param()) {
+    timeout = static_cast<int64_t>(
+        std::min<uint64_t>(value.uint64_param(), static_cast<uint64_t>(INT64_MAX)));
   }
+  if (timeout.has_value()) return *timeout == 0 ? std::nullopt : timeout;
   return absl::InvalidArgumentError(
       "parameter 'timeout': expected microseconds as a non-negative int64_param");
 }

@@ -12,12 +12,15 @@
 #include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/convert.h"
+#include "server/auth.h"
 #include "server/budget.h"
+#include "server/identity.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
 #include "server/region_tensors.h"
 #include "server/shared_memory.h"
+#include "server/tenants.h"
 #include "server/worker_pool.h"
 
 namespace kernelserve::server {
@@ -30,10 +33,13 @@ struct ServiceDeps {
   Metrics* metrics = nullptr;              // REQUIRED
   InflightBudget* budget = nullptr;        // REQUIRED
   const ServerOptions* options = nullptr;  // REQUIRED
-  std::string auth_token;                  // "" = no authentication
-  std::string store_location;              // for GetServerInfo ("memory (none)" without a store)
-  bool built_with_cuda = false;            // for GetServerInfo
-  std::string cudnn_version = "none";      // for GetServerInfo (LoadedCudnnVersion)
+  // Who calls (identities and roles); nullptr = every caller is the anonymous admin.
+  const Authenticator* auth = nullptr;
+  // Per-identity quotas and metrics; nullptr = none.
+  Tenants* tenants = nullptr;
+  std::string store_location;          // for GetServerInfo ("memory (none)" without a store)
+  bool built_with_cuda = false;        // for GetServerInfo
+  std::string cudnn_version = "none";  // for GetServerInfo (LoadedCudnnVersion)
   // Where the large tensor bytes of Execute and ExecuteStream requests are parsed into (the
   // CUDA platform's pool of page-locked memory when serving GPUs); nullptr = the heap.
   HostAllocator* host_allocator = nullptr;
@@ -43,6 +49,9 @@ struct ServiceDeps {
   SharedMemoryRegistry* shared_memory = nullptr;
   // True once the server drains (ServerReady answers false); nullptr = never.
   const std::atomic<bool>* draining = nullptr;
+  // The process on the other end of a call, from its peer string (ServerContextBase::peer());
+  // nullptr = unknown.
+  const PeerLookup* peers = nullptr;
 };
 
 // The call-describing fields of a request, converted. A value type.

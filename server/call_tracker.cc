@@ -21,6 +21,13 @@ absl::Status CallTracker::Hold(int64_t bytes, const char* what) {
         "in-flight bytes: this call's ", bytes, " bytes of ", what, " with ", budget_->bytes(),
         " bytes held would pass --max-inflight-bytes=", budget_->max_bytes()));
   }
+  if (tenant_ != nullptr) {
+    if (absl::Status quota = tenant_->Hold(bytes, what); !quota.ok()) {
+      budget_->Release(bytes, /*requests=*/holds_request_ ? 0 : 1);
+      metrics_->QuotaRefusal(tenant_->label(), "inflight_bytes");
+      return quota;
+    }
+  }
   held_bytes_ += bytes;
   if (!holds_request_) metrics_->InflightRequestsAdd(1);
   holds_request_ = true;
@@ -30,6 +37,7 @@ absl::Status CallTracker::Hold(int64_t bytes, const char* what) {
 void CallTracker::ReleaseHold() {
   if (!holds_request_) return;
   budget_->Release(held_bytes_);
+  if (tenant_ != nullptr) tenant_->Release(held_bytes_);
   held_bytes_ = 0;
   holds_request_ = false;
   metrics_->InflightRequestsAdd(-1);
@@ -57,7 +65,9 @@ absl::Status CallTracker::Outcome(absl::Status status) const {
 }
 
 void CallTracker::Record(const absl::Status& outcome, int64_t response_bytes) const {
-  metrics_->Request(kernel, platform, absl::StatusCodeToString(outcome.code()), seconds());
+  const std::string code = absl::StatusCodeToString(outcome.code());
+  metrics_->Request(kernel, platform, code, seconds());
+  if (tenant_ != nullptr) metrics_->IdentityRequest(tenant_->label(), code);
   if (outcome.ok()) metrics_->Sent(response_bytes);
 }
 

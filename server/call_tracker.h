@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "server/budget.h"
 #include "server/identity.h"
 #include "server/metrics.h"
+#include "server/tenants.h"
 
 namespace kernelserve::server {
 
@@ -35,8 +37,9 @@ class CallTracker {
   CallTracker& operator=(const CallTracker&) = delete;
 
   // Takes `bytes` more of the in-flight budget for this call (its first take also counts the
-  // request). ResourceExhausted naming `what` and the flag when the budget cannot take them;
-  // Unavailable for a first take once the budget is closed (the server drains).
+  // request), and of its identity's quota. ResourceExhausted naming `what` and the flag when
+  // either cannot take them (nothing taken); Unavailable for a first take once the budget is
+  // closed (the server drains).
   absl::Status Hold(int64_t bytes, const char* what);
   // Gives back everything held now (the call is answered or about to be).
   void ReleaseHold();
@@ -53,9 +56,13 @@ class CallTracker {
   // Records the finished call (code, duration, bytes sent when OK) under its labels.
   void Record(const absl::Status& outcome, int64_t response_bytes) const;
 
-  // Who makes the call, once authenticated (an anonymous caller until then).
+  // Who makes the call, once authenticated (an anonymous caller until then), and the state of
+  // its identity (null = no per-identity quota or metrics). REQUIRES: nothing held yet.
   const Caller& caller() const { return caller_; }
-  void set_caller(Caller caller) { caller_ = std::move(caller); }
+  void set_caller(Caller caller, std::shared_ptr<Tenant> tenant = nullptr) {
+    caller_ = std::move(caller);
+    tenant_ = std::move(tenant);
+  }
 
   grpc::CallbackServerContext* context() const { return context_; }
   Clock::time_point start() const { return start_; }
@@ -71,6 +78,7 @@ class CallTracker {
   grpc::CallbackServerContext* const context_;
   const Clock::time_point start_;
   Caller caller_;
+  std::shared_ptr<Tenant> tenant_;
   int64_t held_bytes_ = 0;
   bool holds_request_ = false;
 };

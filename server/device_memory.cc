@@ -5,7 +5,6 @@
 
 #include "kernels/register.h"
 
-
 namespace kernelserve::server {
 namespace {
 

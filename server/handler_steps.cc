@@ -1,8 +1,5 @@
 #include "server/handler_steps.h"
 
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -23,29 +20,28 @@ std::string KernelLabel(const Executor& executor, const std::string& name) {
   return kernel.ok() ? (*kernel)->name() : std::string("unknown");
 }
 
-void Sha256(std::string_view text, unsigned char* digest) {
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-}
-
 }  // namespace
 
 absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
                                     const grpc::CallbackServerContext& context) {
-  if (deps.auth_token.empty()) return Caller();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  if (deps.auth == nullptr) return Caller();
+  return deps.auth->Authenticate(context);
+}
+
+absl::StatusOr<Admitted> Admit(const ServiceDeps& deps,
+                               const grpc::CallbackServerContext& context) {
+  Admitted admitted;
+  KS_ASSIGN_OR_RETURN(admitted.caller, Authenticate(deps, context));
+  if (deps.tenants != nullptr) {
+    KS_ASSIGN_OR_RETURN(admitted.tenant, deps.tenants->Admit(admitted.caller.identity));
   }
-  // Comparing digests keeps the time independent of where (and whether) the texts differ.
-  unsigned char got[SHA256_DIGEST_LENGTH];
-  unsigned char want[SHA256_DIGEST_LENGTH];
-  Sha256(std::string_view(it->second.data(), it->second.size()), got);
-  Sha256(absl::StrCat("Bearer ", deps.auth_token), want);
-  if (CRYPTO_memcmp(got, want, SHA256_DIGEST_LENGTH) != 0) {
-    return absl::UnauthenticatedError("the bearer token does not match");
-  }
-  return Caller();
+  return admitted;
+}
+
+absl::Status Admit(const ServiceDeps& deps, CallTracker& tracker) {
+  KS_ASSIGN_OR_RETURN(Admitted admitted, Admit(deps, *tracker.context()));
+  tracker.set_caller(std::move(admitted.caller), std::move(admitted.tenant));
+  return absl::OkStatus();
 }
 
 absl::Status RequireAdmin(const Caller& caller, std::string_view method) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -19,11 +20,21 @@
 
 namespace kernelserve::server {
 
-// The caller of a call. Without authentication on the server: the anonymous caller.
-// Unauthenticated when the server has tokens and the call carries none or a wrong one
-// ("authorization: Bearer <token>"); the compare takes the same time wherever the token differs.
+// The caller of a call (deps.auth's Authenticate; the anonymous admin without one).
+// Unauthenticated when the server has tokens and the call carries none or a wrong one.
 absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
                                     const grpc::CallbackServerContext& context);
+
+// A call let in: its caller and the state of the caller's identity (null without deps.tenants).
+struct Admitted {
+  Caller caller;
+  std::shared_ptr<Tenant> tenant;
+};
+// Authenticates the call and takes it from its identity's request rate: errors as Authenticate,
+// and ResourceExhausted naming the identity's rate quota.
+absl::StatusOr<Admitted> Admit(const ServiceDeps& deps, const grpc::CallbackServerContext& context);
+// The same for a call that has a tracker: the tracker then knows its caller and tenant.
+absl::Status Admit(const ServiceDeps& deps, CallTracker& tracker);
 
 // OK for an admin; PermissionDenied naming `method`, the caller's identity and role otherwise.
 absl::Status RequireAdmin(const Caller& caller, std::string_view method);

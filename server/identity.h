@@ -48,8 +48,9 @@ struct Caller {
 inline constexpr size_t kMaxIdentityBytes = 128;
 
 // Finds the PeerCredentials of a call from its peer string (grpc::ServerContextBase::peer():
-// "ipv4:127.0.0.1:40000", "ipv6:[::1]:40000", "fd:12" for a connection the server accepted
-// itself). Thread safety: implementations are thread-safe.
+// "ipv4:127.0.0.1:40000", "ipv6:%5B::1%5D:40000" (gRPC percent-encodes the brackets), "fd:12"
+// for a Unix socket connection the server accepted itself). Thread safety: implementations are
+// thread-safe.
 class PeerLookup {
  public:
   virtual ~PeerLookup() = default;

@@ -32,6 +32,14 @@ std::vector<std::string> ModelNames(const Executor& executor) {
   return names;
 }
 
+// `timeout_us` from now; time_point::max() (no deadline) for a timeout of a century or more,
+// which the clock's arithmetic could not add.
+std::chrono::system_clock::time_point DeadlineAfter(int64_t timeout_us) {
+  constexpr int64_t kCenturyUs = int64_t{100} * 365 * 24 * 3600 * 1000000;
+  if (timeout_us >= kCenturyUs) return std::chrono::system_clock::time_point::max();
+  return std::chrono::system_clock::now() + std::chrono::microseconds(timeout_us);
+}
+
 }  // namespace
 
 absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_view name,
@@ -75,10 +83,7 @@ absl::Status PrepareInfer(const ServiceDeps& deps, const Caller& caller,
   reply->outputs = std::move(call.outputs);
   reply->input_regions = std::move(call.input_regions);
   reply->output_regions = std::move(call.output_regions);
-  if (call.timeout_us.has_value()) {
-    reply->deadline =
-        std::chrono::system_clock::now() + std::chrono::microseconds(*call.timeout_us);
-  }
+  if (call.timeout_us.has_value()) reply->deadline = DeadlineAfter(*call.timeout_us);
   *native = std::move(call.request);
   if (std::optional<int> gpu =
           RegionsGpu(deps.shared_memory, caller, reply->input_regions, reply->output_regions)) {
@@ -119,9 +124,9 @@ absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
 grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(
     Context* context, const char* method, const std::function<absl::Status(const Caller&)>& body) {
   Reactor* reactor = context->DefaultReactor();
-  absl::StatusOr<Caller> caller = Authenticate(deps_, *context);
-  absl::Status status = caller.status();
-  if (status.ok()) status = RunGuarded([&] { return body(*caller); });
+  absl::StatusOr<Admitted> admitted = Admit(deps_, *context);
+  absl::Status status = admitted.status();
+  if (status.ok()) status = RunGuarded([&] { return body(admitted->caller); });
   deps_.metrics->InferenceProtocolCall(method, absl::StatusCodeToString(status.code()));
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -243,8 +248,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
   };
   absl::Status status = RunGuarded([&]() -> absl::Status {
     deps_.metrics->Received(call->received_bytes());
-    KS_ASSIGN_OR_RETURN(Caller authenticated, Authenticate(deps_, *context));
-    call->tracker().set_caller(std::move(authenticated));
+    KS_RETURN_IF_ERROR(Admit(deps_, call->tracker()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
     v1::ExecuteRequest native;

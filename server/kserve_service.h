@@ -92,8 +92,8 @@ class InferenceServiceImpl final : public KServeService {
       Context* context) override;
 
  private:
-  // Authenticates, runs `body` for the caller on this (gRPC's) thread, counts the call under
-  // `method` and finishes it.
+  // Admits the call (Admit), runs `body` for the caller on this (gRPC's) thread, counts the call
+  // under `method` and finishes it.
   Reactor* Answer(Context* context, const char* method,
                   const std::function<absl::Status(const Caller&)>& body);
 

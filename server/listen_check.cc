@@ -35,7 +35,7 @@ absl::Status CheckUnixSocketFree(absl::string_view listen) {
 }
 
 bool IsLocalListener(absl::string_view listen) {
-  if (absl::StartsWith(listen, "unix:")) return true;
+  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) return true;
   const size_t colon = listen.rfind(':');
   const absl::string_view host =
       colon == absl::string_view::npos ? listen : listen.substr(0, colon);

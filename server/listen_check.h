@@ -9,13 +9,13 @@
 namespace kernelserve::server {
 
 // For `listen` = "unix:PATH": Unavailable naming the flag when a process accepts connections
-// on PATH (gRPC would otherwise unlink its socket and take the path over). OK for a missing
-// or stale socket file and for TCP addresses, which gRPC refuses itself when they are in use
-// (the server turns SO_REUSEPORT off).
+// on PATH (the Listener would otherwise unlink its socket and take the path over). OK for a
+// missing or stale socket file and for TCP addresses, which the Listener refuses itself when
+// they are in use.
 absl::Status CheckUnixSocketFree(absl::string_view listen);
 
-// True when `listen` only takes connections from this host: "unix:PATH", or a host of
-// 127.0.0.0/8, "localhost" or "[::1]".
+// True when `listen` only takes connections from this host: "unix:PATH",
+// "unix-abstract:NAME", or a host of 127.0.0.0/8, "localhost" or "[::1]".
 bool IsLocalListener(absl::string_view listen);
 
 }  // namespace kernelserve::server

@@ -1,10 +1,16 @@
 #include "server/metrics.h"
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <array>
 #include <exception>
 #include <utility>
 
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "core/utils/string_view.h"
+#include "prometheus/text_serializer.h"
 
 namespace kernelserve::server {
 namespace {
@@ -27,7 +33,66 @@ Histogram::BucketBoundaries TuningBuckets() {
 
 std::string S(std::string_view v) { return std::string(v); }
 
+using Digest = std::array<unsigned char, SHA256_DIGEST_LENGTH>;
+
+Digest Sha256(std::string_view text) {
+  Digest digest;
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest.data());
+  return digest;
+}
+
 }  // namespace
+
+// GET /metrics: the registry in Prometheus's text format; with a token, only for a scrape that
+// carries it (compared as digests, so in the same time wherever it differs).
+class MetricsEndpoint final : public CivetHandler {
+ public:
+  MetricsEndpoint(std::shared_ptr<prometheus::Registry> registry, const std::string& token)
+      : registry_(std::move(registry)),
+        token_set_(!token.empty()),
+        digest_(Sha256(absl::StrCat("Bearer ", token))) {}
+
+  bool handleGet(CivetServer* /*server*/, mg_connection* connection) override {
+    if (token_set_ && !Authorized(mg_get_header(connection, "Authorization"))) {
+      static constexpr char kDenied[] = "a bearer token is required (--metrics-auth-token-file)\n";
+      mg_printf(connection,
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"kernelserve\"\r\n"
+                "Content-Type: text/plain\r\nContent-Length: %zu\r\n\r\n%s",
+                sizeof(kDenied) - 1, kDenied);
+      return true;
+    }
+    const std::string body = prometheus::TextSerializer().Serialize(registry_->Collect());
+    mg_printf(connection,
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+              "Content-Length: %zu\r\n\r\n",
+              body.size());
+    mg_write(connection, body.data(), body.size());
+    return true;
+  }
+
+  // Starts the HTTP server on `address`; throws CivetException when it cannot.
+  void Start(const std::string& address) {
+    server_ = std::make_unique<CivetServer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "2", "request_timeout_ms", "10000"});
+    server_->addHandler("/metrics", this);
+  }
+  std::vector<int> ports() const { return server_->getListeningPorts(); }
+  void Stop() {
+    if (server_ != nullptr) server_->close();
+  }
+
+ private:
+  bool Authorized(const char* header) const {
+    if (header == nullptr) return false;
+    const Digest got = Sha256(header);
+    return CRYPTO_memcmp(got.data(), digest_.data(), got.size()) == 0;
+  }
+
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const bool token_set_;
+  const Digest digest_;
+  std::unique_ptr<CivetServer> server_;
+};
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -52,6 +117,15 @@ Metrics::Metrics()
                       .Name("kernelserve_config_selections_total")
                       .Help("Configs chosen, by the tier that answered")
                       .Register(*registry_)),
+      identity_requests_(BuildCounter()
+                             .Name("kernelserve_identity_requests_total")
+                             .Help("Finished kernel calls by caller identity and gRPC code "
+                                   "(identities past the first 64 count as \"other\")")
+                             .Register(*registry_)),
+      quota_refusals_(BuildCounter()
+                          .Name("kernelserve_quota_refusals_total")
+                          .Help("Calls refused by a per-identity quota, by identity and quota")
+                          .Register(*registry_)),
       autotune_runs_(BuildCounter()
                          .Name("kernelserve_autotune_runs_total")
                          .Help("Tuning runs by outcome (ok, all_failed, error)")
@@ -118,15 +192,20 @@ Metrics::Metrics()
                       .Help("1, labelled with the server's version, CUDA toolkit and commit")
                       .Register(*registry_)) {}
 
-absl::StatusOr<int> Metrics::Serve(const std::string& address) {
+Metrics::~Metrics() {
+  if (endpoint_ != nullptr) endpoint_->Stop();
+}
+
+absl::StatusOr<int> Metrics::Serve(const std::string& address, const std::string& bearer_token) {
+  auto endpoint = std::make_unique<MetricsEndpoint>(registry_, bearer_token);
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address);
+    endpoint->Start(address);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+        absl::StrCat("--metrics-listen=", address, ": cannot listen on this address: ", e.what()));
   }
-  exposer_->RegisterCollectable(registry_);
-  const std::vector<int> ports = exposer_->GetListeningPorts();
+  endpoint_ = std::move(endpoint);
+  const std::vector<int> ports = endpoint_->ports();
   if (ports.empty()) {
     return absl::UnavailableError(absl::StrCat("metrics: no port bound for ", address));
   }
@@ -157,6 +236,14 @@ void Metrics::KernelRun(std::string_view kernel, std::string_view platform, std:
       .Add({{"kernel", S(kernel)}, {"platform", S(platform)}, {"device", S(device)}},
            LatencyBuckets())
       .Observe(seconds);
+}
+
+void Metrics::IdentityRequest(std::string_view identity, std::string_view code) {
+  identity_requests_.Add({{"identity", S(identity)}, {"code", S(code)}}).Increment();
+}
+
+void Metrics::QuotaRefusal(std::string_view identity, std::string_view quota) {
+  quota_refusals_.Add({{"identity", S(identity)}, {"quota", S(quota)}}).Increment();
 }
 
 void Metrics::ConfigSelection(std::string_view kernel, std::string_view source) {
@@ -197,6 +284,14 @@ void Metrics::ExportKnownSeries(const KnownSeries& known) {
     }
     for (const std::string& source : known.config_sources) {
       selections_.Add({{"kernel", kernel}, {"source", source}});
+    }
+  }
+  for (const std::string& identity : known.identities) {
+    for (std::string_view code : kCodes) {
+      identity_requests_.Add({{"identity", identity}, {"code", S(code)}});
+    }
+    for (const char* quota : {"rate", "inflight_bytes"}) {
+      quota_refusals_.Add({{"identity", identity}, {"quota", quota}});
     }
   }
   for (const std::string& device : known.devices) {

@@ -14,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -30,19 +29,24 @@ struct KnownSeries {
   std::vector<std::string> devices;  // "cpu", "cuda:0", ...
   std::string store;                 // the persistent store's name ("file", "redis"); "" = none
   std::vector<std::string> config_sources;  // "override", "memory", ... "heuristic"
+  std::vector<std::string> identities;      // labels of the identities known at startup
   std::string version, cuda, git;           // of the build
 };
+
+class MetricsEndpoint;  // the HTTP server of /metrics (metrics.cc)
 
 // Thread safety: thread-safe (prometheus-cpp metrics are).
 class Metrics {
  public:
   Metrics();
+  ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
   // Serves /metrics on `address` ("127.0.0.1:9464"; port 0 picks a free one). Returns the port
-  // it listens on. Unavailable when the address cannot be bound.
-  absl::StatusOr<int> Serve(const std::string& address);
+  // it listens on. Unavailable when the address cannot be bound. With a `bearer_token`, a scrape
+  // must carry "Authorization: Bearer <token>" (else 401).
+  absl::StatusOr<int> Serve(const std::string& address, const std::string& bearer_token = "");
 
   // A finished request: code is the gRPC code name ("OK", "INVALID_ARGUMENT").
   void Request(std::string_view kernel, std::string_view platform, std::string_view code,
@@ -53,6 +57,11 @@ class Metrics {
   void KernelRun(std::string_view kernel, std::string_view platform, std::string_view device,
                  double seconds);
   void ConfigSelection(std::string_view kernel, std::string_view source);
+  // A finished kernel call of an identity (its bounded label, Tenant::label()), by gRPC code.
+  void IdentityRequest(std::string_view identity, std::string_view code);
+  // A call refused by an identity's quota: "rate", "inflight_bytes", "regions",
+  // "shared_memory_bytes".
+  void QuotaRefusal(std::string_view identity, std::string_view quota);
   // outcome: "ok", "all_failed" or "error".
   void AutotuneRun(std::string_view kernel, std::string_view outcome, double seconds);
   void QueueDepth(std::string_view device, int depth);
@@ -78,7 +87,7 @@ class Metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Family<prometheus::Counter>& kserve_calls_;
@@ -89,6 +98,8 @@ class Metrics {
       ABSL_GUARDED_BY(kserve_calls_mu_);
   prometheus::Family<prometheus::Histogram>& kernel_duration_;
   prometheus::Family<prometheus::Counter>& selections_;
+  prometheus::Family<prometheus::Counter>& identity_requests_;
+  prometheus::Family<prometheus::Counter>& quota_refusals_;
   prometheus::Family<prometheus::Counter>& autotune_runs_;
   prometheus::Histogram& autotune_duration_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;

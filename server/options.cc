@@ -50,13 +50,42 @@ ABSL_FLAG(int64_t, quota_pinned_bytes, 0,
           "bytes of one identity's system shared-memory regions page-locked for the GPUs; "
           "regions past it stay unpinned; 0 = only --max-pinned-shared-memory-bytes");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "file holding the bearer token every RPC but health must carry");
+          "file of bearer tokens, one per line: IDENTITY ROLE TOKEN (ROLE caller or admin; TOKEN "
+          "or sha256:HEX of it), or a single TOKEN (identity 'default', admin); every RPC but "
+          "health must then carry one");
+ABSL_FLAG(std::string, admin_identities, "",
+          "comma-separated identities with the admin role besides the token file's: "
+          "cert:SUBJECT (mTLS), uid:N (Unix socket peers) or a token identity");
+ABSL_FLAG(std::string, anonymous_role, "admin",
+          "role of callers the server cannot name (no tokens, no client certificate, not a Unix "
+          "socket peer): admin or caller");
+ABSL_FLAG(std::string, metrics_auth_token_file, "",
+          "file holding the bearer token a /metrics scrape must carry (Prometheus: "
+          "authorization.credentials_file); empty = /metrics is open");
+ABSL_FLAG(int64_t, quota_inflight_bytes, 0,
+          "in-flight bytes of one identity's calls before RESOURCE_EXHAUSTED; 0 = only "
+          "--max-inflight-bytes");
+ABSL_FLAG(double, quota_requests_per_second, 0,
+          "calls one identity may start per second on average before RESOURCE_EXHAUSTED; 0 = "
+          "no limit");
+ABSL_FLAG(double, quota_request_burst, 0,
+          "calls one identity may start at once under --quota-requests-per-second; 0 = "
+          "max(1, the rate)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA that client certificates must chain to (mTLS)");
 ABSL_FLAG(bool, reflection, false, "enable gRPC server reflection");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long accepted calls may take to finish");
+ABSL_FLAG(absl::Duration, max_connection_idle, absl::Minutes(10),
+          "a connection without calls this long is closed (clients reconnect on their next "
+          "call); 0 = never");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
+          "a connection is closed this long (give or take 10%) after it opened, once its calls "
+          "finish, so that clients spread over servers again; 0 = never");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::ZeroDuration(),
+          "after --max-connection-age, how long the connection's calls may take before it is "
+          "closed under them; 0 = as long as they take");
 
 namespace kernelserve::server {
 namespace {
@@ -109,11 +138,20 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_pinned_shared_memory_bytes = absl::GetFlag(FLAGS_max_pinned_shared_memory_bytes);
   o.quota_pinned_bytes = absl::GetFlag(FLAGS_quota_pinned_bytes);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  o.admin_identities = absl::GetFlag(FLAGS_admin_identities);
+  o.anonymous_role = absl::GetFlag(FLAGS_anonymous_role);
+  o.metrics_auth_token_file = absl::GetFlag(FLAGS_metrics_auth_token_file);
+  o.quota_inflight_bytes = absl::GetFlag(FLAGS_quota_inflight_bytes);
+  o.quota_requests_per_second = absl::GetFlag(FLAGS_quota_requests_per_second);
+  o.quota_request_burst = absl::GetFlag(FLAGS_quota_request_burst);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   o.reflection = absl::GetFlag(FLAGS_reflection);
   o.grace_period = absl::GetFlag(FLAGS_grace_period);
+  o.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  o.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  o.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
   if (o.listen.empty()) {
     return absl::InvalidArgumentError("--listen: expected host:port or unix:PATH");
   }
@@ -150,6 +188,18 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
         absl::StrCat("--max-shared-memory-bytes=", o.max_shared_memory_bytes, ": expected >= 0"));
   }
   KS_RETURN_IF_ERROR(CheckSharedMemoryCaps(o));
+  if (o.anonymous_role != "admin" && o.anonymous_role != "caller") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--anonymous-role=", o.anonymous_role, ": expected admin or caller"));
+  }
+  if (o.quota_inflight_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quota-inflight-bytes=", o.quota_inflight_bytes, ": expected >= 0"));
+  }
+  if (!(o.quota_requests_per_second >= 0) || !(o.quota_request_burst >= 0)) {
+    return absl::InvalidArgumentError(
+        "--quota-requests-per-second and --quota-request-burst: expected >= 0");
+  }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key: expected both or neither");
   }
@@ -158,6 +208,15 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   }
   if (o.grace_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--grace-period: expected >= 0");
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"--max-connection-idle", o.max_connection_idle},
+        std::pair{"--max-connection-age", o.max_connection_age},
+        std::pair{"--max-connection-age-grace", o.max_connection_age_grace}}) {
+    if (value < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", absl::FormatDuration(value), ": expected >= 0 (0 = no limit)"));
+    }
   }
   return o;
 }

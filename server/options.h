@@ -38,12 +38,25 @@ struct ServerOptions {
   // the max only); past them regions stay unpinned.
   int64_t max_pinned_shared_memory_bytes = int64_t{4} << 30;
   int64_t quota_pinned_bytes = 0;
-  std::string auth_token_file;                      // "" = no authentication
-  std::string tls_cert;                             // PEM; "" = plaintext
-  std::string tls_key;                              // PEM; required with tls_cert
-  std::string tls_client_ca;                        // PEM; set = clients must present a cert
-  bool reflection = false;                          // gRPC server reflection
+  // Bearer tokens with their identities and roles (server/auth.h, ParseTokenFile); "" = none.
+  std::string auth_token_file;
+  std::string admin_identities;          // comma-separated identities given the admin role
+  std::string anonymous_role = "admin";  // role of callers without an identity: admin or caller
+  std::string metrics_auth_token_file;   // bearer token a /metrics scrape must carry; "" = none
+  int64_t quota_inflight_bytes = 0;      // per identity; 0 = only --max-inflight-bytes
+  double quota_requests_per_second = 0;  // per identity; 0 = no rate limit
+  double quota_request_burst = 0;        // per identity; 0 = max(1, requests per second)
+  std::string tls_cert;                  // PEM; "" = plaintext
+  std::string tls_key;                   // PEM; required with tls_cert
+  std::string tls_client_ca;             // PEM; set = clients must present a cert
+  bool reflection = false;               // gRPC server reflection
   absl::Duration grace_period = absl::Seconds(30);  // drain time on SIGTERM/SIGINT
+  // Connections (each closed with a GOAWAY; clients reconnect on their next call). Zero = no
+  // limit.
+  absl::Duration max_connection_idle = absl::Minutes(10);    // without calls this long
+  absl::Duration max_connection_age = absl::ZeroDuration();  // this long after it opened
+  // After max_connection_age, how long its calls in progress may take before it closes.
+  absl::Duration max_connection_age_grace = absl::ZeroDuration();
 };
 
 // The options the flags hold. InvalidArgument naming the flag for out-of-range values.

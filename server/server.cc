@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "server/build_info.h"
 #include "server/device_memory.h"
 #include "server/listen_check.h"
+#include "server/listener.h"
 
 namespace kernelserve::server {
 namespace {
@@ -40,19 +42,6 @@ std::string SharedMemoryLabel(const SharedMemoryRegistry* registry) {
   return kinds.empty() ? std::string("off") : absl::StrJoin(kinds, " ");
 }
 
-// Each system region keeps its object open (its size is checked before each use): the soft
-// limit on open files is raised, as far as the hard limit lets it, to leave room for `regions`
-// of them besides the server's connections and files.
-void RaiseOpenFileLimit(int regions) {
-  constexpr rlim_t kOtherFiles = 4096;
-  struct rlimit limit {};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  const rlim_t want = static_cast<rlim_t>(regions) + kOtherFiles;
-  if (limit.rlim_cur >= want) return;
-  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? want : std::min(want, limit.rlim_max);
-  (void)setrlimit(RLIMIT_NOFILE, &limit);
-}
-
 constexpr char kServiceName[] = "kernelserve.v1.KernelService";
 // The smallest resource quota gRPC gets, whatever --max-inflight-bytes says.
 constexpr int64_t kMinGrpcQuotaBytes = int64_t{64} << 20;
@@ -63,6 +52,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string&
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The one token a file holds (surrounding white space dropped); InvalidArgument when empty.
+absl::StatusOr<std::string> ReadToken(const std::string& path, const std::string& flag) {
+  KS_ASSIGN_OR_RETURN(std::string text, ReadFile(path, flag));
+  std::string token(absl::StripAsciiWhitespace(text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": the file is empty"));
+  }
+  return token;
 }
 
 // The GPU ordinals --devices names, checked against the `detected` count.
@@ -120,6 +119,30 @@ std::string WithPort(const std::string& address, int port) {
   return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
 }
 
+// `limit` in whole milliseconds for a gRPC channel argument: at least 1, at most INT_MAX
+// (which gRPC reads as no limit).
+int ChannelArgMillis(absl::Duration limit) {
+  const int64_t millis = absl::ToInt64Milliseconds(absl::Ceil(limit, absl::Milliseconds(1)));
+  return static_cast<int>(std::clamp<int64_t>(millis, 1, INT_MAX));
+}
+
+// --max-connection-idle, --max-connection-age and --max-connection-age-grace (zero: gRPC's
+// default, no limit).
+void SetConnectionLimits(const ServerOptions& options, grpc::ServerBuilder* builder) {
+  const std::pair<const char*, absl::Duration> limits[] = {
+      {GRPC_ARG_MAX_CONNECTION_IDLE_MS, options.max_connection_idle},
+      {GRPC_ARG_MAX_CONNECTION_AGE_MS, options.max_connection_age},
+      {GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, options.max_connection_age_grace}};
+  for (const auto& [arg, limit] : limits) {
+    if (limit > absl::ZeroDuration()) builder->AddChannelArgument(arg, ChannelArgMillis(limit));
+  }
+}
+
+// "; fds 1048576": the open files the process may have.
+std::string FileLimitLabel(uint64_t limit) {
+  return limit == RLIM_INFINITY ? std::string("; fds unlimited") : absl::StrCat("; fds ", limit);
+}
+
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -138,6 +161,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
 absl::Status Server::Init(
     const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
+  file_limit_ = RaiseFileLimit();
   ChainOptions chain_options;
   chain_options.on_store_error = [this](std::string_view store, std::string_view op) {
     metrics_.StoreError(store, op);
@@ -180,11 +204,17 @@ absl::Status Server::Init(
   };
   pool_ = std::make_unique<WorkerPool>(devices_, pool_options);
   budget_ = std::make_unique<InflightBudget>(options_.max_inflight_bytes);
+  KS_RETURN_IF_ERROR(InitAuth());
   metrics_.InflightRequestsAdd(0);  // exported from the start
   metrics_.ExportKnownSeries(KnownLabels());
 
   if (!options_.metrics_listen.empty()) {
-    KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen));
+    std::string metrics_token;
+    if (!options_.metrics_auth_token_file.empty()) {
+      KS_ASSIGN_OR_RETURN(metrics_token,
+                          ReadToken(options_.metrics_auth_token_file, "--metrics-auth-token-file"));
+    }
+    KS_ASSIGN_OR_RETURN(metrics_port_, metrics_.Serve(options_.metrics_listen, metrics_token));
   }
   SampleDevices();
   sampler_ = std::thread([this] {
@@ -197,7 +227,50 @@ absl::Status Server::Init(
   return StartGrpc();
 }
 
+absl::Status Server::InitAuth() {
+  AuthOptions auth;
+  if (!options_.auth_token_file.empty()) {
+    KS_ASSIGN_OR_RETURN(std::string text, ReadFile(options_.auth_token_file, "--auth-token-file"));
+    KS_ASSIGN_OR_RETURN(auth.tokens, ParseTokenFile(text, options_.auth_token_file));
+  }
+  for (absl::string_view name :
+       absl::StrSplit(options_.admin_identities, ',', absl::SkipWhitespace())) {
+    auth.admin_identities.emplace_back(absl::StripAsciiWhitespace(name));
+  }
+  auth.anonymous_role = options_.anonymous_role == "caller" ? Role::kCaller : Role::kAdmin;
+  auth.client_certificates = !options_.tls_client_ca.empty();
+  QuotaOptions quota;
+  quota.inflight_bytes = options_.quota_inflight_bytes;
+  quota.requests_per_second = options_.quota_requests_per_second;
+  quota.request_burst = options_.quota_request_burst;
+  std::vector<std::string> known;
+  for (const TokenEntry& entry : auth.tokens) known.push_back(entry.identity);
+  if (known.empty()) known.push_back("anonymous");
+  tenants_ = std::make_unique<Tenants>(
+      quota, known,
+      [this](const std::string& label, const char* what) { metrics_.QuotaRefusal(label, what); });
+  auth_options_ = std::move(auth);
+  return absl::OkStatus();
+}
+
+absl::Status Server::Listen(std::shared_ptr<grpc::ServerCredentials> credentials) {
+  KS_RETURN_IF_ERROR(CheckUnixSocketFree(options_.listen));
+  ListenerOptions listener_options;
+  if (!options_.tls_cert.empty()) listener_options.tls = std::move(credentials);
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Bind(options_.listen, std::move(listener_options));
+  if (!listener.ok()) {
+    return {listener.status().code(),
+            absl::StrCat("--listen=", options_.listen, ": ", listener.status().message())};
+  }
+  listener_ = *std::move(listener);
+  port_ = listener_->port();
+  return absl::OkStatus();
+}
+
 absl::Status Server::StartGrpc() {
+  KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
+  KS_RETURN_IF_ERROR(Listen(credentials));
   ServiceDeps deps;
   deps.executor = executor_.get();
   deps.pool = pool_.get();
@@ -220,7 +293,6 @@ absl::Status Server::StartGrpc() {
   shared.quota_bytes = options_.quota_shared_memory_bytes;
   shared.max_pinned_bytes = options_.max_pinned_shared_memory_bytes;
   shared.quota_pinned_bytes = options_.quota_pinned_bytes;
-  if (shared.system) RaiseOpenFileLimit(shared.max_regions);
   shared.off_reason = mode == "auto"
                           ? "--shared-memory=auto serves it on loopback and unix listeners only"
                           : absl::StrCat("--shared-memory=", mode);
@@ -228,26 +300,27 @@ absl::Status Server::StartGrpc() {
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
   deps.draining = &draining_;
-  if (!options_.auth_token_file.empty()) {
-    KS_ASSIGN_OR_RETURN(std::string token, ReadFile(options_.auth_token_file, "--auth-token-file"));
-    deps.auth_token = std::string(absl::StripAsciiWhitespace(token));
-    if (deps.auth_token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--auth-token-file=", options_.auth_token_file, ": the file is empty"));
-    }
-  }
+  deps.peers = listener_.get();
+  // The authenticator asks the listener who is on the other end of a connection.
+  KS_ASSIGN_OR_RETURN(auth_, Authenticator::Create(std::move(auth_options_), listener_.get()));
+  deps.auth = auth_.get();
+  deps.tenants = tenants_.get();
   kserve_service_ = std::make_unique<InferenceServiceImpl>(deps);
   service_ = std::make_unique<KernelServiceImpl>(std::move(deps));
-  KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  KS_RETURN_IF_ERROR(CheckUnixSocketFree(options_.listen));
+  // The listener binds the address (refusing one in use) and accepts the connections itself;
+  // gRPC serves them.
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, credentials, &port_);
-  // gRPC turns SO_REUSEPORT on by default: a second server on a port in use would start and
-  // take a share of the calls. Off, binding a port in use fails.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (options_.reflection && !options_.auth_token_file.empty()) {
+    // Reflection is gRPC's own service: its calls get the token rule through an interceptor.
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
+    guards.push_back(ReflectionGuard(auth_.get()));
+    builder.experimental().SetInterceptorCreators(std::move(guards));
+  }
+  listener_->AddTo(&builder);
+  SetConnectionLimits(options_, &builder);
   // A request larger than the in-flight budget could never be accepted: gRPC refuses it as it
   // arrives ("larger than max"), before buffering it whole.
   builder.SetMaxReceiveMessageSize(
@@ -264,12 +337,11 @@ absl::Status Server::StartGrpc() {
   builder.RegisterService(service_.get());
   builder.RegisterService(kserve_service_.get());
   grpc_server_ = builder.BuildAndStart();
-  if (grpc_server_ == nullptr || port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "--listen=", options_.listen,
-        ": cannot listen on this address: it is in use (a server already running?) or not an "
-        "address of this host"));
+  if (grpc_server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("--listen=", options_.listen, ": gRPC could not start the server"));
   }
+  listener_->Start(grpc_server_.get());
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -321,6 +393,7 @@ KnownSeries Server::KnownLabels() const {
     }
   }
   for (int device : devices_) known.devices.push_back(DeviceLabel(device));
+  known.identities = tenants_->Labels();
   if (const PersistentStore* store = tiers_.chain->store()) known.store = store->name();
   for (ConfigSource source :
        {ConfigSource::kOverride, ConfigSource::kOverlay, ConfigSource::kMemory, ConfigSource::kFile,
@@ -357,7 +430,8 @@ std::string Server::StartupLine() const {
           : std::string(),
       devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
                           : std::string(),
-      "; shared memory ", SharedMemoryLabel(shared_memory_.get()));
+      "; shared memory ", SharedMemoryLabel(shared_memory_.get()), FileLimitLabel(file_limit_),
+      "; auth ", auth_->Describe());
 }
 
 absl::Status Server::Shutdown() {
@@ -374,6 +448,8 @@ absl::Status Server::Shutdown() {
     const absl::Time deadline = absl::Now() + options_.grace_period;
     budget_->Close();
     while (budget_->requests() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    // New connections are refused from here, as gRPC refuses new calls.
+    listener_->Stop();
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   }
   if (pool_ != nullptr) pool_->Shutdown();

@@ -18,12 +18,15 @@
 #include "core/executor.h"
 #include "core/host_pool.h"
 #include "core/registry.h"
+#include "server/auth.h"
 #include "server/budget.h"
 #include "server/kserve_service.h"
+#include "server/listener.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
 #include "server/service.h"
+#include "server/tenants.h"
 #include "server/worker_pool.h"
 
 namespace kernelserve::server {
@@ -31,9 +34,10 @@ namespace kernelserve::server {
 // Thread safety: Start and Shutdown from one thread; the server itself serves from many.
 class Server {
  public:
-  // Opens the store, detects devices, starts the workers, the metrics endpoint and the gRPC
-  // server. InvalidArgument for bad options (naming the flag); Unavailable when an address
-  // cannot be bound; NotFound/PermissionDenied for unreadable token or TLS files.
+  // Raises the open files limit, opens the store, detects devices, starts the workers, the
+  // metrics endpoint and the gRPC server. InvalidArgument for bad options (naming the flag);
+  // Unavailable when an address cannot be bound; NotFound/PermissionDenied for unreadable token or
+  // TLS files.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
   // The same, serving the kernels `extra_kernels` make besides the built-in ones (a binary of
   // its own kernels; the tests' toy kernel). AlreadyExists for a name taken.
@@ -50,7 +54,8 @@ class Server {
   // Returns the store's flush status.
   absl::Status Shutdown();
 
-  // "kernelserve-server: listening on 127.0.0.1:50051, metrics on ..., devices cpu, store ..."
+  // "kernelserve-server: listening on 127.0.0.1:50051, metrics on ..., devices cpu, store ...,
+  // fds 1048576"
   std::string StartupLine() const;
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
@@ -58,6 +63,10 @@ class Server {
  private:
   explicit Server(const ServerOptions& options);
   absl::Status Init(const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels);
+  absl::Status InitAuth();  // the authenticator and the per-identity state
+  // Binds --listen (listener_, port_) after CheckUnixSocketFree; `credentials` are TLS's when
+  // --tls-cert is set.
+  absl::Status Listen(std::shared_ptr<grpc::ServerCredentials> credentials);
   absl::Status StartGrpc();
   void SampleDevices();  // device memory and the pinned pool, into the metrics
   // The label values of the metrics series exported at startup.
@@ -73,8 +82,13 @@ class Server {
   std::vector<int> devices_;  // served: -1 (the CPU) then GPU ordinals
   // Page-locked memory for GPU calls (the CUDA platform's, process-wide); null without GPUs.
   HostBufferPool* host_pool_ = nullptr;
+  AuthOptions auth_options_;  // from the flags (InitAuth), until StartGrpc makes auth_
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<Tenants> tenants_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<InflightBudget> budget_;
+  // Accepts the gRPC connections; the services' PeerLookup, so it outlives them.
+  std::unique_ptr<Listener> listener_;
   std::unique_ptr<KernelServiceImpl> service_;
   std::unique_ptr<InferenceServiceImpl> kserve_service_;  // the KServe v2 front door
   ModelStats model_stats_;
@@ -84,6 +98,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   int metrics_port_ = 0;
+  uint64_t file_limit_ = 0;  // RLIMIT_NOFILE's soft limit, raised at startup
   absl::Notification stop_sampler_;
   std::thread sampler_;
   int idle_samples_ = 0;                 // sampler thread only

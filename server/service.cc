@@ -66,8 +66,7 @@ int64_t SpecBytes(const TensorSpecMap& specs) {
 template <typename Call>
 absl::StatusOr<CallPlan> KernelServiceImpl::Begin(Call& call) {
   deps_.metrics->Received(call.received_bytes());
-  KS_ASSIGN_OR_RETURN(Caller caller, Authenticate(deps_, *call.context()));
-  call.tracker().set_caller(std::move(caller));
+  KS_RETURN_IF_ERROR(Admit(deps_, call.tracker()));
   KS_RETURN_IF_ERROR(call.tracker().Hold(call.received_bytes(), "request"));
   KS_RETURN_IF_ERROR(call.Parse(deps_.host_allocator));
   return PlanRequest(deps_, call.request(), call.tracker());

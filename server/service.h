@@ -100,8 +100,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Admin(
                                                 response, /*record=*/false);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   call->Finish(RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(Caller caller, Authenticate(deps_, *context));
-    call->tracker().set_caller(std::move(caller));
+    KS_RETURN_IF_ERROR(Admit(deps_, call->tracker()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
     KS_RETURN_IF_ERROR(call->Parse());
     return body(call->tracker().caller(), call->request(), &call->response());

@@ -56,12 +56,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   // `deps` must outlive the stream.
   StreamReactor(const ServiceDeps* deps, grpc::CallbackServerContext* context)
       : deps_(deps), context_(context) {
-    absl::StatusOr<Caller> caller = Authenticate(*deps_, *context_);
-    if (!caller.ok()) {
-      Finish(ToGrpcStatus(caller.status()));
+    absl::StatusOr<Admitted> admitted = Admit(*deps_, *context_);
+    if (!admitted.ok()) {
+      Finish(ToGrpcStatus(admitted.status()));
       return;
     }
-    caller_ = *std::move(caller);
+    caller_ = std::move(admitted->caller);
+    tenant_ = std::move(admitted->tenant);
     StartRead(&read_);
   }
 
@@ -107,7 +108,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
   void Handle() {
     auto tracker = std::make_shared<CallTracker>(deps_->budget, deps_->metrics, context_);
-    tracker->set_caller(caller_);
+    tracker->set_caller(caller_, tenant_);
     Reply reply;
     {
       absl::MutexLock lock(&mu_);
@@ -116,6 +117,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     absl::Status status = RunGuarded([&]() -> absl::Status {
       const auto bytes = static_cast<int64_t>(read_.Length());
       deps_->metrics->Received(bytes);
+      // Each item is a call of its own under the identity's request rate (the stream's
+      // opening took the first).
+      if (tenant_ != nullptr && items_++ > 0) {
+        if (absl::Status rate = tenant_->TakeRequest(); !rate.ok()) {
+          deps_->metrics->QuotaRefusal(tenant_->label(), "rate");
+          return rate;
+        }
+      }
       KS_RETURN_IF_ERROR(tracker->Hold(bytes, "request"));
       v1::ExecuteRequest request;
       wire::TensorBuffers request_buffers;
@@ -191,8 +200,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   const ServiceDeps* const deps_;
   grpc::CallbackServerContext* const context_;
-  Caller caller_;          // authenticated once, for every item of the stream
-  grpc::ByteBuffer read_;  // the read in progress; touched only by the reactions
+  Caller caller_;                   // authenticated once, for every item of the stream
+  std::shared_ptr<Tenant> tenant_;  // its identity's quotas (null = none)
+  int64_t items_ = 0;               // requests read; touched only by the reactions
+  grpc::ByteBuffer read_;           // the read in progress; touched only by the reactions
   absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
   int pending_ ABSL_GUARDED_BY(mu_) = 0;                      // requests read and not yet answered

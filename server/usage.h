@@ -4,8 +4,9 @@
 #define KERNELSERVE_SERVER_USAGE_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace kernelserve::server {
 

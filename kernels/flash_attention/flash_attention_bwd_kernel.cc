@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -182,9 +183,34 @@ absl::StatusOr<std::shared_ptr<const Problem>> FlashAttentionBwdKernel::AnalyzeC
   return std::make_shared<const FlashAttentionBwdProblem>(std::move(p));
 }
 
+namespace {
+
+// A NaN or +inf in lse would turn every gradient of its row into NaN without a word: refused,
+// naming the first such element. -inf is a row that sees no key (its gradients are zeros). An
+// lse in GPU memory (a CUDA region) is read in place by the kernel and not checked here.
+absl::Status CheckLse(const Tensor& lse) {
+  if (lse.device() >= 0 || lse.dtype() != DType::kF32) return absl::OkStatus();
+  const float* values = lse.data_as<float>();
+  for (int64_t i = 0; i < lse.numel(); ++i) {
+    const float value = values[i];
+    if (std::isnan(value) || value == std::numeric_limits<float>::infinity()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input 'lse': element ", i, " is ", value,
+                       "; lse must be finite or -inf (a row that sees no key), as the forward with "
+                       "return_lse gives it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status FlashAttentionBwdKernel::ValidateData(const Problem& problem,
                                                    const TensorMap& inputs) const {
   const auto& p = ProblemAs<FlashAttentionBwdProblem>(problem).fwd;
+  if (auto lse = inputs.find("lse"); lse != inputs.end()) {
+    KS_RETURN_IF_ERROR(CheckLse(lse->second));
+  }
   if (!p.varlen) return absl::OkStatus();
   for (const auto& [name, total] : {std::pair<std::string, int64_t>{"cu_seqlens_q", p.total_q},
                                     std::pair<std::string, int64_t>{"cu_seqlens_k", p.total_k}}) {

@@ -238,6 +238,30 @@ TEST_F(ChainTest, PinAndForget) {
   EXPECT_EQ(chain.Select(Request(false))->source, ConfigSource::kHeuristic);
 }
 
+// Free-form fields must name a variant the platform has: no text of a client's choosing is
+// cached or stored.
+TEST_F(ChainTest, PinnedAndOverrideConfigsNameOnlyThePlatformsVariants) {
+  ConfigCache memory;
+  ConfigSelectorChain chain(&memory, store_.get());
+  KernelConfig junk = FakeConfig(2);
+  junk.algorithm = "junk";
+  absl::Status pinned = chain.Pin(Request(), junk);
+  EXPECT_EQ(pinned.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(pinned.message().find("algorithm 'junk' is not one of this platform's: (none)"),
+            std::string::npos)
+      << pinned;
+  KernelConfig huge = FakeConfig(2);
+  huge.backend = std::string(1 << 20, 'x');
+  absl::Status refused = chain.Pin(Request(), huge);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("backend '" + std::string(64, 'x') + "...'"), std::string::npos);
+  EXPECT_EQ(memory.size(), 0u);
+  EXPECT_FALSE(store_->Get(device_.fingerprint.Hash(), invocation_.CacheKey()).ok());
+  SelectRequest r = Request(true);
+  r.override_config = junk;
+  EXPECT_EQ(chain.Select(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Forgetting a key for a device that holds no config of it deletes nothing and says so.
 TEST_F(ChainTest, ForgetForAnotherDeviceIsNotFoundAndKeepsTheEntry) {
   const std::string key = invocation_.CacheKey();

@@ -198,6 +198,26 @@ TEST_F(KServeTest, MeanPoolingWithMaskAndOneRequestedOutput) {
   ExpectSameOutputs(native, v2);
 }
 
+TEST_F(KServeTest, TimeoutZeroIsNoneAndHugeTimeoutsSaturate) {
+  const Tensor x = RandomTensor(DType::kF32, {2, 9, 16}, 6);
+  ModelInferRequest request;
+  request.set_model_name("mean_pooling");
+  AddInput("x", x, &request);
+  auto& timeout = (*request.mutable_parameters())["timeout"];
+  for (int64_t micros : {int64_t{0}, int64_t{7'500'000'000'000'000}, INT64_MAX}) {
+    timeout.set_int64_param(micros);
+    ModelInferResponse v2;
+    grpc::Status status = Infer(request, &v2);
+    EXPECT_TRUE(status.ok()) << micros << ": " << status.error_message();
+  }
+  timeout.set_uint64_param(UINT64_MAX);
+  ModelInferResponse v2;
+  grpc::Status status = Infer(request, &v2);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  timeout.set_int64_param(-1);
+  EXPECT_EQ(Infer(request, &v2).error_code(), StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(KServeTest, TypedContentsAreAcceptedForInputs) {
   const Tensor x = RandomTensor(DType::kF32, {2, 5, 8}, 9);
   ModelInferRequest request;

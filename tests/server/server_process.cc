@@ -2,13 +2,16 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,11 +45,14 @@ const bool kFastClientPoll = [] {
   return true;
 }();
 
-// The number after `marker` ("listening on 127.0.0.1:") up to the next non-digit.
+// The port of the address after `marker` ("listening on 127.0.0.1:PORT", "on [::1]:PORT").
 int PortAfter(const std::string& line, const std::string& marker) {
   const size_t at = line.find(marker);
   if (at == std::string::npos) return 0;
-  size_t colon = line.find(':', at + marker.size());
+  size_t host_end = at + marker.size();
+  if (line.compare(host_end, 1, "[") == 0) host_end = line.find(']', host_end);
+  if (host_end == std::string::npos) return 0;
+  size_t colon = line.find(':', host_end);
   if (colon == std::string::npos) return 0;
   size_t end = colon + 1;
   while (end < line.size() && std::isdigit(static_cast<unsigned char>(line[end]))) ++end;
@@ -91,6 +97,10 @@ absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
+    if (file_limit_ > 0) {
+      const rlimit limit = {static_cast<rlim_t>(file_limit_), static_cast<rlim_t>(file_limit_)};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
+    }
     std::vector<char*> argv;
     for (std::string& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -113,11 +123,11 @@ absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
     if (newline != std::string::npos) {
       startup_line_ = text.substr(0, newline);
       metrics_port_ = PortAfter(startup_line_, "metrics on ");
-      // "listening on unix:PATH (...)" names a Unix socket; else "listening on HOST:PORT (...)".
+      // "listening on unix:PATH (...)" (or unix-abstract:NAME) names a Unix socket; else
+      // "listening on HOST:PORT (...)".
       const std::string listening = "listening on ";
       const size_t at = startup_line_.find(listening);
-      if (at != std::string::npos &&
-          startup_line_.compare(at + listening.size(), 5, "unix:") == 0) {
+      if (at != std::string::npos && startup_line_.compare(at + listening.size(), 4, "unix") == 0) {
         const size_t begin = at + listening.size();
         port_ = 0;
         address_ = startup_line_.substr(begin, startup_line_.find(" (", begin) - begin);
@@ -125,7 +135,8 @@ absl::Status ServerProcess::Start(const std::vector<std::string>& args) {
       }
       port_ = PortAfter(startup_line_, listening);
       if (port_ == 0) return absl::InternalError("bad startup line: " + startup_line_);
-      address_ = absl::StrCat("127.0.0.1:", port_);
+      const bool ipv6_loopback = startup_line_.compare(at + listening.size(), 6, "[::1]:") == 0;
+      address_ = absl::StrCat(ipv6_loopback ? "[::1]:" : "127.0.0.1:", port_);
       return absl::OkStatus();
     }
     int status = 0;
@@ -189,6 +200,13 @@ absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& 
 }
 
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
+  absl::StatusOr<HttpResponse> response = HttpRequest(port, path);
+  if (!response.ok()) return response.status();
+  return response->body;
+}
+
+absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& path,
+                                         const std::vector<std::string>& headers) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket failed");
   sockaddr_in addr{};
@@ -199,8 +217,10 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot connect to port ", port));
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+  for (const std::string& header : headers) absl::StrAppend(&request, header, "\r\n");
+  request += "\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return absl::UnavailableError("write failed");
@@ -213,7 +233,12 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   close(fd);
   const size_t body = response.find("\r\n\r\n");
   if (body == std::string::npos) return absl::UnavailableError("no HTTP body: " + response);
-  return response.substr(body + 4);
+  HttpResponse out;
+  // "HTTP/1.1 200 OK": the code after the first space.
+  const size_t space = response.find(' ');
+  if (space != std::string::npos) out.status = std::atoi(response.c_str() + space + 1);
+  out.body = response.substr(body + 4);
+  return out;
 }
 
 double MetricSum(const std::string& text, const std::string& name,
@@ -280,6 +305,53 @@ std::vector<double> WireDoubles(const v1::Tensor& tensor) {
     out[i] = f;
   }
   return out;
+}
+
+absl::StatusOr<int> RunAs(uid_t uid, gid_t gid, const std::vector<std::string>& argv,
+                          std::string* output) {
+  const std::string dir = MakeTempDir("run-as");
+  const std::string log = dir + "/output.txt";
+  const int log_fd = open(log.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  if (log_fd < 0) return absl::InternalError("cannot create " + log);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec.
+    if (dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0 || setgroups(0, nullptr) != 0 ||
+        setgid(gid) != 0 || setuid(uid) != 0) {
+      _exit(126);
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(log_fd);
+  if (pid < 0) return absl::InternalError("fork failed");
+  int status = 0;
+  for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) == 0; waited_ms += 10) {
+    if (waited_ms > 60000) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return absl::InternalError("killed after 60 s");
+    }
+    usleep(10000);
+  }
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  *output = text.str();
+  if (!WIFEXITED(status)) return absl::InternalError("did not exit: " + *output);
+  return WEXITSTATUS(status);
+}
+
+std::string PublicCopy(const std::string& binary) {
+  const std::string dir = MakeTempDir("public");
+  chmod(dir.c_str(), 0755);
+  const std::string copy = dir + "/" + binary.substr(binary.rfind('/') + 1);
+  std::ifstream in(binary, std::ios::binary);
+  std::ofstream(copy, std::ios::binary) << in.rdbuf();
+  chmod(copy.c_str(), 0755);
+  return copy;
 }
 
 std::string MakeTempDir(const std::string& name) {

@@ -40,17 +40,22 @@ class ServerProcess {
   absl::StatusOr<int> Stop(int signal = SIGTERM, absl::Duration timeout = absl::Seconds(30));
   // Sends `signal` without waiting.
   void Signal(int signal) const;
+  // The next Start runs the binary with RLIMIT_NOFILE's soft and hard limits at `limit`
+  // (0, the default: as this process has them).
+  void set_file_limit(int limit) { file_limit_ = limit; }
 
   bool running() const { return pid_ > 0; }
   int port() const { return port_; }  // 0 when listening on a Unix socket
   int metrics_port() const { return metrics_port_; }
-  // The gRPC target of the server: "127.0.0.1:PORT", or "unix:PATH" as --listen named it.
+  // The gRPC target of the server: "127.0.0.1:PORT" ("[::1]:PORT" when listening there), or
+  // "unix:PATH" / "unix-abstract:NAME" as --listen named it.
   const std::string& address() const { return address_; }
   const std::string& startup_line() const { return startup_line_; }
 
  private:
   const std::string binary_;
   pid_t pid_ = -1;
+  int file_limit_ = 0;
   int stdout_fd_ = -1;
   int port_ = 0;
   int metrics_port_ = 0;
@@ -68,6 +73,13 @@ absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& 
 
 // The body of GET http://127.0.0.1:<port><path>.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
+// The status code and body of GET http://127.0.0.1:<port><path> with `headers` ("Name: value").
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& path,
+                                         const std::vector<std::string>& headers = {});
 // Sum of the samples of metric `name` whose line contains every one of `labels` (e.g.
 // {"code=\"OK\""}); 0 when there is none.
 double MetricSum(const std::string& text, const std::string& name,
@@ -108,6 +120,15 @@ class ShmObject {
 
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);
+
+// Runs the program `argv` (argv[0] its path) as user `uid` and group `gid` (REQUIRES: this
+// process runs as root), waits for it (60 s at most, then SIGKILL), and returns its exit code
+// with its stdout and stderr in *output; Internal when it did not exit by itself.
+absl::StatusOr<int> RunAs(uid_t uid, gid_t gid, const std::vector<std::string>& argv,
+                          std::string* output);
+// A copy of `binary` in a fresh directory any user may read and run (the build tree may sit
+// under a private home directory).
+std::string PublicCopy(const std::string& binary);
 
 }  // namespace kernelserve::testing
 

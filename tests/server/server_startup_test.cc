@@ -59,8 +59,9 @@ TEST(ServerStartupTest, VersionNamesGitAndCuda) {
 }
 
 TEST(ServerStartupTest, OutOfRangeFlagsAreRefusedNamingTheFlag) {
-  for (const char* flag :
-       {"--gpu-lanes=0", "--gpu-lanes=17", "--max-queue=0", "--max-pinned-bytes=-1"}) {
+  for (const char* flag : {"--gpu-lanes=0", "--gpu-lanes=17", "--max-queue=0",
+                           "--max-pinned-bytes=-1", "--max-connection-idle=-1s",
+                           "--max-connection-age=-1s", "--max-connection-age-grace=-1s"}) {
     const Finished refused = RunToExit({"--cache=memory", "--metrics-listen=off", flag});
     EXPECT_NE(refused.exit_code, 0) << flag << ": " << refused.output;
     EXPECT_TRUE(absl::StrContains(refused.output, flag)) << flag << ": " << refused.output;

@@ -114,5 +114,19 @@ TEST_F(ServerTlsTest, TlsWithoutClientCaServesClientsThatTrustTheCa) {
   EXPECT_EQ(*server.Stop(), 0);
 }
 
+TEST_F(ServerTlsTest, TlsServesOnAUnixSocket) {
+  const std::string target = "unix:" + MakeTempDir("tls-unix") + "/kernelserve.sock";
+  ServerProcess server;
+  ASSERT_TRUE(server
+                  .Start({"--cache=memory", "--listen=" + target,
+                          "--tls-cert=" + files_.server_cert, "--tls-key=" + files_.server_key})
+                  .ok());
+  EXPECT_EQ(server.address(), target);
+  std::unique_ptr<Client> client = Connect(server, files_.ca_cert);
+  ASSERT_NE(client, nullptr);
+  ExpectMeanPoolingWorks(*client);
+  EXPECT_EQ(*server.Stop(), 0);
+}
+
 }  // namespace
 }  // namespace kernelserve::testing

@@ -1,6 +1,7 @@
 #include "kernels/flash_attention/flash_attention_bwd_kernel.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -193,6 +194,24 @@ TEST(FlashAttentionBwdKernelTest, ValidateDataChecksBothOffsets) {
     const absl::Status status = kernel.ValidateData(**problem, bad);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
     EXPECT_THAT(status.message(), HasSubstr("input '" + name + "'"));
+  }
+}
+
+TEST(FlashAttentionBwdKernelTest, ValidateDataRefusesNanAndPlusInfinityInLse) {
+  FlashAttentionBwdKernel kernel;
+  auto problem = AnalyzeCall(kernel, Dense(), {});
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  absl::StatusOr<TensorMap> inputs = kernel.SynthesizeInputs(**problem, Dense(), 4);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  TensorMap masked = *inputs;
+  masked.at("lse").data_as<float>()[3] = -std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(kernel.ValidateData(**problem, masked).ok());  // a row that sees no key
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    TensorMap spoiled = *inputs;
+    spoiled.at("lse").data_as<float>()[7] = bad;
+    const absl::Status status = kernel.ValidateData(**problem, spoiled);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("input 'lse': element 7 is"));
   }
 }
 
