@@ -1,17 +1,20 @@
 // kernelserve.v1's shared memory over the kernelserve-server binary: a system region
 // registered once, inputs read from it and outputs written into it, equal to inline calls bit
 // for bit; every bad reference and registration with its code; the flag that turns it off; what
-// one identity sees of its regions (owner, Unregister of "" keeping to it), the caps, the rules
-// for names and keys, objects shrunk under the server, the calls counted in use.
+// one identity sees of its regions (owner, Unregister of "" keeping to it), regions kept apart
+// between the identities of a token file, the caps, the rules for names and keys, objects
+// shrunk under the server, the calls counted in use.
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "proto/convert.h"
 #include "tests/server/server_process.h"
 #include "tests/support/testing.h"
@@ -433,6 +436,134 @@ TEST(SharedMemoryCapsTest, RegionCountsAndBytesAreCappedNamingTheFlags) {
     const absl::Status started = server.Start({"--cache=memory", flag});
     EXPECT_FALSE(started.ok()) << flag;
   }
+}
+
+// alice and bob are callers, ops an admin.
+class SharedMemoryTenancyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string tokens = MakeTempDir("shm-tenancy") + "/tokens";
+    std::ofstream(tokens) << "alice caller tok-alice\nbob caller tok-bob\nops admin tok-ops\n";
+    server_ = new ServerProcess();
+    absl::Status started = server_->Start({"--cache=memory", "--auth-token-file=" + tokens});
+    ASSERT_TRUE(started.ok()) << started;
+  }
+  static void TearDownTestSuite() {
+    absl::StatusOr<int> code = server_->Stop();
+    EXPECT_TRUE(code.ok() && *code == 0) << code.status();
+    delete server_;
+  }
+  void SetUp() override {
+    stub_ = MakeStub(server_->address());
+    v2_ = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override { EXPECT_TRUE(Unregister("tok-ops", "", "*").ok()); }
+
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->AddMetadata("authorization", "Bearer " + token);
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return context;
+  }
+  grpc::Status Register(const std::string& token, const std::string& name,
+                        const ShmObject& object) {
+    v1::RegisterSystemSharedMemoryRequest request;
+    request.set_name(name);
+    request.set_key(object.key());
+    request.set_byte_size(object.size());
+    v1::RegisterSharedMemoryResponse response;
+    return stub_->RegisterSystemSharedMemory(As(token).get(), request, &response);
+  }
+  grpc::Status Unregister(const std::string& token, const std::string& name,
+                          const std::string& owner = "") {
+    v1::UnregisterSharedMemoryRequest request;
+    request.set_name(name);
+    request.set_owner(owner);
+    v1::UnregisterSharedMemoryResponse response;
+    return stub_->UnregisterSharedMemory(As(token).get(), request, &response);
+  }
+  // "owner/name" of each region `token`'s identity sees, or the call's error.
+  absl::StatusOr<std::vector<std::string>> Listed(const std::string& token,
+                                                  const std::string& owner = "") {
+    v1::SharedMemoryStatusRequest request;
+    request.set_owner(owner);
+    v1::SharedMemoryStatusResponse response;
+    const grpc::Status status = stub_->SharedMemoryStatus(As(token).get(), request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    std::vector<std::string> regions;
+    for (const v1::SharedMemoryRegion& region : response.regions()) {
+      regions.push_back(region.owner() + "/" + region.name());
+    }
+    return regions;
+  }
+
+  static ServerProcess* server_;
+  std::unique_ptr<v1::KernelService::Stub> stub_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> v2_;
+};
+ServerProcess* SharedMemoryTenancyTest::server_ = nullptr;
+
+using Names = std::vector<std::string>;
+
+TEST_F(SharedMemoryTenancyTest, IdentitiesNeitherSeeUseRemoveNorShadowEachOthersRegions) {
+  const Tensor x = RandomTensor(DType::kF32, {2, 8, 16}, 3);
+  const Tensor y = RandomTensor(DType::kF32, {2, 8, 16}, 4);
+  ShmObject alices(64 * 1024);
+  ShmObject bobs(64 * 1024);
+  v1::ExecuteRequest call = MeanPoolingRequest(x);
+  MoveInput(&call, "x", alices, 0, "r", 0);
+  std::memcpy(bobs.data(), y.data(), y.nbytes());
+  v1::ExecuteResponse want_x;
+  v1::ExecuteResponse want_y;
+  ASSERT_TRUE(stub_->Execute(As("tok-alice").get(), MeanPoolingRequest(x), &want_x).ok());
+  ASSERT_TRUE(stub_->Execute(As("tok-alice").get(), MeanPoolingRequest(y), &want_y).ok());
+
+  ASSERT_TRUE(Register("tok-alice", "r", alices).ok());
+  EXPECT_EQ(*Listed("tok-alice"), Names{"alice/r"});
+  EXPECT_EQ(*Listed("tok-bob"), Names{});
+  v1::ExecuteResponse got;
+  EXPECT_EQ(stub_->Execute(As("tok-bob").get(), call, &got).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Unregister("tok-bob", "r").error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(Unregister("tok-bob", "").ok());
+  EXPECT_EQ(Listed("tok-bob", "alice").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Listed("tok-bob", "*").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Unregister("tok-bob", "", "alice").error_code(), StatusCode::PERMISSION_DENIED);
+
+  // Bob's "r" is his own: Alice's calls still read her object, his read his.
+  ASSERT_TRUE(Register("tok-bob", "r", bobs).ok());
+  ASSERT_TRUE(stub_->Execute(As("tok-alice").get(), call, &got).ok());
+  EXPECT_TRUE(got.outputs().at("out").data() == want_x.outputs().at("out").data());
+  ASSERT_TRUE(stub_->Execute(As("tok-bob").get(), call, &got).ok());
+  EXPECT_TRUE(got.outputs().at("out").data() == want_y.outputs().at("out").data());
+
+  // The admin sees and removes everyone's, and names only its own in calls.
+  EXPECT_EQ(*Listed("tok-ops"), Names{});
+  EXPECT_EQ(*Listed("tok-ops", "*"), (Names{"alice/r", "bob/r"}));
+  EXPECT_EQ(*Listed("tok-ops", "bob"), Names{"bob/r"});
+  EXPECT_EQ(stub_->Execute(As("tok-ops").get(), call, &got).error_code(), StatusCode::NOT_FOUND);
+  ASSERT_TRUE(Unregister("tok-ops", "", "bob").ok());
+  EXPECT_EQ(*Listed("tok-ops", "*"), Names{"alice/r"});
+}
+
+TEST_F(SharedMemoryTenancyTest, TheV2MethodsActOnTheCallersOwnRegionsAdminsIncluded) {
+  ShmObject object(4096);
+  ASSERT_TRUE(Register("tok-alice", "r", object).ok());
+  ASSERT_TRUE(Register("tok-ops", "mine", object).ok());
+  inference::SystemSharedMemoryStatusResponse listed;
+  ASSERT_TRUE(v2_->SystemSharedMemoryStatus(As("tok-bob").get(), {}, &listed).ok());
+  EXPECT_TRUE(listed.regions().empty());
+  ASSERT_TRUE(v2_->SystemSharedMemoryStatus(As("tok-ops").get(), {}, &listed).ok());
+  EXPECT_EQ(listed.regions().size(), 1u);
+  EXPECT_TRUE(listed.regions().contains("mine"));
+  // Triton's tools send Unregister("") before and after a run.
+  inference::SystemSharedMemoryUnregisterResponse gone;
+  ASSERT_TRUE(v2_->SystemSharedMemoryUnregister(As("tok-ops").get(), {}, &gone).ok());
+  ASSERT_TRUE(v2_->SystemSharedMemoryUnregister(As("tok-bob").get(), {}, &gone).ok());
+  EXPECT_EQ(*Listed("tok-ops", "*"), Names{"alice/r"});
 }
 
 }  // namespace
