@@ -202,7 +202,9 @@ def main() -> None:
 
 def server_command(lanes: int) -> list[str]:
     return ["kernelserve-server", "--cache=memory", f"--metrics-listen=127.0.0.1:{METRICS_PORT}",
-            f"--listen=127.0.0.1:{SERVER_PORT}", f"--gpu-lanes={lanes}"]
+            f"--listen=127.0.0.1:{SERVER_PORT}", f"--gpu-lanes={lanes}",
+            # The device runs this as root, where system shared memory needs asking for.
+            *(["--shared-memory-as-root"] if os.geteuid() == 0 else [])]
 
 
 def stop(process: subprocess.Popen) -> None:

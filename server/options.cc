@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, shared_memory, "auto",
           "shared memory clients on this host may register for their tensors: auto (all on "
           "loopback and unix listeners, off elsewhere), off, system (POSIX shm), cuda (CUDA IPC "
           "handles of GPU buffers) or all");
+ABSL_FLAG(bool, shared_memory_as_root, false,
+          "serve system shared memory while running as root (off by default: a root server "
+          "could open any user's object); each registration is still checked against the "
+          "caller's own access to the object");
 ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{16} << 30,
           "bytes of shared memory registered in all before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_shared_memory_regions, 1024,
@@ -132,6 +136,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_pinned_bytes = absl::GetFlag(FLAGS_max_pinned_bytes);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
+  o.shared_memory_as_root = absl::GetFlag(FLAGS_shared_memory_as_root);
   o.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
   o.quota_shared_memory_regions = absl::GetFlag(FLAGS_quota_shared_memory_regions);
   o.quota_shared_memory_bytes = absl::GetFlag(FLAGS_quota_shared_memory_bytes);

@@ -31,9 +31,12 @@ struct ServerOptions {
   // regions are served.
   std::string shared_memory = "auto";
   int64_t max_shared_memory_bytes = int64_t{16} << 30;  // registered bytes in all
-  int max_shared_memory_regions = 1024;                 // registered regions in all
-  int quota_shared_memory_regions = 256;                // regions of one identity
-  int64_t quota_shared_memory_bytes = 0;                // of one identity; 0 = the max only
+  // Serve system regions while running as root (a root server can open any object; each
+  // registration is still checked against the caller's own access).
+  bool shared_memory_as_root = false;
+  int max_shared_memory_regions = 1024;   // registered regions in all
+  int quota_shared_memory_regions = 256;  // regions of one identity
+  int64_t quota_shared_memory_bytes = 0;  // of one identity; 0 = the max only
   // Page-locked bytes of system regions (servers with GPUs), in all and of one identity (0 =
   // the max only); past them regions stay unpinned.
   int64_t max_pinned_shared_memory_bytes = int64_t{4} << 30;

@@ -285,7 +285,9 @@ absl::Status Server::StartGrpc() {
   const std::string& mode = options_.shared_memory;
   const bool local = mode == "auto" && IsLocalListener(options_.listen);
   SharedMemoryOptions shared;
-  shared.system = mode == "system" || mode == "all" || local;
+  // A server running as root could open any user's object: system regions only when asked.
+  const bool root_refuses = geteuid() == 0 && !options_.shared_memory_as_root;
+  shared.system = (mode == "system" || mode == "all" || local) && !root_refuses;
   shared.cuda = mode == "cuda" || mode == "all" || local;
   shared.max_bytes = options_.max_shared_memory_bytes;
   shared.max_regions = options_.max_shared_memory_regions;
@@ -293,9 +295,11 @@ absl::Status Server::StartGrpc() {
   shared.quota_bytes = options_.quota_shared_memory_bytes;
   shared.max_pinned_bytes = options_.max_pinned_shared_memory_bytes;
   shared.quota_pinned_bytes = options_.quota_pinned_bytes;
-  shared.off_reason = mode == "auto"
-                          ? "--shared-memory=auto serves it on loopback and unix listeners only"
-                          : absl::StrCat("--shared-memory=", mode);
+  shared.off_reason =
+      root_refuses     ? "the server runs as root; --shared-memory-as-root serves it anyway"
+      : mode == "auto" ? "--shared-memory=auto serves it on loopback and unix listeners only"
+                       : absl::StrCat("--shared-memory=", mode);
+  shared_memory_root_off_ = root_refuses && (mode == "system" || mode == "all" || local);
   if (devices_.size() > 1) gpu_memory_ = RuntimeGpuMemoryAccess();
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
@@ -430,8 +434,9 @@ std::string Server::StartupLine() const {
           : std::string(),
       devices_.size() > 1 ? absl::StrCat("; ", options_.gpu_lanes, " calls at once per GPU")
                           : std::string(),
-      "; shared memory ", SharedMemoryLabel(shared_memory_.get()), FileLimitLabel(file_limit_),
-      "; auth ", auth_->Describe());
+      "; shared memory ", SharedMemoryLabel(shared_memory_.get()),
+      shared_memory_root_off_ ? " (system off as root: --shared-memory-as-root)" : "",
+      FileLimitLabel(file_limit_), "; auth ", auth_->Describe());
 }
 
 absl::Status Server::Shutdown() {

@@ -94,6 +94,7 @@ class Server {
   ModelStats model_stats_;
   std::unique_ptr<GpuMemoryAccess> gpu_memory_;  // CUDA regions' (null without GPUs)
   std::unique_ptr<SharedMemoryRegistry> shared_memory_;
+  bool shared_memory_root_off_ = false;  // system regions refused for running as root
   std::atomic<bool> draining_{false};
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;

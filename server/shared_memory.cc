@@ -12,6 +12,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "core/utils/string_view.h"
 
 namespace kernelserve::server {
@@ -124,8 +126,36 @@ int64_t PinLedger::bytes() const {
   return bytes_;
 }
 
+absl::Status CheckObjectAccess(uid_t owner_uid, gid_t group_gid, mode_t mode,
+                               const PeerCredentials& peer, std::string_view what) {
+  constexpr mode_t kOwner = S_IRUSR | S_IWUSR, kGroup = S_IRGRP | S_IWGRP,
+                   kOthers = S_IROTH | S_IWOTH;
+  const std::string object = absl::StrFormat("the object (owner uid %u, group %u, mode 0%03o)",
+                                             owner_uid, group_gid, mode & 0777);
+  if (!peer.uid.has_value()) {
+    if ((mode & kOthers) == kOthers) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        Sv(what), ": ", object,
+        " is not readable and writable by everyone, and this server cannot tell which user "
+        "calls (a TCP peer that is not on loopback); register an object with mode o+rw, or call "
+        "over a Unix socket or loopback"));
+  }
+  const uid_t uid = *peer.uid;
+  mode_t needed = kOthers;
+  if (uid == owner_uid) {
+    needed = kOwner;
+  } else if (peer.gid.has_value() && *peer.gid == group_gid) {
+    needed = kGroup;
+  }
+  if (uid == 0 || (mode & needed) == needed) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(Sv(what), ": ", object, " is not readable and writable by the caller (",
+                   peer.DebugString(), "); a caller registers only objects it could open itself"));
+}
+
 absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::MapSystem(
-    std::string owner, std::string name, std::string key, uint64_t offset, uint64_t byte_size) {
+    std::string owner, const PeerCredentials& peer, std::string name, std::string key,
+    uint64_t offset, uint64_t byte_size) {
   const std::string what = absl::StrCat("region '", name, "' (key '", key, "')");
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0) {
@@ -142,6 +172,9 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::MapSystem(
   const bool sized = fstat(fd, &st) == 0;
   if (sized && !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": not a shared-memory object"));
+  }
+  if (sized) {
+    KS_RETURN_IF_ERROR(CheckObjectAccess(st.st_uid, st.st_gid, st.st_mode, peer, what));
   }
   uint64_t end = 0;
   if (!sized || __builtin_add_overflow(offset, byte_size, &end) ||
@@ -362,7 +395,7 @@ absl::Status SharedMemoryRegistry::RegisterSystem(const Caller& caller, const st
     return status;
   }
   absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-      SharedRegion::MapSystem(caller.identity, name, key, offset, byte_size);
+      SharedRegion::MapSystem(caller.identity, caller.peer, name, key, offset, byte_size);
   if (!region.ok()) return region.status();
   if (gpu_ != nullptr) (*region)->PinFor(*gpu_, pins_);  // GPU calls then copy it in one DMA
   return Insert(*std::move(region));

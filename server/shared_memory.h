@@ -8,6 +8,8 @@
 #ifndef KERNELSERVE_SERVER_SHARED_MEMORY_H_
 #define KERNELSERVE_SERVER_SHARED_MEMORY_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -96,7 +98,10 @@ class SharedRegion {
   // faults (MappingGuard). NotFound when there is no such object; InvalidArgument when it
   // cannot be opened or mapped or is smaller than offset + byte_size (naming the sizes);
   // ResourceExhausted when the process is out of file descriptors or guard slots.
+  // PermissionDenied when `peer` (the caller's process) could not open the object for reading
+  // and writing itself (CheckObjectAccess).
   static absl::StatusOr<std::unique_ptr<SharedRegion>> MapSystem(std::string owner,
+                                                                 const PeerCredentials& peer,
                                                                  std::string name, std::string key,
                                                                  uint64_t offset,
                                                                  uint64_t byte_size);
@@ -203,6 +208,16 @@ class CallRegions {
   std::vector<Held> regions_;
 };
 
+// OK when a process with `peer`'s credentials could open a shared-memory object of owner
+// `owner_uid`, group `group_gid` and `mode` for reading and writing, as the kernel judges it:
+// root may; the owner by the owner's bits; a process whose gid is the object's by the group's
+// bits (only the peer's primary gid is known, so supplementary groups do not count); anyone
+// else by the others' bits. When the peer's uid is not known (a TCP peer that is not on
+// loopback), only an object everyone may read and write passes. PermissionDenied saying which
+// otherwise, for `what` (the region and key).
+absl::Status CheckObjectAccess(uid_t owner_uid, gid_t group_gid, mode_t mode,
+                               const PeerCredentials& peer, std::string_view what);
+
 // Options of the registry. Every field has a default.
 struct SharedMemoryOptions {
   bool system = true;                     // system regions may be registered
@@ -242,7 +257,9 @@ class SharedMemoryRegistry {
   int64_t pinned_bytes() const { return pins_->bytes(); }
 
   // Maps and registers a system region of the caller's under `name`. Unimplemented when system
-  // regions are off; InvalidArgument for a bad name (CheckRegionName) or key (CheckObjectKey),
+  // regions are off; PermissionDenied for an object the caller could not open for reading and
+  // writing itself (CheckObjectAccess with caller.peer); InvalidArgument for a bad name
+  // (CheckRegionName) or key (CheckObjectKey),
   // an empty size or a range past the object; NotFound for a key that does not exist;
   // AlreadyExists for a name the caller has taken; ResourceExhausted past a cap of the options
   // (naming it and its flag).

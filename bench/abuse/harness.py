@@ -51,6 +51,11 @@ DTYPES = {np.dtype("<f4"): pb.DTYPE_F32, np.dtype("<f2"): pb.DTYPE_F16,
           np.dtype("bool"): pb.DTYPE_BOOL}
 
 
+# As root a server serves system shared memory only when told to (the shared-memory cases need
+# it); each registration is still checked against the caller's access to the object.
+AS_ROOT = ["--shared-memory-as-root"] if os.geteuid() == 0 else []
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -306,7 +311,7 @@ class Server:
         os.close(fd)
         self.args = [os.path.join(build, "server/kernelserve-server"),
                      f"--listen={self.target}", f"--metrics-listen=127.0.0.1:{self.metrics_port}",
-                     f"--cache={cache}", "--devices=cpu", *self.extra_args]
+                     f"--cache={cache}", "--devices=cpu", *AS_ROOT, *self.extra_args]
         with open(self.log_path, "wb") as log:
             # No preexec_fn: a fork() of this many-threaded gRPC client can crash it (grpc's
             # fork handlers); without one, Popen spawns with vfork.

@@ -15,6 +15,9 @@ import kernelserve
 SERVER = os.environ.get("KERNELSERVE_SERVER", "")
 TOY_SERVER = os.environ.get("KERNELSERVE_TOY_SERVER", "")  # with the tests' toy kernel
 CLI = os.environ.get("KERNELSERVE_CLI", "")
+# As root (CI machines) a server serves system shared memory only when told to; each
+# registration is still checked against the caller's access to the object.
+AS_ROOT = ("--shared-memory-as-root",) if os.geteuid() == 0 else ()
 
 
 def free_port():
@@ -34,7 +37,7 @@ class ServerProcess:
         self._log = tempfile.NamedTemporaryFile(prefix="kernelserve-server-", suffix=".log",
                                                 delete=False)
         args = [binary, f"--listen={self.target}", "--metrics-listen=off", "--cache=memory",
-                *extra_args]
+                *AS_ROOT, *extra_args]
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         try:
             self._wait_serving(timeout)

@@ -4,6 +4,7 @@ For the KServe v2 tests, which run in a virtualenv with tritonclient and without
 kernelserve package (so tests/client/server_fixture.py, which waits through it, is not used).
 """
 
+import os
 import socket
 import subprocess
 import tempfile
@@ -11,6 +12,10 @@ import time
 
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
+
+
+# As root (CI machines) a server serves system shared memory only when told to.
+AS_ROOT = ("--shared-memory-as-root",) if os.geteuid() == 0 else ()
 
 
 def free_port():
@@ -26,7 +31,8 @@ class TritonServer:
         self.target = f"127.0.0.1:{free_port()}"
         self.log = tempfile.NamedTemporaryFile(prefix="kernelserve-v2-", suffix=".log")
         self.process = subprocess.Popen(
-            [binary, f"--listen={self.target}", "--metrics-listen=off", "--cache=memory"],
+            [binary, f"--listen={self.target}", "--metrics-listen=off", "--cache=memory",
+             *AS_ROOT],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.client = grpcclient.InferenceServerClient(self.target)
         deadline = time.monotonic() + timeout

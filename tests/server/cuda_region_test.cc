@@ -18,7 +18,14 @@
 namespace kernelserve::server {
 namespace {
 
-const Caller kMe;  // the anonymous caller of a server without authentication
+// A caller on this host: a process of this test's user (as a Unix socket or loopback peer is
+// known to the server), which may register the objects the test creates.
+Caller Local(Caller caller = Caller()) {
+  caller.peer.uid = geteuid();
+  return caller;
+}
+// The anonymous caller of a server without authentication, calling from this host.
+const Caller kMe = Local();
 
 // Opens handles "gpu-<n>" as a fresh host buffer of n bytes, each byte its index mod 251; any
 // other handle fails as a bad one does. Counts what it opened and what is still mapped.
@@ -204,7 +211,7 @@ TEST(CudaRegionTest, PinningStaysWithinTheServerCapAndEachIdentitysQuota) {
   options.max_pinned_bytes = 12288;
   options.quota_pinned_bytes = 8192;
   SharedMemoryRegistry registry(options, &gpu);
-  Caller alice;
+  Caller alice = Local();
   alice.identity = "alice";
   alice.role = Role::kCaller;
   Caller bob = alice;

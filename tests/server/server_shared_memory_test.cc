@@ -4,6 +4,11 @@
 // one identity sees of its regions (owner, Unregister of "" keeping to it), regions kept apart
 // between the identities of a token file, the caps, the rules for names and keys, objects
 // shrunk under the server, the calls counted in use.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -564,6 +569,82 @@ TEST_F(SharedMemoryTenancyTest, TheV2MethodsActOnTheCallersOwnRegionsAdminsInclu
   ASSERT_TRUE(v2_->SystemSharedMemoryUnregister(As("tok-ops").get(), {}, &gone).ok());
   ASSERT_TRUE(v2_->SystemSharedMemoryUnregister(As("tok-bob").get(), {}, &gone).ok());
   EXPECT_EQ(*Listed("tok-ops", "*"), Names{"alice/r"});
+}
+
+// A shm object owned by `uid`, with `mode`, created (and removed) by this root process.
+class OwnedObject {
+ public:
+  OwnedObject(uid_t uid, mode_t mode, size_t bytes)
+      : key_("/kernelserve-test-owned-" + std::to_string(getpid()) + "-" +
+             std::to_string(counter_++)) {
+    const int fd = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    EXPECT_EQ(fchown(fd, uid, uid), 0);
+    EXPECT_EQ(fchmod(fd, mode), 0);
+    close(fd);
+  }
+  ~OwnedObject() { shm_unlink(key_.c_str()); }
+  const std::string& key() const { return key_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string key_;
+};
+
+// Item 10 of the robustness round: a root server mapped any user's object for any caller. Now
+// a caller registers only what it could open itself, whether it calls over a Unix socket (its
+// uid from SO_PEERCRED) or loopback TCP (the uid owning its socket).
+TEST(SharedMemoryAccessTest, AnotherUsersPrivateObjectIsPermissionDenied) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to call as another user";
+  constexpr uid_t kNobody = 65534;
+  const std::string register_binary = PublicCopy(KERNELSERVE_REGISTER_BINARY);
+  const std::string dir = MakeTempDir("shm-access");
+  chmod(dir.c_str(), 0755);
+  for (const std::string listen : {"unix:" + dir + "/ks.sock", std::string("127.0.0.1:0")}) {
+    ServerProcess server;
+    ASSERT_TRUE(server.Start({"--cache=memory", "--listen=" + listen}).ok()) << listen;
+    if (listen.rfind("unix:", 0) == 0) chmod((dir + "/ks.sock").c_str(), 0777);
+    OwnedObject roots(0, 0600, 4096), public_one(0, 0666, 4096), nobodys(kNobody, 0600, 4096);
+    auto register_as = [&](uid_t uid, const std::string& name, const std::string& key) {
+      std::string output;
+      absl::StatusOr<int> code =
+          RunAs(uid, uid, {register_binary, server.address(), name, key, "4096"}, &output);
+      EXPECT_TRUE(code.ok()) << code.status();
+      return std::make_pair(code.value_or(-1), output);
+    };
+    auto [denied, why] = register_as(kNobody, "theirs", roots.key());
+    EXPECT_EQ(denied, 7) << listen << ": " << why;  // PERMISSION_DENIED
+    EXPECT_NE(why.find("is not readable and writable by the caller (uid 65534"), std::string::npos)
+        << why;
+    EXPECT_EQ(register_as(kNobody, "own", nobodys.key()).first, 0) << listen;
+    EXPECT_EQ(register_as(kNobody, "public", public_one.key()).first, 0) << listen;
+    EXPECT_EQ(register_as(0, "roots", roots.key()).first, 0) << listen;
+    EXPECT_EQ(*server.Stop(), 0);
+  }
+}
+
+TEST(SharedMemoryAccessTest, ARootServerServesNoSystemRegionsUnlessAsked) {
+  if (geteuid() != 0) GTEST_SKIP() << "a server not running as root serves them";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({"--cache=memory", "--shared-memory-as-root=false"}).ok());
+  EXPECT_NE(server.startup_line().find("(system off as root: --shared-memory-as-root)"),
+            std::string::npos)
+      << server.startup_line();
+  ShmObject object(4096);
+  auto stub = MakeStub(server.address());
+  grpc::ClientContext context;
+  v1::RegisterSystemSharedMemoryRequest request;
+  request.set_name("r");
+  request.set_key(object.key());
+  request.set_byte_size(4096);
+  v1::RegisterSharedMemoryResponse response;
+  const grpc::Status status = stub->RegisterSystemSharedMemory(&context, request, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(status.error_message().find("the server runs as root; --shared-memory-as-root"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(*server.Stop(), 0);
 }
 
 }  // namespace

@@ -22,7 +22,14 @@
 namespace kernelserve::server {
 namespace {
 
-const Caller kMe;  // the anonymous caller of a server without authentication
+// A caller on this host: a process of this test's user (as a Unix socket or loopback peer is
+// known to the server), which may register the objects the test creates.
+Caller Local(Caller caller = Caller()) {
+  caller.peer.uid = geteuid();
+  return caller;
+}
+// The anonymous caller of a server without authentication, calling from this host.
+const Caller kMe = Local();
 
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
@@ -30,7 +37,7 @@ Caller Identity(std::string name, Role role = Role::kCaller) {
   Caller caller;
   caller.identity = std::move(name);
   caller.role = role;
-  return caller;
+  return Local(caller);
 }
 
 // A shm_open object of `bytes` bytes, byte i being (i + seed) mod 251, removed at the end.
@@ -62,6 +69,51 @@ class ShmObject {
   static inline int counter_ = 0;
   std::string key_;
 };
+
+// Who may register an object: whoever could open it for reading and writing, by the kernel's
+// rule (owner bits for the owner, group bits for its group, the others' for the rest; root
+// always); a caller of unknown uid only an object everyone may read and write.
+TEST(SharedMemoryAccessTest, ACallerRegistersOnlyObjectsItCouldOpenItself) {
+  PeerCredentials unix_peer;  // SO_PEERCRED: uid, gid and pid
+  unix_peer.uid = 1000;
+  unix_peer.gid = 1000;
+  unix_peer.pid = 42;
+  PeerCredentials tcp_peer;  // loopback TCP: the uid alone
+  tcp_peer.uid = 1000;
+  PeerCredentials root;
+  root.uid = 0;
+  const PeerCredentials unknown;
+  struct Case {
+    uid_t owner;
+    gid_t group;
+    mode_t mode;
+    PeerCredentials peer;
+    bool allowed;
+  };
+  const std::vector<Case> cases = {
+      {1000, 1000, 0600, unix_peer, true},  {1000, 1000, 0400, unix_peer, false},
+      {1000, 1000, 0066, unix_peer, false},  // the owner's bits decide for the owner
+      {2000, 1000, 0660, unix_peer, true},  {2000, 1000, 0606, unix_peer, false},
+      {2000, 2000, 0606, unix_peer, true},  {2000, 1000, 0660, tcp_peer, false},
+      {1000, 5, 0600, tcp_peer, true},      {2000, 2000, 0600, root, true},
+      {1000, 1000, 0600, unknown, false},   {1000, 1000, 0664, unknown, false},
+      {1000, 1000, 0666, unknown, true},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = CheckObjectAccess(c.owner, c.group, c.mode, c.peer, "region 'r'");
+    EXPECT_EQ(status.ok(), c.allowed) << c.owner << " " << c.group << " " << std::oct << c.mode
+                                      << " " << c.peer.DebugString() << ": " << status;
+    if (!status.ok()) EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  }
+  const absl::Status other_user = CheckObjectAccess(2000, 2000, 0600, unix_peer, "region 'r'");
+  EXPECT_NE(other_user.message().find(
+                "region 'r': the object (owner uid 2000, group 2000, mode 0600) is not readable "
+                "and writable by the caller (uid 1000 gid 1000 pid 42)"),
+            std::string::npos)
+      << other_user;
+  const absl::Status no_uid = CheckObjectAccess(1000, 1000, 0600, unknown, "region 'r'");
+  EXPECT_NE(no_uid.message().find("cannot tell which user calls"), std::string::npos) << no_uid;
+}
 
 TEST(SharedMemoryRegistryTest, RegistersAndSpansAtAnOffset) {
   ShmObject object(10000);

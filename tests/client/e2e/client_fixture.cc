@@ -37,6 +37,8 @@ void ClientServerTest::SetUpTestSuite() {
   const std::string target = "127.0.0.1:" + std::to_string(FreePort());
   std::vector<std::string> args = {server, "--listen=" + target, "--metrics-listen=off",
                                    "--cache=memory"};
+  // As root (CI machines) a server serves system shared memory only when told to.
+  if (geteuid() == 0) args.push_back("--shared-memory-as-root");
   pid_ = fork();
   if (pid_ == 0) {
     std::vector<char*> argv;
