@@ -204,7 +204,7 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
   KS_ASSIGN_OR_RETURN(double kernel_seconds, run->Launch(selection.config));
   result.timings.kernel_us = Micros(kernel_seconds);
   const Clock::time_point fetch_start = Clock::now();
-  KS_ASSIGN_OR_RETURN(result.outputs, run->FetchInto(output_places));
+  KS_ASSIGN_OR_RETURN(result.outputs, run->TakeOutputs(output_places));
   result.timings.d2h_us = MicrosSince(fetch_start);
 
   if (options_.recorder != nullptr) {

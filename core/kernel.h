@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,6 +40,13 @@ class PreparedRun {
   // those tensors. The default, for platforms without device memory: Fetch when `places` is
   // empty, else Unimplemented.
   virtual absl::StatusOr<TensorMap> FetchInto(const TensorMap& places);
+  // The run's last fetch: FetchInto(places), except that a platform whose outputs are host
+  // tensors already may move them out rather than copy them (an output as large as the
+  // in-flight budget allows is then held once, not twice). Nothing is launched or fetched
+  // after it. The default: FetchInto(places).
+  virtual absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) {
+    return FetchInto(places);
+  }
   // Seconds spent moving inputs to the device in Prepare (0 on the CPU).
   virtual double upload_seconds() const { return 0.0; }
 
@@ -48,6 +56,12 @@ class PreparedRun {
 
  protected:
   const std::function<absl::Status()>& interrupt() const { return interrupt_; }
+  // For Fetch and TakeOutputs of runs whose outputs are host tensors: `output` copied, or
+  // moved out when `take`. (A map built from a braced list would copy each output twice.)
+  static Tensor CopyOrTake(Tensor& output, bool take) {
+    if (take) return std::move(output);
+    return output;
+  }
 
  private:
   std::function<absl::Status()> interrupt_;

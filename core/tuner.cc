@@ -41,6 +41,17 @@ double MatchTolerance(DType dtype) {
   }
 }
 
+namespace {
+
+// Element i of `t` as ToDoubles gives it, read in place: outputs of hundreds of MiB are compared
+// without a copy of each as doubles.
+double ValueAt(const Tensor& t, int64_t i) {
+  return IsFloating(t.dtype()) ? static_cast<double>(t.GetFloat(i))
+                               : static_cast<double>(t.GetInt(i));
+}
+
+}  // namespace
+
 double OutputsRelativeError(const TensorMap& actual, const TensorMap& reference) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (actual.size() != reference.size()) return kInf;
@@ -49,17 +60,19 @@ double OutputsRelativeError(const TensorMap& actual, const TensorMap& reference)
   for (const auto& [name, ref] : reference) {
     auto it = actual.find(name);
     if (it == actual.end() || it->second.numel() != ref.numel()) return kInf;
-    const std::vector<double> a = it->second.ToDoubles();
-    const std::vector<double> r = ref.ToDoubles();
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (std::isnan(a[i])) return kInf;
+    const Tensor& out = it->second;
+    const int64_t n = ref.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = ValueAt(out, i);
+      const double r = ValueAt(ref, i);
+      if (std::isnan(a)) return kInf;
       // Equal infinities (lse of a fully masked row) match; anything else infinite does not.
-      if (std::isinf(r[i]) || std::isinf(a[i])) {
-        if (a[i] != r[i]) return kInf;
+      if (std::isinf(r) || std::isinf(a)) {
+        if (a != r) return kInf;
         continue;
       }
-      diff2 += (a[i] - r[i]) * (a[i] - r[i]);
-      ref2 += r[i] * r[i];
+      diff2 += (a - r) * (a - r);
+      ref2 += r * r;
     }
   }
   if (ref2 == 0.0) return diff2 == 0.0 ? 0.0 : kInf;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status_macros.h"
@@ -61,14 +62,25 @@ class FlashAttentionBwdCpuRun : public PreparedRun {
     return elapsed.count();
   }
 
-  absl::StatusOr<TensorMap> Fetch() override {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    TensorMap outputs = {{"dq", dq_}, {"dk", dk_}, {"dv", dv_}};
-    if (problem_.return_dbias) outputs["dbias"] = dbias_;
-    return outputs;
+  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
+  // The outputs move out: the run is done with them.
+  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
+    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
   }
 
  private:
+  // The outputs of the last launch, copied or moved out (CopyOrTake).
+  absl::StatusOr<TensorMap> Outputs(bool take) {
+    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
+    launched_ = !take;
+    TensorMap outputs;
+    outputs.emplace("dq", CopyOrTake(dq_, take));
+    outputs.emplace("dk", CopyOrTake(dk_, take));
+    outputs.emplace("dv", CopyOrTake(dv_, take));
+    if (problem_.return_dbias) outputs.emplace("dbias", CopyOrTake(dbias_, take));
+    return outputs;
+  }
+
   // args_.fwd: the forward call's inputs and params, as the forward's CPU run sets them.
   void SetForwardArgs(const FlashAttentionProblem& p, const TensorMap& inputs) {
     FlashAttentionArgs& a = args_.fwd;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status_macros.h"
@@ -64,8 +65,7 @@ class FlashAttentionCpuRun : public PreparedRun {
       args_.bias = inputs.at("bias").data_as<float>();
       // A bias without a batch or a head is empty and never read: its Sq * Sk need not fit
       // int64 (bias [0,1,2^40,2^40]). Otherwise the bias holds Sq * Sk elements per plane.
-      const int64_t plane =
-          p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
+      const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
       args_.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
       args_.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
     }
@@ -85,14 +85,23 @@ class FlashAttentionCpuRun : public PreparedRun {
     return elapsed.count();
   }
 
-  absl::StatusOr<TensorMap> Fetch() override {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    TensorMap outputs = {{"out", out_}};
-    if (problem_.return_lse) outputs["lse"] = lse_;
-    return outputs;
+  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
+  // The outputs move out: the run is done with them.
+  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
+    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
   }
 
  private:
+  // The outputs of the last launch, copied or moved out (CopyOrTake).
+  absl::StatusOr<TensorMap> Outputs(bool take) {
+    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
+    launched_ = !take;
+    TensorMap outputs;
+    outputs.emplace("out", CopyOrTake(out_, take));
+    if (problem_.return_lse) outputs.emplace("lse", CopyOrTake(lse_, take));
+    return outputs;
+  }
+
   const FlashAttentionProblem problem_;
   // Index inputs as int64; empty when not given. args_ points into them.
   const std::vector<int64_t> cu_seqlens_q_;

@@ -63,12 +63,22 @@ class MeanPoolingBwdCpuRun : public PreparedRun {
     return elapsed.count();
   }
 
-  absl::StatusOr<TensorMap> Fetch() override {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    return TensorMap{{"dx", dx_}};
+  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
+  // The outputs move out: the run is done with them.
+  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
+    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
   }
 
  private:
+  // The outputs of the last launch, copied or moved out (CopyOrTake).
+  absl::StatusOr<TensorMap> Outputs(bool take) {
+    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
+    launched_ = !take;
+    TensorMap outputs;
+    outputs.emplace("dx", CopyOrTake(dx_, take));
+    return outputs;
+  }
+
   const MeanPoolingProblem problem_;
   const Tensor* const dout_;               // not owned
   const std::vector<int64_t> cu_seqlens_;  // varlen only

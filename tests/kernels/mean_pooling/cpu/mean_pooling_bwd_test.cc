@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 namespace kernelserve {
 namespace {
 
+using ::kernelserve::testing::AnalyzeCall;
+using ::kernelserve::testing::CpuDevice;
 using ::kernelserve::testing::RunOnCpu;
 
 // One call of the contract: forward inputs (x with data) and dout.
@@ -194,6 +197,26 @@ TEST(MeanPoolingBwdCpuTest, RefusesConfigsOutsideItsLimits) {
   config = KernelConfig{};
   config.num_warps = -1;
   EXPECT_EQ(cpu::CheckMeanPoolingBwdCpuConfig(config).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The run's last fetch (the executor's) moves dx out, so that a large dx is held once: the same
+// bytes as Fetch gives, and nothing to fetch after it.
+TEST(MeanPoolingBwdCpuTest, TakeOutputsMovesDxOut) {
+  const std::unique_ptr<Kernel> kernel = MakeMeanPoolingBwd();
+  const TensorMap inputs = BwdInputs(Calls(DType::kF32)[0]);
+  auto problem = AnalyzeCall(*kernel, SpecsOf(inputs), {});
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const PlatformImpl* impl = kernel->impl(Platform::kCpu);
+  ASSERT_NE(impl, nullptr);
+  absl::StatusOr<std::unique_ptr<PreparedRun>> run = impl->Prepare(**problem, inputs, CpuDevice(2));
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE((*run)->Launch(impl->Heuristic(**problem, CpuDevice(2))).ok());
+  absl::StatusOr<TensorMap> fetched = (*run)->Fetch();
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  absl::StatusOr<TensorMap> taken = (*run)->TakeOutputs({});
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->at("dx").bytes(), fetched->at("dx").bytes());
+  EXPECT_EQ((*run)->Fetch().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
