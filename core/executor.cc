@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -28,6 +29,18 @@ TuneOptions TuneOptionsOf(const CallPlan& plan) {
   tune.time_budget = plan.policy.time_budget;
   tune.interrupt = plan.interrupt;
   return tune;
+}
+
+// The host bytes of the tuner's copies of a call's outputs (core/tuner.h: the first launch's
+// outputs, kept to compare with, and a candidate's), saturating at INT64_MAX.
+int64_t TunerCopyBytes(const Kernel& kernel, const Problem& problem) {
+  int64_t total = 0;
+  for (const auto& [name, spec] : kernel.OutputSpecs(problem)) {
+    const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
+                          static_cast<int64_t>(ItemSize(spec.dtype));
+    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
+  }
+  return total > INT64_MAX / 2 ? INT64_MAX : 2 * total;
 }
 
 bool Automatic(std::string_view platform) { return platform.empty() || platform == "auto"; }
@@ -140,6 +153,7 @@ absl::StatusOr<CallPlan> Executor::Plan(std::string_view kernel_name, const Tens
   plan.policy = EffectivePolicy(options.policy);
   plan.config = options.config;
   plan.interrupt = options.interrupt;
+  plan.reserve_tuning = options.reserve_tuning;
   KS_RETURN_IF_ERROR(Finish(plan));
   return plan;
 }
@@ -189,6 +203,9 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
   SelectRequest request = RequestFor(plan);
   request.tune = [&](const KernelConfig& heuristic,
                      const std::vector<KernelConfig>& candidates) -> absl::StatusOr<TuneReport> {
+    if (plan.reserve_tuning) {
+      KS_RETURN_IF_ERROR(plan.reserve_tuning(TunerCopyBytes(*plan.kernel, *plan.problem)));
+    }
     KS_RETURN_IF_ERROR(prepare());
     const std::unique_ptr<DeviceHold> hold = HoldDevice(plan);
     return kernelserve::Autotune(*run, heuristic, candidates, TuneOptionsOf(plan));

@@ -41,6 +41,12 @@ struct ExecuteOptions {
   // Picks the GPU of a call on a GPU platform that names no device, among `gpus` (non-empty,
   // ordinals). Empty = the first. The server picks the least loaded, ties round robin.
   std::function<int(const std::vector<int>& gpus)> place;
+  // Called on the thread that runs the call before Run tunes it (a miss with autotune allowed),
+  // with the host bytes the tuning holds besides the call's outputs: the tuner's copies of the
+  // first launch's outputs and of a candidate's (two outputs' worth). A non-OK status fails the
+  // call with it before anything is launched. Empty = nothing asked. Tune does not ask: its
+  // caller counts those copies before it starts.
+  std::function<absl::Status(int64_t bytes)> reserve_tuning;
 };
 
 // A value type.
@@ -78,6 +84,7 @@ struct CallPlan {
   AutotunePolicy policy;                    // the effective policy
   std::optional<KernelConfig> config;       // explicit override
   std::function<absl::Status()> interrupt;  // see ExecuteOptions::interrupt
+  std::function<absl::Status(int64_t bytes)> reserve_tuning;  // see ExecuteOptions
 
   int ordinal() const { return device->ordinal; }  // -1 = the CPU
   const Attributes& attributes() const { return invocation.attributes; }

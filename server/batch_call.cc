@@ -1,5 +1,6 @@
 #include "server/batch_call.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,18 @@ BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request, const KernelSchema& 
     items.index.push_back(static_cast<size_t>(i));
   }
   return items;
+}
+
+int64_t BatchOutputBytes(const CallPlan& plan, const BatchItems& items) {
+  int64_t total = 0;
+  for (const TensorMap& inputs : items.inputs) {
+    absl::StatusOr<std::shared_ptr<const Problem>> problem =
+        plan.kernel->Analyze(SpecsOf(inputs), plan.attributes());
+    if (!problem.ok()) continue;
+    const int64_t bytes = SpecsBytes(plan.kernel->OutputSpecs(**problem));
+    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
+  }
+  return total;
 }
 
 void FillBatchResponse(const v1::ExecuteBatchRequest& request, const BatchItems& items,

@@ -27,6 +27,12 @@ struct BatchItems {
 // data.
 BatchItems TakeBatchItems(v1::ExecuteBatchRequest* request, const KernelSchema& schema);
 
+// Bytes of the outputs of the items that run, each item's from its own shapes (the kernel's
+// analysis of the item with the params of `plan`, the batch's), before any of them runs. An
+// item that the analysis refuses produces none (it fails alone when the batch runs).
+// Saturating at INT64_MAX.
+int64_t BatchOutputBytes(const CallPlan& plan, const BatchItems& items);
+
 // Fills `response` from `batch`: the shared config and source, then one item per request item
 // in request order, each with its request_id, queue_us and either its outputs or its in-band
 // error. Records the selection and the kernel time of every item that ran.

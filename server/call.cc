@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/utils/string_view.h"
 #include "proto/convert.h"
 
 namespace kernelserve::server {
@@ -34,14 +35,43 @@ int64_t TensorBytes(const TensorMap& tensors) {
   return bytes;
 }
 
-int64_t OutputBytes(const CallPlan& plan) {
+int64_t SpecsBytes(const TensorSpecMap& specs) {
   int64_t total = 0;
-  for (const auto& [name, spec] : plan.kernel->OutputSpecs(*plan.problem)) {
+  for (const auto& [name, spec] : specs) {
     const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
                           static_cast<int64_t>(ItemSize(spec.dtype));
     if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
   }
   return total;
+}
+
+int64_t OutputBytes(const CallPlan& plan) { return AnsweredOutputBytes(plan, nullptr); }
+
+int64_t AnsweredOutputBytes(const CallPlan& plan, const OutputSpans* spans,
+                            const std::vector<std::string>& asked) {
+  TensorSpecMap answered = plan.kernel->OutputSpecs(*plan.problem);
+  std::erase_if(answered, [&](const auto& output) {
+    const std::string& name = output.first;
+    return (spans != nullptr && spans->contains(name)) ||
+           (!asked.empty() && std::find(asked.begin(), asked.end(), name) == asked.end());
+  });
+  return SpecsBytes(answered);
+}
+
+absl::Status CheckAnswerFits(const ServerOptions& options, int64_t output_bytes,
+                             std::string_view what, int64_t answers) {
+  int64_t fields = 0;
+  int64_t total = 0;
+  if (__builtin_mul_overflow(answers, kAnswerFieldsBytes, &fields) ||
+      __builtin_add_overflow(output_bytes, fields, &total)) {
+    total = INT64_MAX;
+  }
+  if (total <= options.max_message_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      Sv(what), ": ", output_bytes, " bytes of outputs (and up to ", fields,
+      " bytes of other fields) would pass --max-message-bytes=", options.max_message_bytes,
+      ", the largest message the server sends; ask for smaller outputs or fewer items, or have "
+      "the outputs written into a shared-memory region"));
 }
 
 void FillResponse(ExecuteResult result, v1::ExecuteResponse* response, wire::TensorBuffers* buffers,

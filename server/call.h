@@ -4,8 +4,11 @@
 #define KERNELSERVE_SERVER_CALL_H_
 
 #include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/executor.h"
@@ -99,8 +102,27 @@ absl::StatusOr<CallPlan> PlanCall(const Executor& executor, const WorkerPool& po
 std::string DeviceLabel(int device);
 // Bytes of the tensors' data.
 int64_t TensorBytes(const TensorMap& tensors);
+// Bytes of tensors of `specs`, saturating at INT64_MAX.
+int64_t SpecsBytes(const TensorSpecMap& specs);
 // Bytes of the outputs of the planned call, saturating at INT64_MAX.
 int64_t OutputBytes(const CallPlan& plan);
+// Bytes of the outputs of the planned call that its answer carries: all of them but those
+// written into `spans` (nullable; answered with dtype and shape alone) and, when `asked` is not
+// empty, those it does not name. Saturating at INT64_MAX.
+int64_t AnsweredOutputBytes(const CallPlan& plan, const OutputSpans* spans,
+                            const std::vector<std::string>& asked = {});
+
+// What an answer holds besides its outputs' bytes (config, cache key, device, timings,
+// warnings, the outputs' names and shapes), at most: CheckAnswerFits leaves this much room for
+// them per answer.
+inline constexpr int64_t kAnswerFieldsBytes = int64_t{4} << 10;
+
+// OK when a message of `answers` answers carrying `output_bytes` of outputs in all (and
+// kAnswerFieldsBytes of other fields each) fits options.max_message_bytes. ResourceExhausted
+// naming both sizes and --max-message-bytes otherwise: such an answer could not be sent, so the
+// call is refused before it runs. `what` names the message ("the answer").
+absl::Status CheckAnswerFits(const ServerOptions& options, int64_t output_bytes,
+                             std::string_view what, int64_t answers = 1);
 
 // Moves `result` into `response` (outputs, config, source, device, timings but queue_us and
 // recv_us). Outputs that a HostBuffer holds stay there, listed in `buffers`, when it is

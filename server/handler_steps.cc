@@ -67,6 +67,11 @@ absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& req
   }
   // Stops the call's work once its client is gone; `tracker` outlives the run.
   options.interrupt = [&tracker] { return tracker.ClientGone(); };
+  // A call that tunes on a miss holds the tuner's copies of its outputs too (on the worker,
+  // which has the tracker then): counted like its own, or refused before tuning.
+  options.reserve_tuning = [&tracker](int64_t bytes) {
+    return tracker.Hold(bytes, "the tuner's copies of the outputs");
+  };
   KS_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(*deps.executor, *deps.pool, params, options));
   tracker.platform = plan.invocation.platform;
   return plan;

@@ -41,8 +41,9 @@ absl::Status RequireAdmin(const Caller& caller, std::string_view method);
 
 // Plans a parsed request once (the executor's plan: kernel, analysis, platform, worker, cache
 // key) from its fields, with its explicit config when it has one and the interrupt (deadline,
-// cancellation) of `tracker`'s call. Labels the tracker's metrics with the kernel and platform
-// as far as it gets. Request: v1::ExecuteRequest, v1::ExecuteBatchRequest or
+// cancellation) of `tracker`'s call, and the tuner's copies of the outputs held by `tracker`
+// when the call tunes (ExecuteOptions::reserve_tuning). Labels the tracker's metrics with the
+// kernel and platform as far as it gets. Request: v1::ExecuteRequest, v1::ExecuteBatchRequest or
 // v1::AutotuneRequest.
 template <typename Request>
 absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& request,

@@ -260,6 +260,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
     KS_ASSIGN_OR_RETURN(TensorMap sent,
                         TakeTensors(native.mutable_inputs(), nullptr, &plan.kernel->schema()));
     inputs.merge(sent);
+    KS_RETURN_IF_ERROR(CheckAnswerFits(
+        *deps_.options, AnsweredOutputBytes(plan, &reply.output_spans, reply.outputs),
+        "the answer"));
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();

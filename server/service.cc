@@ -50,15 +50,21 @@ void FillAutotune(const AutotuneResult& result, v1::AutotuneResponse* response) 
   }
 }
 
-// Bytes of synthesized data for `specs`, saturating at INT64_MAX.
-int64_t SpecBytes(const TensorSpecMap& specs) {
-  int64_t total = 0;
-  for (const auto& [name, spec] : specs) {
-    const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
-                          static_cast<int64_t>(ItemSize(spec.dtype));
-    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
-  }
-  return total;
+// Bytes of the inputs of `specs` that Autotune makes up (inputs the schema marks shape_only
+// stay without data), saturating at INT64_MAX.
+int64_t SynthesizedBytes(const KernelSchema& schema, TensorSpecMap specs) {
+  std::erase_if(specs, [&schema](const auto& input) {
+    const InputSchema* declared = schema.FindInput(input.first);
+    return declared != nullptr && declared->shape_only;
+  });
+  return SpecsBytes(specs);
+}
+
+// Tuning holds the run's outputs, the tuner's copy of the first launch's outputs (compared with
+// every candidate's) and a candidate's copy: three outputs' worth, saturating at INT64_MAX.
+int64_t TuningOutputBytes(const CallPlan& plan) {
+  const int64_t outputs = OutputBytes(plan);
+  return outputs > INT64_MAX / 3 ? INT64_MAX : 3 * outputs;
 }
 
 }  // namespace
@@ -87,6 +93,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
                         TakeTensors(call->request().mutable_inputs(), &call->request_buffers(),
                                     &plan.kernel->schema()));
     inputs.merge(regions.inputs);
+    KS_RETURN_IF_ERROR(
+        CheckAnswerFits(*deps_.options, AnsweredOutputBytes(plan, &regions.outputs), "the answer"));
     KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();
@@ -135,13 +143,11 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
     }
     BatchItems items = TakeBatchItems(&batch_request, plan.kernel->schema());
     if (items.inputs.empty()) return items.status.front();
-    // Items normally share their shapes: each is counted with the outputs of the first.
-    int64_t outputs = 0;
-    if (__builtin_mul_overflow(OutputBytes(plan), static_cast<int64_t>(items.inputs.size()),
-                               &outputs)) {
-      outputs = INT64_MAX;
-    }
-    KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "outputs"));
+    // Each item's outputs from its own shapes, before any item runs.
+    const int64_t outputs = BatchOutputBytes(plan, items);
+    KS_RETURN_IF_ERROR(
+        CheckAnswerFits(*deps_.options, outputs, "the batch's answer", batch_request.items_size()));
+    KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "the items' outputs"));
     const int worker = options.devices.empty() ? plan.ordinal() : options.devices.front();
     return Dispatch(deps_, context, worker,
                     [this, call, plan = std::move(plan), options = std::move(options),
@@ -197,7 +203,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
       KS_ASSIGN_OR_RETURN(inputs, TakeTensors(call->request().mutable_inputs()));
     } else {
       // Inputs made up from shapes count like received ones, under a limit of their own.
-      const int64_t synthesized = SpecBytes(plan.invocation.inputs);
+      const int64_t synthesized = SynthesizedBytes(plan.kernel->schema(), plan.invocation.inputs);
       if (synthesized > deps_.options->max_synthetic_bytes) {
         return absl::ResourceExhaustedError(
             absl::StrCat("inputs given by shape only: ", synthesized,
@@ -206,7 +212,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
       }
       KS_RETURN_IF_ERROR(call->tracker().Hold(synthesized, "synthesized inputs"));
     }
-    KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
+    KS_RETURN_IF_ERROR(
+        call->tracker().Hold(TuningOutputBytes(plan), "outputs and the tuner's copies of them"));
     const int worker = plan.ordinal();
     return Dispatch(deps_, context, worker,
                     [this, call, plan = std::move(plan), inputs = std::move(inputs)](
