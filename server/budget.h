@@ -8,8 +8,9 @@
 namespace kernelserve::server {
 
 // Counts requests and their bytes from arrival to answer: the bytes a request arrived with
-// (taken before they are parsed) and any the server makes up for it (Autotune's synthesized
-// inputs). Thread safety: thread-safe (lock-free).
+// (taken before they are parsed), any the server makes up for it (Autotune's synthesized
+// inputs) and its outputs; then, as bytes alone, a stream's answers until gRPC has written them.
+// Thread safety: thread-safe (lock-free).
 class InflightBudget {
  public:
   // REQUIRES: max_bytes > 0.
@@ -26,7 +27,10 @@ class InflightBudget {
     if (count_request) requests_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  // Gives back `bytes` and `requests` taken by TryAcquire.
+  // Takes `bytes` whatever the cap: memory the server holds already (an answer waiting to be
+  // sent), which the requests after it must see. Given back with Release(bytes, 0).
+  void Take(int64_t bytes) { bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Gives back `bytes` and `requests` taken by TryAcquire (and Take).
   void Release(int64_t bytes, int64_t requests = 1) {
     bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     requests_.fetch_sub(requests, std::memory_order_relaxed);

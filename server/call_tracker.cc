@@ -43,6 +43,11 @@ void CallTracker::ReleaseHold() {
   metrics_->InflightRequestsAdd(-1);
 }
 
+void CallTracker::ReleaseHoldKeeping(int64_t answer_bytes) {
+  ReleaseHold();
+  budget_->Take(answer_bytes);
+}
+
 absl::Status CallTracker::ClientGone() const {
   if (context_ == nullptr) return absl::OkStatus();
   const auto now = std::chrono::system_clock::now();

@@ -43,6 +43,13 @@ class CallTracker {
   absl::Status Hold(int64_t bytes, const char* what);
   // Gives back everything held now (the call is answered or about to be).
   void ReleaseHold();
+  // ReleaseHold, except that `answer_bytes` (the call's answer, queued to be sent) stay taken
+  // from the budget, as bytes no longer counted as a request, even past the cap (the answer
+  // exists already). The caller owns them then and gives them back with
+  // InflightBudget::Release(answer_bytes, 0) once the answer is written.
+  void ReleaseHoldKeeping(int64_t answer_bytes);
+  // Bytes this call holds in the budget now.
+  int64_t held_bytes() const { return held_bytes_; }
 
   // Why the client no longer waits for this call: DEADLINE_EXCEEDED once its deadline passed,
   // CANCELLED once it cancelled; OK while it waits. A cancellation within kDeadlineSlack of the

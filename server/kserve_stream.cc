@@ -2,6 +2,7 @@
 // (server/stream_reactor.h). Each answer is a ModelStreamInferResponse: the ModelInferResponse,
 // or error_message with the request's id and model when the call failed.
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,10 @@ struct KServeStream {
                                            const CallPlan& plan, v1::ExecuteRequest* request,
                                            Reply* reply) {
     return ResolveRegions(deps, caller, plan, request, reply);
+  }
+
+  static int64_t AnsweredOutputBytes(const CallPlan& plan, const Reply& reply) {
+    return server::AnsweredOutputBytes(plan, &reply.output_spans, reply.outputs);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& reply) {

@@ -1,6 +1,7 @@
 // ExecuteStream: kernelserve.v1's stream of Execute calls (server/stream_reactor.h), each answer
 // echoing its request_id.
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -35,6 +36,10 @@ struct NativeStream {
     reply->output_spans = std::move(regions.outputs);
     reply->regions = std::move(regions.held);
     return std::move(regions.inputs);
+  }
+
+  static int64_t AnsweredOutputBytes(const CallPlan& plan, const Reply& reply) {
+    return server::AnsweredOutputBytes(plan, &reply.output_spans);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& /*reply*/) {

@@ -8,7 +8,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <utility>
@@ -29,6 +31,22 @@ struct StreamWaits {
   int64_t recv_us = 0;
 };
 
+// How much one stream keeps in the server before it stops reading requests. gRPC writes an
+// answer only as fast as the client reads (HTTP/2 flow control); without a bound, a client that
+// sends and does not read has the server queue every answer, without end. A stream that stops
+// reading leaves the next requests in gRPC's buffers, whose flow control then stops the
+// client's writes; it reads again as its answers are written.
+// - Bytes: what its items in work hold in the in-flight budget and its answers waiting to be
+//   written, at most a quarter of --max-inflight-bytes (at least kMinStreamBytes): one stream
+//   alone never takes more than that share, so other callers keep the rest, while a client
+//   that reads still has an answer being written and the next ones in work.
+// - Items: read and not yet written, at most kMaxStreamItems: deep enough to keep every lane of
+//   several GPUs busy with small calls, and it bounds what a stream of tiny answers that nobody
+//   reads keeps outside the budget (gRPC's and the queue's own overhead per answer).
+inline constexpr int kMaxStreamItems = 64;
+inline constexpr int64_t kMinStreamBytes = int64_t{64} << 20;
+inline constexpr int64_t kStreamBudgetShare = 4;
+
 // Protocol provides:
 //   struct Reply: what an answer needs of its request (a value type; default = nothing known),
 //       with an OutputSpans output_spans (the outputs RunCall writes into shared memory) and a
@@ -40,6 +58,8 @@ struct StreamWaits {
 //       v1::ExecuteRequest*, Reply*): after planning, the inputs that the request holds no bytes
 //       of (taken out of it, from the caller's regions), and any checks before the call is
 //       queued.
+//   static int64_t AnsweredOutputBytes(const CallPlan&, const Reply&): the bytes of outputs its
+//       answer carries (checked against --max-message-bytes before the item runs).
 //   static std::chrono::system_clock::time_point Deadline(const Reply&): the item's own
 //       deadline besides the stream's.
 //   static constexpr bool kKeepBuffers: outputs may stay in page-locked buffers (Serialize
@@ -48,14 +68,18 @@ struct StreamWaits {
 //       outcome, const Reply&, StreamWaits, grpc::ByteBuffer* out): the answer's bytes, an
 //       in-band error when `outcome` is not OK; returns `outcome`, or Internal (with the error
 //       in `out`) when the answer could not be serialized.
-// Thread safety: gRPC calls the reactions one at a time; worker threads call Answer, which
-// takes mu_.
+// Each item holds its bytes in the in-flight budget while it is in work, and its answer's bytes
+// until gRPC has written it (OnWriteDone); the stream stops reading past the bounds above.
+// Thread safety: gRPC calls the reactions one at a time; worker threads call Answer. Both take
+// mu_ for the stream's state.
 template <typename Protocol>
 class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `deps` must outlive the stream.
   StreamReactor(const ServiceDeps* deps, grpc::CallbackServerContext* context)
-      : deps_(deps), context_(context) {
+      : deps_(deps),
+        context_(context),
+        max_bytes_(std::max(kMinStreamBytes, deps->budget->max_bytes() / kStreamBudgetShare)) {
     absl::StatusOr<Admitted> admitted = Admit(*deps_, *context_);
     if (!admitted.ok()) {
       Finish(ToGrpcStatus(admitted.status()));
@@ -79,24 +103,36 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
     Handle();
     read_.Clear();
+    {
+      absl::MutexLock lock(&mu_);
+      paused_ = FullLocked();
+      if (paused_) return;  // OnWriteDone reads again
+    }
     StartRead(&read_);
   }
 
   void OnWriteDone(bool /*ok*/) override {
-    // A failed write means the client is gone; the remaining answers are dropped the same way.
+    // A failed write means the client is gone; the remaining answers are dropped the same way
+    // (each write fails at once), and each gives its bytes back.
     const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
+    bool resume = false;
     {
       absl::MutexLock lock(&mu_);
+      queued_bytes_ -= writes_.front().bytes;
+      deps_->budget->Release(writes_.front().bytes, /*requests=*/0);
       writes_.pop_front();
       if (!writes_.empty()) {
-        next = &writes_.front();
+        next = &writes_.front().buffer;
       } else {
         writing_ = false;
         finish = ShouldFinishLocked();
       }
+      resume = paused_ && !FullLocked();
+      if (resume) paused_ = false;
     }
     if (next != nullptr) StartWrite(next);
+    if (resume) StartRead(&read_);
     if (finish) Finish(grpc::Status::OK);
   }
 
@@ -104,6 +140,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
  private:
   using Reply = typename Protocol::Reply;
+
+  // An answer queued to be written, with the bytes it holds in the budget.
+  struct Queued {
+    grpc::ByteBuffer buffer;
+    int64_t bytes = 0;
+  };
 
   // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
   void Handle() {
@@ -114,6 +156,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       absl::MutexLock lock(&mu_);
       ++pending_;
     }
+    int64_t counted = 0;  // of the tracker's bytes, those in pending_bytes_
     absl::Status status = RunGuarded([&]() -> absl::Status {
       const auto bytes = static_cast<int64_t>(read_.Length());
       deps_->metrics->Received(bytes);
@@ -140,22 +183,29 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(request.mutable_inputs(), &request_buffers,
                                                       &plan.kernel->schema()));
       inputs.merge(sent);
+      KS_RETURN_IF_ERROR(CheckAnswerFits(*deps_->options,
+                                         Protocol::AnsweredOutputBytes(plan, reply), "the answer"));
       KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
+      counted = tracker->held_bytes();
+      {
+        absl::MutexLock lock(&mu_);
+        pending_bytes_ += counted;
+      }
       const int worker = plan.ordinal();
       return Dispatch(
           *deps_, context_, worker,
-          [this, reply, tracker, recv_us, plan = std::move(plan), inputs = std::move(inputs)](
-              absl::Status status, int64_t queue_us) {
-            RunItem(plan, inputs, reply, *tracker, std::move(status), {queue_us, recv_us});
+          [this, reply, tracker, recv_us, counted, plan = std::move(plan),
+           inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
+            RunItem(plan, inputs, reply, *tracker, std::move(status), {queue_us, recv_us}, counted);
           },
           /*may_run_inline=*/false, Protocol::Deadline(reply));
     });
-    if (!status.ok()) Answer(v1::ExecuteResponse(), {}, status, reply, {}, *tracker);
+    if (!status.ok()) Answer(v1::ExecuteResponse(), {}, status, reply, {}, *tracker, counted);
   }
 
   // The worker's part of one item: run it (unless `status` says it was dropped) and answer.
   void RunItem(const CallPlan& plan, const TensorMap& inputs, const Reply& reply,
-               CallTracker& tracker, absl::Status status, StreamWaits waits) {
+               CallTracker& tracker, absl::Status status, StreamWaits waits, int64_t counted) {
     v1::ExecuteResponse response;
     wire::TensorBuffers buffers;
     if (status.ok()) {
@@ -167,29 +217,39 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     response.mutable_timing()->set_queue_us(waits.queue_us);
     RecordInference(*deps_, plan.kernel->name(), tracker.Outcome(status), response.timing(),
                     tracker.seconds());
-    Answer(std::move(response), std::move(buffers), status, reply, waits, tracker);
+    Answer(std::move(response), std::move(buffers), status, reply, waits, tracker, counted);
   }
 
-  // Completes one pending request: records it and queues its answer.
+  // Completes one pending request: records it and queues its answer, whose bytes stay in the
+  // budget in place of the item's (`counted` of them in pending_bytes_) until it is written.
   void Answer(v1::ExecuteResponse response, wire::TensorBuffers buffers, const absl::Status& status,
-              const Reply& reply, StreamWaits waits, CallTracker& tracker) {
+              const Reply& reply, StreamWaits waits, CallTracker& tracker, int64_t counted) {
     absl::Status outcome = tracker.Outcome(status);
-    tracker.ReleaseHold();
-    grpc::ByteBuffer buffer;
+    Queued answer;
     outcome = Protocol::Serialize(std::move(response), std::move(buffers), outcome, reply, waits,
-                                  &buffer);
-    tracker.Record(outcome, static_cast<int64_t>(buffer.Length()));
+                                  &answer.buffer);
+    answer.bytes = static_cast<int64_t>(answer.buffer.Length());
+    tracker.ReleaseHoldKeeping(answer.bytes);
+    tracker.Record(outcome, answer.bytes);
     const grpc::ByteBuffer* write = nullptr;
     {
       absl::MutexLock lock(&mu_);
       --pending_;
-      writes_.push_back(std::move(buffer));
+      pending_bytes_ -= counted;
+      queued_bytes_ += answer.bytes;
+      writes_.push_back(std::move(answer));
       if (!writing_) {
         writing_ = true;
-        write = &writes_.back();
+        write = &writes_.back().buffer;
       }
     }
     if (write != nullptr) StartWrite(write);
+  }
+
+  // True when the stream holds as much as it may (see kMaxStreamItems): it stops reading.
+  bool FullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending_ + static_cast<int64_t>(writes_.size()) >= kMaxStreamItems ||
+           pending_bytes_ + queued_bytes_ >= max_bytes_;
   }
 
   bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -200,13 +260,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   const ServiceDeps* const deps_;
   grpc::CallbackServerContext* const context_;
+  const int64_t max_bytes_;         // of items in work and answers queued, before reading stops
   Caller caller_;                   // authenticated once, for every item of the stream
   std::shared_ptr<Tenant> tenant_;  // its identity's quotas (null = none)
   int64_t items_ = 0;               // requests read; touched only by the reactions
   grpc::ByteBuffer read_;           // the read in progress; touched only by the reactions
   absl::Mutex mu_;
-  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;                      // requests read and not yet answered
+  std::deque<Queued> writes_ ABSL_GUARDED_BY(mu_);  // front = being written
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;            // requests read and not yet answered
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // what they hold in the budget
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // bytes of writes_
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;        // no read started: the stream is full
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

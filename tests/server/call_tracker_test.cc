@@ -52,5 +52,29 @@ TEST(CallTrackerTest, AClosedBudgetRefusesNewCallsAndLetsHeldOnesGoOn) {
   EXPECT_EQ(budget.bytes(), 300);
 }
 
+// A stream's answer waiting to be written keeps its bytes in the budget, even past the cap, but
+// no longer counts as a request; the next calls see the budget that much fuller.
+TEST(CallTrackerTest, ReleaseHoldKeepingLeavesTheAnswersBytesInTheBudget) {
+  InflightBudget budget(1000);
+  Metrics metrics;
+  {
+    CallTracker tracker(&budget, &metrics, nullptr);
+    ASSERT_TRUE(tracker.Hold(100, "request").ok());
+    ASSERT_TRUE(tracker.Hold(800, "outputs").ok());
+    EXPECT_EQ(tracker.held_bytes(), 900);
+    CallTracker other(&budget, &metrics, nullptr);
+    ASSERT_TRUE(other.Hold(100, "request").ok());
+    tracker.ReleaseHoldKeeping(950);  // the answer came out larger than the outputs
+    EXPECT_EQ(tracker.held_bytes(), 0);
+    EXPECT_EQ(budget.requests(), 1);
+    EXPECT_EQ(budget.bytes(), 1050);
+    EXPECT_EQ(other.Hold(1, "outputs").code(), absl::StatusCode::kResourceExhausted);
+  }
+  EXPECT_EQ(budget.requests(), 0);
+  EXPECT_EQ(budget.bytes(), 950);  // until the answer is written
+  budget.Release(950, /*requests=*/0);
+  EXPECT_EQ(budget.bytes(), 0);
+}
+
 }  // namespace
 }  // namespace kernelserve::server
