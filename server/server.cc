@@ -353,20 +353,24 @@ absl::Status Server::StartGrpc() {
 }
 
 void Server::MaybeReleaseMemory() {
-  // main() keeps freed memory for reuse (proto/process_tuning.h); after 30 s with no request
-  // seen in flight, the part of it that grew since the last release goes back to the kernel.
+  // main() keeps freed memory for reuse (proto/process_tuning.h). Once per idle time, 30 s with
+  // nothing in the in-flight budget (no call in flight, and no stream answer waiting to be
+  // written: those stay there as bytes), what grew past the RSS a release came back to goes
+  // back to the kernel. The budget holds what the server keeps for its clients, so a release
+  // never runs while that memory is in use; the baseline is the lowest RSS a release reached.
   constexpr int kIdleSamples = 15;                    // of the sampler's 2 s
   constexpr int64_t kSlackBytes = int64_t{64} << 20;  // RSS growth worth a malloc_trim
-  if (budget_->requests() > 0) {
+  if (budget_->requests() > 0 || budget_->bytes() > 0) {
     idle_samples_ = 0;
     return;
   }
+  if (idle_samples_ >= kIdleSamples) return;  // this idle time had its turn
   if (++idle_samples_ < kIdleSamples) return;
-  const int64_t resident = ResidentBytes();
-  if (resident > resident_after_release_ + kSlackBytes) {
-    ReleaseRetainedMemory();
-    resident_after_release_ = ResidentBytes();
-  }
+  if (ResidentBytes() <= resident_after_release_ + kSlackBytes) return;
+  ReleaseRetainedMemory();
+  const int64_t after = ResidentBytes();
+  resident_after_release_ =
+      resident_after_release_ > 0 ? std::min(resident_after_release_, after) : after;
 }
 
 void Server::SampleDevices() {

@@ -71,7 +71,8 @@ class Server {
   void SampleDevices();  // device memory and the pinned pool, into the metrics
   // The label values of the metrics series exported at startup.
   KnownSeries KnownLabels() const;
-  // Gives freed memory back to the kernel when the server has been idle a while (sampler).
+  // Gives freed memory back to the kernel when the server has been idle a while (nothing held
+  // in the in-flight budget for 30 s; called by the sampler).
   void MaybeReleaseMemory();
 
   const ServerOptions options_;
@@ -103,7 +104,7 @@ class Server {
   absl::Notification stop_sampler_;
   std::thread sampler_;
   int idle_samples_ = 0;                 // sampler thread only
-  int64_t resident_after_release_ = 0;   // sampler thread only
+  int64_t resident_after_release_ = 0;   // sampler thread only: the lowest after a release
   int64_t pinned_allocations_seen_ = 0;  // SampleDevices only (startup, then the sampler)
   int64_t pinned_refusals_seen_ = 0;     // SampleDevices only
   bool shut_down_ = false;
