@@ -45,6 +45,7 @@ class ServerProcess {
   void set_file_limit(int limit) { file_limit_ = limit; }
 
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }  // -1 when not running
   int port() const { return port_; }  // 0 when listening on a Unix socket
   int metrics_port() const { return metrics_port_; }
   // The gRPC target of the server: "127.0.0.1:PORT" ("[::1]:PORT" when listening there), or
