@@ -1,5 +1,7 @@
 #include "server/call_tracker.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace kernelserve::server {
@@ -43,9 +45,33 @@ void CallTracker::ReleaseHold() {
   metrics_->InflightRequestsAdd(-1);
 }
 
-void CallTracker::ReleaseHoldKeeping(int64_t answer_bytes) {
+AnswerHold CallTracker::KeepForAnswer(int64_t answer_bytes) {
   ReleaseHold();
-  budget_->Take(answer_bytes);
+  std::shared_ptr<Tenant> tenant = tenant_;
+  if (tenant != nullptr && !tenant->Hold(answer_bytes, "answer").ok()) tenant.reset();
+  return AnswerHold(budget_, std::move(tenant), answer_bytes);
+}
+
+AnswerHold::AnswerHold(InflightBudget* budget, std::shared_ptr<Tenant> tenant, int64_t bytes)
+    : budget_(budget), tenant_(std::move(tenant)), bytes_(bytes) {
+  budget_->Take(bytes_);
+}
+
+AnswerHold& AnswerHold::operator=(AnswerHold&& other) noexcept {
+  if (this == &other) return *this;
+  Reset();
+  budget_ = std::exchange(other.budget_, nullptr);
+  tenant_ = std::move(other.tenant_);
+  bytes_ = std::exchange(other.bytes_, 0);
+  return *this;
+}
+
+void AnswerHold::Reset() {
+  if (budget_ != nullptr) budget_->Release(bytes_, /*requests=*/0);
+  if (tenant_ != nullptr) tenant_->Release(bytes_);
+  budget_ = nullptr;
+  tenant_.reset();
+  bytes_ = 0;
 }
 
 absl::Status CallTracker::ClientGone() const {

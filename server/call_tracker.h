@@ -23,6 +23,31 @@ namespace kernelserve::server {
 // How close to its deadline a cancelled call counts as having run out of time.
 inline constexpr std::chrono::milliseconds kDeadlineSlack{100};
 
+// The bytes of an answer waiting to be written (a stream's), kept in the in-flight budget, and in
+// its identity's quota when that has room, after its call's hold ended (CallTracker::
+// KeepForAnswer); given back when destroyed. Move-only.
+// Thread safety: not thread-safe; one owner at a time.
+class AnswerHold {
+ public:
+  AnswerHold() = default;
+  AnswerHold(AnswerHold&& other) noexcept { *this = std::move(other); }
+  AnswerHold& operator=(AnswerHold&& other) noexcept;
+  ~AnswerHold() { Reset(); }
+
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  friend class CallTracker;
+  // Takes the bytes (see KeepForAnswer). `budget` must outlive the hold.
+  AnswerHold(InflightBudget* budget, std::shared_ptr<Tenant> tenant, int64_t bytes);
+  // Gives the bytes back; the hold is empty after.
+  void Reset();
+
+  InflightBudget* budget_ = nullptr;
+  std::shared_ptr<Tenant> tenant_;  // null: not counted in an identity's quota
+  int64_t bytes_ = 0;
+};
+
 // Thread safety: one thread at a time (the handler, then the worker that runs the call), but
 // ClientGone, which any thread may call.
 class CallTracker {
@@ -45,9 +70,9 @@ class CallTracker {
   void ReleaseHold();
   // ReleaseHold, except that `answer_bytes` (the call's answer, queued to be sent) stay taken
   // from the budget, as bytes no longer counted as a request, even past the cap (the answer
-  // exists already). The caller owns them then and gives them back with
-  // InflightBudget::Release(answer_bytes, 0) once the answer is written.
-  void ReleaseHoldKeeping(int64_t answer_bytes);
+  // exists already), and from the identity's quota when it has room for them, until the
+  // returned hold is destroyed (once the answer is written).
+  AnswerHold KeepForAnswer(int64_t answer_bytes);
   // Bytes this call holds in the budget now.
   int64_t held_bytes() const { return held_bytes_; }
 

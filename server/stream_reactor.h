@@ -119,9 +119,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     bool resume = false;
     {
       absl::MutexLock lock(&mu_);
-      queued_bytes_ -= writes_.front().bytes;
-      deps_->budget->Release(writes_.front().bytes, /*requests=*/0);
-      writes_.pop_front();
+      queued_bytes_ -= writes_.front().hold.bytes();
+      writes_.pop_front();  // its hold gives the bytes back
       if (!writes_.empty()) {
         next = &writes_.front().buffer;
       } else {
@@ -141,10 +140,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
  private:
   using Reply = typename Protocol::Reply;
 
-  // An answer queued to be written, with the bytes it holds in the budget.
+  // An answer queued to be written, with its bytes held in the budget.
   struct Queued {
     grpc::ByteBuffer buffer;
-    int64_t bytes = 0;
+    AnswerHold hold;
   };
 
   // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
@@ -228,15 +227,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     Queued answer;
     outcome = Protocol::Serialize(std::move(response), std::move(buffers), outcome, reply, waits,
                                   &answer.buffer);
-    answer.bytes = static_cast<int64_t>(answer.buffer.Length());
-    tracker.ReleaseHoldKeeping(answer.bytes);
-    tracker.Record(outcome, answer.bytes);
+    const auto bytes = static_cast<int64_t>(answer.buffer.Length());
+    answer.hold = tracker.KeepForAnswer(bytes);
+    tracker.Record(outcome, bytes);
     const grpc::ByteBuffer* write = nullptr;
     {
       absl::MutexLock lock(&mu_);
       --pending_;
       pending_bytes_ -= counted;
-      queued_bytes_ += answer.bytes;
+      queued_bytes_ += bytes;
       writes_.push_back(std::move(answer));
       if (!writing_) {
         writing_ = true;

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <utility>
+
 #include "server/budget.h"
 #include "server/metrics.h"
 
@@ -53,26 +56,53 @@ TEST(CallTrackerTest, AClosedBudgetRefusesNewCallsAndLetsHeldOnesGoOn) {
 }
 
 // A stream's answer waiting to be written keeps its bytes in the budget, even past the cap, but
-// no longer counts as a request; the next calls see the budget that much fuller.
-TEST(CallTrackerTest, ReleaseHoldKeepingLeavesTheAnswersBytesInTheBudget) {
+// no longer counts as a request; the next calls see the budget that much fuller until the
+// answer's hold is gone.
+TEST(CallTrackerTest, KeepForAnswerLeavesTheAnswersBytesInTheBudgetUntilTheHoldGoes) {
   InflightBudget budget(1000);
   Metrics metrics;
   {
-    CallTracker tracker(&budget, &metrics, nullptr);
-    ASSERT_TRUE(tracker.Hold(100, "request").ok());
-    ASSERT_TRUE(tracker.Hold(800, "outputs").ok());
-    EXPECT_EQ(tracker.held_bytes(), 900);
-    CallTracker other(&budget, &metrics, nullptr);
-    ASSERT_TRUE(other.Hold(100, "request").ok());
-    tracker.ReleaseHoldKeeping(950);  // the answer came out larger than the outputs
-    EXPECT_EQ(tracker.held_bytes(), 0);
-    EXPECT_EQ(budget.requests(), 1);
-    EXPECT_EQ(budget.bytes(), 1050);
-    EXPECT_EQ(other.Hold(1, "outputs").code(), absl::StatusCode::kResourceExhausted);
+    AnswerHold answer;
+    {
+      CallTracker tracker(&budget, &metrics, nullptr);
+      ASSERT_TRUE(tracker.Hold(100, "request").ok());
+      ASSERT_TRUE(tracker.Hold(800, "outputs").ok());
+      EXPECT_EQ(tracker.held_bytes(), 900);
+      CallTracker other(&budget, &metrics, nullptr);
+      ASSERT_TRUE(other.Hold(100, "request").ok());
+      answer = tracker.KeepForAnswer(950);  // the answer came out larger than the outputs
+      EXPECT_EQ(answer.bytes(), 950);
+      EXPECT_EQ(tracker.held_bytes(), 0);
+      EXPECT_EQ(budget.requests(), 1);
+      EXPECT_EQ(budget.bytes(), 1050);
+      EXPECT_EQ(other.Hold(1, "outputs").code(), absl::StatusCode::kResourceExhausted);
+    }
+    EXPECT_EQ(budget.requests(), 0);
+    EXPECT_EQ(budget.bytes(), 950);  // until the answer is written
+    AnswerHold moved = std::move(answer);
+    EXPECT_EQ(budget.bytes(), 950);
   }
-  EXPECT_EQ(budget.requests(), 0);
-  EXPECT_EQ(budget.bytes(), 950);  // until the answer is written
-  budget.Release(950, /*requests=*/0);
+  EXPECT_EQ(budget.bytes(), 0);
+}
+
+// The answer counts in its identity's quota too while that has room.
+TEST(CallTrackerTest, KeepForAnswerCountsInTheIdentitysQuotaWhenItHasRoom) {
+  InflightBudget budget(10000);
+  Metrics metrics;
+  QuotaOptions quota;
+  quota.inflight_bytes = 1000;
+  auto tenant = std::make_shared<Tenant>("alice", "alice", quota);
+  {
+    CallTracker tracker(&budget, &metrics, nullptr);
+    tracker.set_caller(Caller(), tenant);
+    ASSERT_TRUE(tracker.Hold(500, "request").ok());
+    AnswerHold answer = tracker.KeepForAnswer(400);
+    EXPECT_EQ(tenant->held(), 400);
+    AnswerHold over = tracker.KeepForAnswer(700);  // no room: the budget alone counts it
+    EXPECT_EQ(tenant->held(), 400);
+    EXPECT_EQ(budget.bytes(), 1100);
+  }
+  EXPECT_EQ(tenant->held(), 0);
   EXPECT_EQ(budget.bytes(), 0);
 }
 
