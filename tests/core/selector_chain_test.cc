@@ -279,7 +279,9 @@ TEST_F(ChainTest, ForgetForAnotherDeviceIsNotFoundAndKeepsTheEntry) {
     ASSERT_TRUE(kept.ok()) << kept.status();
     EXPECT_EQ(kept->source, ConfigSource::kMemory);
     EXPECT_EQ(kept->config, FakeConfig(2));
-    if (store != nullptr) EXPECT_EQ(store->Get(fp, key)->origin, "pinned");
+    if (store != nullptr) {
+      EXPECT_EQ(store->Get(fp, key)->origin, "pinned");
+    }
     ASSERT_TRUE(chain.Forget(fp, key).ok());
   }
 }

@@ -601,7 +601,7 @@ TEST(SharedMemoryAccessTest, AnotherUsersPrivateObjectIsPermissionDenied) {
   const std::string register_binary = PublicCopy(KERNELSERVE_REGISTER_BINARY);
   const std::string dir = MakeTempDir("shm-access");
   chmod(dir.c_str(), 0755);
-  for (const std::string listen : {"unix:" + dir + "/ks.sock", std::string("127.0.0.1:0")}) {
+  for (const std::string& listen : {"unix:" + dir + "/ks.sock", std::string("127.0.0.1:0")}) {
     ServerProcess server;
     ASSERT_TRUE(server.Start({"--cache=memory", "--listen=" + listen}).ok()) << listen;
     if (listen.rfind("unix:", 0) == 0) chmod((dir + "/ks.sock").c_str(), 0777);

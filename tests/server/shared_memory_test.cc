@@ -103,7 +103,9 @@ TEST(SharedMemoryAccessTest, ACallerRegistersOnlyObjectsItCouldOpenItself) {
     const absl::Status status = CheckObjectAccess(c.owner, c.group, c.mode, c.peer, "region 'r'");
     EXPECT_EQ(status.ok(), c.allowed) << c.owner << " " << c.group << " " << std::oct << c.mode
                                       << " " << c.peer.DebugString() << ": " << status;
-    if (!status.ok()) EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+    if (!status.ok()) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+    }
   }
   const absl::Status other_user = CheckObjectAccess(2000, 2000, 0600, unix_peer, "region 'r'");
   EXPECT_NE(other_user.message().find(
