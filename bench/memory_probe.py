@@ -139,28 +139,24 @@ def batch_request(shapes):
     return request.SerializeToString()
 
 
-def case_batch_bwd(build, idle_seconds):
-    probe = Probe(build, ["--max-inflight-bytes=536870912"])
-    request = batch_request([[1, 1, 1024]] + [[1, 53000, 1024]] * 10)
-    with grpc.insecure_channel(probe.server.target, LARGE_CHANNEL) as ch:
-        outcome = call(unary(ch, "ExecuteBatch"), request, 120.0)
-    return probe.finish(**outcome_fields(outcome))
+def batch_case(server_args, shapes):
+    """A case: one ExecuteBatch of mean_pooling_bwd with dx of each of `shapes`, on a server
+    with `server_args`."""
+    def run(build, idle_seconds):
+        probe = Probe(build, server_args)
+        with grpc.insecure_channel(probe.server.target, LARGE_CHANNEL) as ch:
+            outcome = call(unary(ch, "ExecuteBatch"), batch_request(shapes), 120.0)
+        return probe.finish(**outcome_fields(outcome))
+    return run
 
 
-def case_batch_budget(build, idle_seconds):
-    probe = Probe(build, ["--max-inflight-bytes=536870912"])
-    request = batch_request([[1, 1, 1024]] + [[1, 20480, 1024]] * 10)
-    with grpc.insecure_channel(probe.server.target, LARGE_CHANNEL) as ch:
-        outcome = call(unary(ch, "ExecuteBatch"), request, 120.0)
-    return probe.finish(**outcome_fields(outcome))
-
-
-def case_batch_message(build, idle_seconds):
-    probe = Probe(build, ["--max-message-bytes=67108864"])
-    request = batch_request([[1, 5120, 1024]] * 4)
-    with grpc.insecure_channel(probe.server.target, LARGE_CHANNEL) as ch:
-        outcome = call(unary(ch, "ExecuteBatch"), request, 120.0)
-    return probe.finish(**outcome_fields(outcome))
+# A small first item and ten large ones: past the message size, then past the budget; four
+# items whose answers together pass a 64 MiB --max-message-bytes.
+case_batch_bwd = batch_case(["--max-inflight-bytes=536870912"],
+                            [[1, 1, 1024]] + [[1, 53000, 1024]] * 10)
+case_batch_budget = batch_case(["--max-inflight-bytes=536870912"],
+                               [[1, 1, 1024]] + [[1, 20480, 1024]] * 10)
+case_batch_message = batch_case(["--max-message-bytes=67108864"], [[1, 5120, 1024]] * 4)
 
 
 def stuck_stream(probe, method, requests, idle_seconds):

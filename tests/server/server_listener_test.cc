@@ -137,14 +137,22 @@ TEST(ServerListenerTest, AcceptsAgainAfterRunningOutOfDescriptors) {
   EXPECT_EQ(*code, 0);
 }
 
-TEST(ServerListenerTest, IdleConnectionIsClosedAfterMaxConnectionIdle) {
+// How a server started with `args` closes a connection that sends the HTTP/2 preface and then
+// nothing, watched for `wait`.
+Closing ClosingOfAnIdleConnection(const std::vector<std::string>& args, absl::Duration wait) {
   ServerProcess server;
-  ASSERT_TRUE(server.Start({"--cache=memory", "--max-connection-idle=1s"}).ok());
+  EXPECT_TRUE(server.Start(args).ok());
   const int fd = ConnectLoopback(server.port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(SendHttp2Preface(fd));
-  const Closing closing = ReadUntilClosed(fd, absl::Seconds(10));
+  EXPECT_GE(fd, 0);
+  EXPECT_TRUE(SendHttp2Preface(fd));
+  const Closing closing = ReadUntilClosed(fd, wait);
   close(fd);
+  return closing;
+}
+
+TEST(ServerListenerTest, IdleConnectionIsClosedAfterMaxConnectionIdle) {
+  const Closing closing =
+      ClosingOfAnIdleConnection({"--cache=memory", "--max-connection-idle=1s"}, absl::Seconds(10));
   EXPECT_TRUE(closing.closed);
   EXPECT_TRUE(closing.goaway);
   EXPECT_GE(closing.after, absl::Milliseconds(800));
@@ -152,16 +160,10 @@ TEST(ServerListenerTest, IdleConnectionIsClosedAfterMaxConnectionIdle) {
 }
 
 TEST(ServerListenerTest, ConnectionIsClosedAfterMaxConnectionAgeAndGrace) {
-  ServerProcess server;
-  ASSERT_TRUE(server
-                  .Start({"--cache=memory", "--max-connection-idle=0", "--max-connection-age=1s",
-                          "--max-connection-age-grace=1s"})
-                  .ok());
-  const int fd = ConnectLoopback(server.port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(SendHttp2Preface(fd));
-  const Closing closing = ReadUntilClosed(fd, absl::Seconds(10));
-  close(fd);
+  const Closing closing =
+      ClosingOfAnIdleConnection({"--cache=memory", "--max-connection-idle=0",
+                                 "--max-connection-age=1s", "--max-connection-age-grace=1s"},
+                                absl::Seconds(10));
   EXPECT_TRUE(closing.closed);
   EXPECT_TRUE(closing.goaway);
   EXPECT_GE(closing.after, absl::Milliseconds(800));  // the age, less gRPC's 10% jitter
@@ -169,13 +171,8 @@ TEST(ServerListenerTest, ConnectionIsClosedAfterMaxConnectionAgeAndGrace) {
 }
 
 TEST(ServerListenerTest, NoIdleLimitKeepsAnIdleConnectionOpen) {
-  ServerProcess server;
-  ASSERT_TRUE(server.Start({"--cache=memory", "--max-connection-idle=0"}).ok());
-  const int fd = ConnectLoopback(server.port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(SendHttp2Preface(fd));
-  const Closing closing = ReadUntilClosed(fd, absl::Seconds(2));
-  close(fd);
+  const Closing closing =
+      ClosingOfAnIdleConnection({"--cache=memory", "--max-connection-idle=0"}, absl::Seconds(2));
   EXPECT_FALSE(closing.closed);
 }
 

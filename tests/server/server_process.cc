@@ -359,6 +359,14 @@ std::string PublicCopy(const std::string& binary) {
   return copy;
 }
 
+v1::TensorRef RegionRef(const std::string& region, uint64_t offset, uint64_t bytes) {
+  v1::TensorRef ref;
+  ref.set_region(region);
+  ref.set_offset(offset);
+  ref.set_byte_size(bytes);
+  return ref;
+}
+
 std::string MakeTempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/ks-", name, "-XXXXXX");

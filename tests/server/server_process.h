@@ -97,6 +97,9 @@ std::vector<double> MeanPoolingReference(const Tensor& x);
 // Values of a wire tensor as doubles (f32 only).
 std::vector<double> WireDoubles(const v1::Tensor& tensor);
 
+// A reference to `bytes` bytes at `offset` of shared-memory region `region`.
+v1::TensorRef RegionRef(const std::string& region, uint64_t offset, uint64_t bytes);
+
 // A POSIX shared-memory object of `bytes` zero bytes, created under a fresh key and mapped
 // here; unmapped and unlinked on destruction. Thread safety: not thread-safe.
 class ShmObject {

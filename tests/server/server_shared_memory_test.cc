@@ -91,21 +91,13 @@ class SharedMemoryTest : public ::testing::Test {
 };
 ServerProcess* SharedMemoryTest::server_ = nullptr;
 
-v1::TensorRef Ref(const std::string& region, uint64_t offset, uint64_t bytes) {
-  v1::TensorRef ref;
-  ref.set_region(region);
-  ref.set_offset(offset);
-  ref.set_byte_size(bytes);
-  return ref;
-}
-
 // `request` with input `name` moved into region `region` (registered from `base` of `object`)
 // at `offset`.
 void MoveInput(v1::ExecuteRequest* request, const std::string& name, ShmObject& object,
                uint64_t base, const std::string& region, uint64_t offset) {
   v1::Tensor& tensor = (*request->mutable_inputs())[name];
   std::memcpy(object.data() + base + offset, tensor.data().data(), tensor.data().size());
-  *tensor.mutable_ref() = Ref(region, offset, tensor.data().size());
+  *tensor.mutable_ref() = RegionRef(region, offset, tensor.data().size());
   tensor.clear_data();
 }
 
@@ -132,7 +124,7 @@ TEST_F(SharedMemoryTest, AttentionInAndOutOfARegionEqualsTheInlineCall) {
   v1::ExecuteRequest request = inline_request;
   MoveInput(&request, "q", object, 4096, "t", 0);
   MoveInput(&request, "k", object, 4096, "t", 64 * 1024);
-  (*request.mutable_output_regions())["out"] = Ref("t", 256 * 1024, 128 * 1024);
+  (*request.mutable_output_regions())["out"] = RegionRef("t", 256 * 1024, 128 * 1024);
   std::memset(object.data() + 4096 + 256 * 1024, 0x7f, 128 * 1024);  // poisoned
   v1::ExecuteResponse got;
   grpc::Status status = Execute(request, &got);
@@ -195,9 +187,9 @@ TEST_F(SharedMemoryTest, BadReferencesAndRegistrationsGetTheirCodes) {
       {"data and ref", StatusCode::INVALID_ARGUMENT,
        [](v1::ExecuteRequest* r) { (*r->mutable_inputs())["x"].set_data("1234"); }},
       {"output too small", StatusCode::INVALID_ARGUMENT,
-       [](v1::ExecuteRequest* r) { (*r->mutable_output_regions())["out"] = Ref("r", 0, 8); }},
+       [](v1::ExecuteRequest* r) { (*r->mutable_output_regions())["out"] = RegionRef("r", 0, 8); }},
       {"output not produced", StatusCode::INVALID_ARGUMENT,
-       [](v1::ExecuteRequest* r) { (*r->mutable_output_regions())["lse"] = Ref("r", 0, 8); }},
+       [](v1::ExecuteRequest* r) { (*r->mutable_output_regions())["lse"] = RegionRef("r", 0, 8); }},
   };
   for (const Bad& bad : cases) {
     v1::ExecuteRequest request = good;
@@ -221,20 +213,25 @@ TEST_F(SharedMemoryTest, BadReferencesAndRegistrationsGetTheirCodes) {
   EXPECT_EQ(Execute(good, &response).error_code(), StatusCode::NOT_FOUND);
 }
 
-TEST(SharedMemoryOffTest, RegistrationIsUnimplementedAndTheStartupLineSaysSo) {
-  ServerProcess server;
-  ASSERT_TRUE(server.Start({"--cache=memory", "--shared-memory=off"}).ok());
-  EXPECT_NE(server.startup_line().find("; shared memory off"), std::string::npos)
-      << server.startup_line();
+// Registers a fresh 4 KiB object as region "r" with the server at `address`.
+grpc::Status RegisterFreshObject(const std::string& address) {
   ShmObject object(4096);
-  auto stub = MakeStub(server.address());
+  auto stub = MakeStub(address);
   grpc::ClientContext context;
   v1::RegisterSystemSharedMemoryRequest request;
   request.set_name("r");
   request.set_key(object.key());
   request.set_byte_size(4096);
   v1::RegisterSharedMemoryResponse response;
-  const grpc::Status status = stub->RegisterSystemSharedMemory(&context, request, &response);
+  return stub->RegisterSystemSharedMemory(&context, request, &response);
+}
+
+TEST(SharedMemoryOffTest, RegistrationIsUnimplementedAndTheStartupLineSaysSo) {
+  ServerProcess server;
+  ASSERT_TRUE(server.Start({"--cache=memory", "--shared-memory=off"}).ok());
+  EXPECT_NE(server.startup_line().find("; shared memory off"), std::string::npos)
+      << server.startup_line();
+  const grpc::Status status = RegisterFreshObject(server.address());
   EXPECT_EQ(status.error_code(), StatusCode::UNIMPLEMENTED);
   EXPECT_NE(status.error_message().find("--shared-memory=off"), std::string::npos)
       << status.error_message();
@@ -301,7 +298,7 @@ TEST_F(SharedMemoryTest, ACallIntoAShrunkObjectIsInvalidArgumentAndTheServerLive
   v1::ExecuteRequest lost = MeanPoolingRequest(x);
   MoveInput(&lost, "x", object, 0, "r", 40 * 1024);
   v1::ExecuteRequest lost_output = kept;
-  (*lost_output.mutable_output_regions())["out"] = Ref("r", 48 * 1024, 4096);
+  (*lost_output.mutable_output_regions())["out"] = RegionRef("r", 48 * 1024, 4096);
   object.Resize(16 * 1024);  // the client cuts its object
 
   v1::ExecuteResponse response;
@@ -358,7 +355,7 @@ TEST_F(SharedMemoryTest, InUseCountsTheCallsHoldingARegionNotTheirTensors) {
     MoveInput(&small, name, object, 0, "t", offset);
     offset += 64 * 1024;
   }
-  (*small.mutable_output_regions())["out"] = Ref("t", offset, 64 * 1024);
+  (*small.mutable_output_regions())["out"] = RegionRef("t", offset, 64 * 1024);
 
   int most = 0;
   for (int attempt = 0; attempt < 3 && most == 0; ++attempt) {
@@ -631,15 +628,7 @@ TEST(SharedMemoryAccessTest, ARootServerServesNoSystemRegionsUnlessAsked) {
   EXPECT_NE(server.startup_line().find("(system off as root: --shared-memory-as-root)"),
             std::string::npos)
       << server.startup_line();
-  ShmObject object(4096);
-  auto stub = MakeStub(server.address());
-  grpc::ClientContext context;
-  v1::RegisterSystemSharedMemoryRequest request;
-  request.set_name("r");
-  request.set_key(object.key());
-  request.set_byte_size(4096);
-  v1::RegisterSharedMemoryResponse response;
-  const grpc::Status status = stub->RegisterSystemSharedMemory(&context, request, &response);
+  const grpc::Status status = RegisterFreshObject(server.address());
   EXPECT_EQ(status.error_code(), StatusCode::UNIMPLEMENTED);
   EXPECT_NE(status.error_message().find("the server runs as root; --shared-memory-as-root"),
             std::string::npos)

@@ -120,14 +120,6 @@ class Mapped {
   void* base_ = nullptr;
 };
 
-v1::TensorRef Ref(const std::string& region, uint64_t offset, uint64_t bytes) {
-  v1::TensorRef ref;
-  ref.set_region(region);
-  ref.set_offset(offset);
-  ref.set_byte_size(bytes);
-  return ref;
-}
-
 // Input `name` of `request` as a reference to `t` written at `offset` of `mapped`.
 void PutRef(const Mapped& mapped, v1::ExecuteRequest* request, const std::string& name,
             const Tensor& t, uint64_t offset) {
@@ -136,7 +128,7 @@ void PutRef(const Mapped& mapped, v1::ExecuteRequest* request, const std::string
   wire.Clear();
   wire.set_dtype(ToProto(t.dtype()));
   for (int64_t d : t.shape()) wire.add_shape(d);
-  *wire.mutable_ref() = Ref("ipc", offset, t.nbytes());
+  *wire.mutable_ref() = RegionRef("ipc", offset, t.nbytes());
 }
 
 grpc::Status Call(v1::KernelService::Stub& stub, const v1::ExecuteRequest& request,
@@ -204,7 +196,7 @@ TEST(ServerCudaIpcTest, KernelsComputeInPlaceAndMatchInlineCalls) {
   v1::ExecuteRequest shared = inline_request;
   PutRef(mapped, &shared, "q", q, 0);
   PutRef(mapped, &shared, "v", v, 4 * kMiB);
-  (*shared.mutable_output_regions())["out"] = Ref("ipc", 8 * kMiB, q.nbytes());
+  (*shared.mutable_output_regions())["out"] = RegionRef("ipc", 8 * kMiB, q.nbytes());
   v1::ExecuteResponse in_place;
   grpc::Status status = Call(*stub, shared, &in_place);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -232,7 +224,7 @@ TEST(ServerCudaIpcTest, KernelsComputeInPlaceAndMatchInlineCalls) {
   pool.set_kernel("mean_pooling");
   PutRef(mapped, &pool, "x", x, 16 * kMiB);
   PutRef(mapped, &pool, "cu_seqlens", cu, 20 * kMiB);
-  (*pool.mutable_output_regions())["out"] = Ref("ipc", 21 * kMiB, 3 * 96 * 4);
+  (*pool.mutable_output_regions())["out"] = RegionRef("ipc", 21 * kMiB, 3 * 96 * 4);
   v1::ExecuteResponse pooled;
   status = Call(*stub, pool, &pooled);
   ASSERT_TRUE(status.ok()) << status.error_message();

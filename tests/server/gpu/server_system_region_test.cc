@@ -21,14 +21,6 @@ const std::vector<int32_t> kOffsets = {0, 10, 10, 40, 77, 100};  // an empty seq
 constexpr size_t kDoutAt = 0, kOffsetsAt = 4096, kDxAt = 8192;
 constexpr size_t kRegionBytes = 768 << 10;
 
-v1::TensorRef Ref(const std::string& region, uint64_t offset, uint64_t bytes) {
-  v1::TensorRef ref;
-  ref.set_region(region);
-  ref.set_offset(offset);
-  ref.set_byte_size(bytes);
-  return ref;
-}
-
 // mean_pooling_bwd on GPU 0 with dout and cu_seqlens in `region` and dx written into it.
 v1::ExecuteRequest BackwardInRegion(const std::string& region) {
   const int64_t sequences = static_cast<int64_t>(kOffsets.size()) - 1;
@@ -39,16 +31,17 @@ v1::ExecuteRequest BackwardInRegion(const std::string& region) {
   dout.set_dtype(v1::DTYPE_F32);
   dout.add_shape(sequences);
   dout.add_shape(kHidden);
-  *dout.mutable_ref() = Ref(region, kDoutAt, sequences * kHidden * sizeof(float));
+  *dout.mutable_ref() = RegionRef(region, kDoutAt, sequences * kHidden * sizeof(float));
   v1::Tensor& offsets = (*request.mutable_inputs())["cu_seqlens"];
   offsets.set_dtype(v1::DTYPE_I32);
   offsets.add_shape(static_cast<int64_t>(kOffsets.size()));
-  *offsets.mutable_ref() = Ref(region, kOffsetsAt, kOffsets.size() * sizeof(int32_t));
+  *offsets.mutable_ref() = RegionRef(region, kOffsetsAt, kOffsets.size() * sizeof(int32_t));
   v1::Tensor& x = (*request.mutable_inputs())["x"];  // shape only
   x.set_dtype(v1::DTYPE_F32);
   x.add_shape(kRows);
   x.add_shape(kHidden);
-  (*request.mutable_output_regions())["dx"] = Ref(region, kDxAt, kRows * kHidden * sizeof(float));
+  (*request.mutable_output_regions())["dx"] =
+      RegionRef(region, kDxAt, kRows * kHidden * sizeof(float));
   return request;
 }
 
