@@ -290,7 +290,7 @@ void Metrics::ExportKnownSeries(const KnownSeries& known) {
     for (std::string_view code : kCodes) {
       identity_requests_.Add({{"identity", identity}, {"code", S(code)}});
     }
-    for (const char* quota : {"rate", "inflight_bytes"}) {
+    for (const char* quota : {"rate", "inflight_bytes", "regions", "shared_memory_bytes"}) {
       quota_refusals_.Add({{"identity", identity}, {"quota", quota}});
     }
   }

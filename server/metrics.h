@@ -59,8 +59,8 @@ class Metrics {
   void ConfigSelection(std::string_view kernel, std::string_view source);
   // A finished kernel call of an identity (its bounded label, Tenant::label()), by gRPC code.
   void IdentityRequest(std::string_view identity, std::string_view code);
-  // A call refused by an identity's quota: "rate", "inflight_bytes", "regions",
-  // "shared_memory_bytes".
+  // A call refused by an identity's quota: "rate", "inflight_bytes", "regions" or
+  // "shared_memory_bytes" (shared-memory registrations).
   void QuotaRefusal(std::string_view identity, std::string_view quota);
   // outcome: "ok", "all_failed" or "error".
   void AutotuneRun(std::string_view kernel, std::string_view outcome, double seconds);

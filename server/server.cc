@@ -295,6 +295,9 @@ absl::Status Server::StartGrpc() {
   shared.quota_bytes = options_.quota_shared_memory_bytes;
   shared.max_pinned_bytes = options_.max_pinned_shared_memory_bytes;
   shared.quota_pinned_bytes = options_.quota_pinned_bytes;
+  shared.on_quota_refusal = [this](const std::string& owner, const char* quota) {
+    metrics_.QuotaRefusal(tenants_->Of(owner)->label(), quota);
+  };
   shared.off_reason =
       root_refuses     ? "the server runs as root; --shared-memory-as-root serves it anyway"
       : mode == "auto" ? "--shared-memory=auto serves it on loopback and unix listeners only"

@@ -336,6 +336,7 @@ absl::Status SharedMemoryRegistry::CheckNew(const std::string& owner, const std:
                      options_.max_regions, "; unregister regions or raise it"));
   }
   if (owner_regions >= options_.quota_regions) {
+    if (options_.on_quota_refusal) options_.on_quota_refusal(owner, "regions");
     return absl::ResourceExhaustedError(
         absl::StrCat(head, "identity '", owner, "' holds ", owner_regions,
                      " regions, --quota-shared-memory-regions=", options_.quota_regions,
@@ -348,6 +349,7 @@ absl::Status SharedMemoryRegistry::CheckNew(const std::string& owner, const std:
         " of --max-shared-memory-bytes=", options_.max_bytes, "; unregister regions or raise it"));
   }
   if (options_.quota_bytes > 0 && bytes > options_.quota_bytes - owner_bytes) {
+    if (options_.on_quota_refusal) options_.on_quota_refusal(owner, "shared_memory_bytes");
     return absl::ResourceExhaustedError(
         absl::StrCat(head, byte_size, " bytes more would pass identity '", owner, "''s ",
                      owner_bytes, " of --quota-shared-memory-bytes=", options_.quota_bytes,

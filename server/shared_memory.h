@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -231,6 +232,9 @@ struct SharedMemoryOptions {
   int64_t max_pinned_bytes = int64_t{4} << 30;
   int64_t quota_pinned_bytes = 0;
   std::string off_reason = "--shared-memory=off";  // said when system is false
+  // Told of each registration an identity's own quota refuses: `quota` is "regions" or
+  // "shared_memory_bytes". Called with the registry's lock held: it must not call back.
+  std::function<void(const std::string& owner, const char* quota)> on_quota_refusal;
 };
 
 // Which regions a call of the registry means (KServe v2 keeps system and CUDA regions apart;

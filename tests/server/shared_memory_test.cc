@@ -273,6 +273,10 @@ TEST(SharedMemoryRegistryTest, CapsAndQuotasAreResourceExhaustedNamingTheirFlags
   options.max_regions = 3;
   options.quota_regions = 2;
   options.quota_bytes = 6000;
+  std::vector<std::string> refusals;  // of the identities' own quotas, for the metrics
+  options.on_quota_refusal = [&refusals](const std::string& owner, const char* quota) {
+    refusals.push_back(owner + ":" + quota);
+  };
   SharedMemoryRegistry registry(options);
   const Caller alice = Identity("alice");
   const Caller bob = Identity("bob");
@@ -292,6 +296,7 @@ TEST(SharedMemoryRegistryTest, CapsAndQuotasAreResourceExhaustedNamingTheirFlags
               "the server holds 3 regions, --max-shared-memory-regions=3");
   ASSERT_TRUE(registry.Unregister(alice, "", "a").ok());
   EXPECT_TRUE(registry.RegisterSystem(bob, "b", object.key(), 0, 16).ok());
+  EXPECT_EQ(refusals, (std::vector<std::string>{"alice:shared_memory_bytes", "alice:regions"}));
 }
 
 TEST(SharedMemoryRegistryTest, NamesAndKeysFollowTheirRulesAndBadOnesAreNeverEchoedRaw) {
