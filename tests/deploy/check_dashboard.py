@@ -29,6 +29,8 @@ REQUIRED = {
     "device memory": "kernelserve_device_memory_used_bytes",
     "store errors": "kernelserve_store_errors_total",
     "queue wait": "kernelserve_queue_wait_seconds_bucket",
+    "calls by identity": "kernelserve_identity_requests_total",
+    "quota refusals": "kernelserve_quota_refusals_total",
 }
 
 DATASOURCE = "${DS_PROMETHEUS}"
