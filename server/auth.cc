@@ -200,7 +200,9 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, const std::string& peer,
     const grpc::AuthContext* auth) const {
   Caller caller;
-  if (peers_ != nullptr) caller.peer = peers_->Find(peer);
+  // A Unix socket's peer (recorded at accept, a map lookup) names callers; a TCP peer's owner is
+  // looked up only where it is needed (CallerWithPeer), not on every call.
+  if (peers_ != nullptr && absl::StartsWith(peer, "fd:")) caller.peer = peers_->Find(peer);
   if (!options_.tokens.empty()) {
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {

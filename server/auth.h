@@ -64,6 +64,7 @@ class Authenticator {
   // call carries no "authorization: Bearer <token>" or an unknown token (every token is
   // compared, each in the same time wherever it differs). Without tokens: "cert:<subject>" of
   // the client certificate under mTLS, "uid:<n>" for a Unix socket peer, else "anonymous".
+  // Caller::peer is filled for a Unix socket peer only (see CallerWithPeer).
   absl::StatusOr<Caller> Authenticate(
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, const std::string& peer,
       const grpc::AuthContext* auth) const;

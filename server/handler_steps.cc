@@ -28,6 +28,14 @@ absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
   return deps.auth->Authenticate(context);
 }
 
+Caller CallerWithPeer(const ServiceDeps& deps, const grpc::CallbackServerContext& context,
+                      Caller caller) {
+  if (!caller.peer.uid.has_value() && deps.peers != nullptr) {
+    caller.peer = deps.peers->Find(context.peer());
+  }
+  return caller;
+}
+
 absl::StatusOr<Admitted> Admit(const ServiceDeps& deps,
                                const grpc::CallbackServerContext& context) {
   Admitted admitted;

@@ -25,6 +25,12 @@ namespace kernelserve::server {
 absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
                                     const grpc::CallbackServerContext& context);
 
+// `caller` with its peer credentials looked up (deps.peers) where Authenticate left them unknown:
+// the owner of a loopback TCP client's socket, read from the kernel's socket tables (for the
+// calls that need it: shared-memory registrations).
+Caller CallerWithPeer(const ServiceDeps& deps, const grpc::CallbackServerContext& context,
+                      Caller caller);
+
 // A call let in: its caller and the state of the caller's identity (null without deps.tenants).
 struct Admitted {
   Caller caller;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "server/handler_steps.h"
 #include "server/kserve_service.h"
 
 namespace kernelserve::server {
@@ -45,8 +46,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     inference::SystemSharedMemoryRegisterResponse* /*response*/) {
   return Answer(context, "SystemSharedMemoryRegister", [&](const Caller& caller) -> absl::Status {
     if (deps_.shared_memory == nullptr) return NoRegistry();
-    return deps_.shared_memory->RegisterSystem(caller, request->name(), request->key(),
-                                               request->offset(), request->byte_size());
+    return deps_.shared_memory->RegisterSystem(CallerWithPeer(deps_, *context, caller),
+                                               request->name(), request->key(), request->offset(),
+                                               request->byte_size());
   });
 }
 

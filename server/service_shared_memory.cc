@@ -30,13 +30,14 @@ grpc::ServerUnaryReactor* KernelServiceImpl::RegisterSystemSharedMemory(
     grpc::CallbackServerContext* context, const Raw* raw_request, Raw* raw_response) {
   using Request = v1::RegisterSystemSharedMemoryRequest;
   using Response = v1::RegisterSharedMemoryResponse;
-  return Admin<Request, Response>(
-      context, raw_request, raw_response,
-      [this](const Caller& caller, const Request& request, Response* /*response*/) -> absl::Status {
-        if (deps_.shared_memory == nullptr) return NoRegistry();
-        return deps_.shared_memory->RegisterSystem(caller, request.name(), request.key(),
-                                                   request.offset(), request.byte_size());
-      });
+  return Admin<Request, Response>(context, raw_request, raw_response,
+                                  [this, context](const Caller& caller, const Request& request,
+                                                  Response* /*response*/) -> absl::Status {
+                                    if (deps_.shared_memory == nullptr) return NoRegistry();
+                                    return deps_.shared_memory->RegisterSystem(
+                                        CallerWithPeer(deps_, *context, caller), request.name(),
+                                        request.key(), request.offset(), request.byte_size());
+                                  });
 }
 
 grpc::ServerUnaryReactor* KernelServiceImpl::RegisterCudaSharedMemory(
