@@ -66,8 +66,11 @@ std::string ValuesOf(const std::vector<KernelConfig>& configs, std::string Kerne
 // are otherwise, so that no text of a client's choosing is cached or stored.
 absl::Status CheckVariants(const KernelConfig& config,
                            const std::vector<KernelConfig>& candidates) {
-  for (auto [name, field] : {std::pair{"algorithm", &KernelConfig::algorithm},
-                             std::pair{"backend", &KernelConfig::backend}}) {
+  for (const auto& named : {std::pair{"algorithm", &KernelConfig::algorithm},
+                            std::pair{"backend", &KernelConfig::backend}}) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const char* const name = named.first;
+    std::string KernelConfig::*const field = named.second;
     const std::string& value = config.*field;
     if (value.empty()) continue;
     const bool known = std::any_of(candidates.begin(), candidates.end(),
