@@ -66,6 +66,39 @@ Clean (must stay clean):
   redis-faults         Redis SIGSTOPped 5 s, continued, killed, restarted, under load: every
                        valid call OK, configs written to the restarted Redis
   sigterm              32 calls in flight, then SIGTERM: all 32 OK, exit code 0
+The surfaces of issue 32 (must stay clean):
+  shm-shrink           a registered object shrunk with ftruncate: a ref, an output_regions
+                       entry, a stream item and a KServe v2 input in the lost part are
+                       INVALID_ARGUMENT naming its size; the part still there serves
+  shm-shrink-race      the object shrunk while flash_attention reads it from the region: OK,
+                       DATA_LOSS or INVALID_ARGUMENT, then FAILED_PRECONDITION; registered again
+                       it serves the same answer
+  shm-region-flood     five identities of a token file register 300 regions of 1 byte each:
+                       256 each, 1024 in all, then RESOURCE_EXHAUSTED naming the flag; calls into
+                       regions still work; identities see only their own regions
+  shm-name-flood       names and keys that break the rules (1 MiB, NUL, '/', '..'; v1 and v2):
+                       INVALID_ARGUMENT, printable and short; 1,100 (quick: 200) 1 MiB names:
+                       no growth, status answers small
+  fd-exhaustion        a server under prlimit --nofile=1024:1024, 1,100 connections held and
+                       closed (3 rounds, quick 2): new clients get OK or UNAVAILABLE at once,
+                       and are served again within 5 s of the close
+  slow-reader          ExecuteStream of 24 x 16 MiB answers, unread for 15 s (quick: 6):
+                       others served meanwhile, then all 24 answers; RSS within the bound
+  slow-reader-v2       the same through ModelStreamInfer
+  stuck-stream-release a native and a v2 stream stuck for 35 s (quick: 8), then cancelled:
+                       RSS back within 60 s
+  batch-sizing         ExecuteBatch of mean_pooling_bwd with a small first item: RESOURCE_EXHAUSTED
+                       at once naming --max-inflight-bytes or --max-message-bytes; one that fits
+                       is OK
+  bwd-peaks            --max-inflight-bytes=2GiB: Execute of a 1023 MiB dx (quick: 256 MiB) and a
+                       shapes-only Autotune of a 512 MiB x (quick: 128 MiB): peaks within what
+                       they count
+  config-strings       a token file (admin and caller): 1 MiB algorithm/backend configs refused
+                       (1,000, quick 100) without growth; PutConfig/DeleteConfig by a caller
+                       PERMISSION_DENIED; no token UNAUTHENTICATED; /metrics behind its token
+  identity-quotas      one identity floods (rate, then in-flight bytes) while another calls:
+                       the other is always served, the flood is refused naming its identity
+  v2-timeout           KServe v2 timeout 0 (none), 2^63-1, 2^64-1 (uint64): OK; -1 INVALID_ARGUMENT
 """
 import argparse
 import atexit
@@ -80,7 +113,7 @@ import threading
 import time
 
 # bench/abuse/ (the package) is found before this file under the name `abuse`.
-from abuse import known, clean  # noqa: F401,I100  (they register the cases, in this order)
+from abuse import known, clean, surfaces  # noqa: F401,I100  (they register the cases, in order)
 from abuse.harness import (CASES, IDLE_SECONDS, IDLE_SLACK_MB, MIB, Ctx, IdleWatch, Redis,
                            Server, check, kill_children, mb)
 
