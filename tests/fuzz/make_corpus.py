@@ -184,6 +184,15 @@ def request_corpus(pb):
     """request_fuzz: an ExecuteRequest as sent."""
     for name, r in requests(pb).items():
         write("request_fuzz", name, r.SerializeToString())
+    # Overrides whose algorithm or backend no CPU candidate has: INVALID_ARGUMENT.
+    for field, value in (("algorithm", "wgmma"), ("backend", "b" * 300)):
+        r = pb.ExecuteRequest(kernel="mean_pooling", platform="cpu")
+        r.inputs["x"].CopyFrom(tensor(pb, F32, [1, 2, 3]))
+        r.config.block_size = 32
+        r.config.num_warps = 1
+        r.config.platform = "cpu"
+        setattr(r.config, field, value)
+        write("request_fuzz", f"mean_pooling_config_{field}", r.SerializeToString())
 
 
 # --- ByteReader inputs (tests/fuzz/byte_reader.h) ------------------------------------------
@@ -213,7 +222,8 @@ ATTR = {n: i for i, n in enumerate(["chunk_size", "causal", "softmax_scale", "wi
 DTYPE = {"f32": 0, "f16": 1, "bf16": 2, "i32": 3, "i64": 4, "bool": 5}
 
 
-def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=()):
+def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=(), variants=0,
+                 strings=()):
     """kernel_validation_fuzz: see Run() in kernel_validation_fuzz.cc for the order."""
     out = u8(0 if kernel == "mean_pooling" else 1, len(inputs))
     for name, dtype, shape in inputs:
@@ -227,7 +237,9 @@ def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=()):
             out += u8(1) + zigzag(value)
         else:
             out += u8(2) + struct.pack("<d", value)
-    out += b"".join(zigzag(v) for v in config) + u8(1 if config[0] else 0, 0)  # "cpu" or ""
+    # The platform ("cpu" or ""), then which free-form fields follow (see ReadConfig).
+    out += b"".join(zigzag(v) for v in config) + u8(1 if config[0] else 0, variants)
+    out += b"".join(string(text) for text in strings)
     out += u8(1, 0, 0) + zigzag(132) + zigzag(232448) + zigzag(0) if gpu else u8(0)
     return out + b"".join(zigzag(v) for v in data)
 
@@ -256,6 +268,15 @@ def kernel_corpus():
                                 ("kv_segment_ids", "i64", [2, 3]), ("q", "f32", [2, 3, 2, 4]),
                                 ("q_segment_ids", "i64", [2, 3]), ("v", "f32", [2, 3, 2, 4])],
             [("softmax_scale", 0.5), ("logits_soft_cap", 30.0)]),
+        # An algorithm and a backend no CPU candidate has: the chain refuses them.
+        "mean_pooling_config_strings": kernel_input(
+            "mean_pooling", [("x", "f32", [2, 3, 4])], config=(0, 0, 0, 1, 0, 32), variants=3,
+            strings=("wgmma", "cutlass")),
+        # The first candidate's variants (none on the CPU): taken.
+        "flash_config_candidate_variants": kernel_input(
+            "flash_attention", [("q", "f32", [1, 4, 2, 8]), ("k", "f32", [1, 5, 1, 8]),
+                                ("v", "f32", [1, 5, 1, 8])], config=(16, 32, 0, 1, 0, 0),
+            variants=12),
     }
     for name, data in seeds.items():
         write("kernel_validation_fuzz", name, data)
