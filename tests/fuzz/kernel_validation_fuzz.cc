@@ -220,9 +220,11 @@ void CheckPin(Engine& engine, const CallPlan& plan, KernelConfig config, uint8_t
   const bool takes = runs && named(&KernelConfig::algorithm) && named(&KernelConfig::backend);
   const absl::Status pinned = engine.executor->Pin(plan, config);
   if (pinned.ok() != takes) {
-    Fail(plan.kernel->name(), takes ? "Pin refused a config the platform runs" :
-                                      "Pin took a config with a variant no candidate has, or one "
-                                      "the platform does not run", config);
+    Fail(plan.kernel->name(),
+         takes ? "Pin refused a config the platform runs"
+               : "Pin took a config with a variant no candidate has, or one "
+                 "the platform does not run",
+         config);
   }
   if (!pinned.ok() && !absl::IsInvalidArgument(pinned)) {
     Fail(plan.kernel->name(), "Pin refused with another code than InvalidArgument", config);

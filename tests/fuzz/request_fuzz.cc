@@ -64,7 +64,8 @@ int64_t DeclaredBytes(const v1::ExecuteRequest& request) {
 
 // A call that ran with the request's config: the chain took the override as it is, and its
 // free-form fields (algorithm, backend: client text) are empty or a candidate's.
-void CheckOverride(const CallPlan& plan, const KernelConfig& override, const ExecuteResult& result) {
+void CheckOverride(const CallPlan& plan, const KernelConfig& override,
+                   const ExecuteResult& result) {
   if (result.source != ConfigSource::kOverride || result.config != override) {
     std::fprintf(stderr, "request_fuzz: ran {%s} for the override {%s}\n",
                  result.config.DebugString().c_str(), override.DebugString().c_str());

@@ -48,10 +48,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/executor.h"
-#include "core/utils/string_view.h"
 #include "core/registry.h"
 #include "core/selector_chain.h"
 #include "core/store/config_cache.h"
+#include "core/utils/string_view.h"
 #include "kernels/register.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/convert.h"
@@ -84,10 +84,9 @@ void Expect(bool holds, const std::string& what) {
 // What a refusal's message may be: printable ASCII, at most 1 KiB.
 void ExpectClientMessage(const absl::Status& status, const char* what) {
   const absl::string_view message = status.message();
-  Expect(!message.empty() && message.size() <= 1024, absl::StrCat(what, ": a message of ",
-                                                                   message.size(), " bytes"));
-  Expect(std::all_of(message.begin(), message.end(),
-                     [](char c) { return c >= ' ' && c <= '~'; }),
+  Expect(!message.empty() && message.size() <= 1024,
+         absl::StrCat(what, ": a message of ", message.size(), " bytes"));
+  Expect(std::all_of(message.begin(), message.end(), [](char c) { return c >= ' ' && c <= '~'; }),
          absl::StrCat(what, ": a message with bytes that are not printable ASCII"));
 }
 
@@ -123,8 +122,10 @@ std::string BearerValue(ByteReader& in, std::string_view token) {
   std::string scheme = "Bearer ";
   const uint8_t cases = in.U8();
   for (size_t i = 0; i < 6; ++i) {
-    if (cases & (1u << i)) scheme[i] = absl::ascii_isupper(scheme[i]) ? absl::ascii_tolower(scheme[i])
-                                                                       : absl::ascii_toupper(scheme[i]);
+    if (cases & (1u << i)) {
+      scheme[i] = absl::ascii_isupper(scheme[i]) ? absl::ascii_tolower(scheme[i])
+                                                 : absl::ascii_toupper(scheme[i]);
+    }
   }
   return absl::StrCat(scheme, Sv(token));
 }
@@ -140,10 +141,9 @@ absl::StatusOr<Caller> AuthenticateWith(const Authenticator& auth, const std::st
 // --- 0, 1: token files and bearer tokens ---------------------------------------------------
 
 bool IsTokenIdentity(std::string_view name) {
-  return !name.empty() && name.size() <= 64 &&
-         std::all_of(name.begin(), name.end(), [](char c) {
-           return kIdentityAlphabet.find(c) != std::string_view::npos;
-         });
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return kIdentityAlphabet.find(c) != std::string_view::npos;
+  });
 }
 
 // The promises of a parsed file: valid identities ("default" for a token alone), lines in
@@ -179,8 +179,8 @@ void RawTokenFile(ByteReader& in) {
   absl::StatusOr<Caller> caller = AuthenticateWith(**auth, &value, peer);
   // The token the value carries, if it is a bearer value.
   std::optional<std::string_view> token;
-  if (value.size() >= 7 && absl::EqualsIgnoreCase(absl::string_view(value).substr(0, 7),
-                                                  "bearer ")) {
+  if (value.size() >= 7 &&
+      absl::EqualsIgnoreCase(absl::string_view(value).substr(0, 7), "bearer ")) {
     token = std::string_view(value).substr(7);
   }
   const TokenEntry* match = nullptr;
@@ -224,8 +224,8 @@ void BuiltTokenFile(ByteReader& in) {
       entry.identity = in.U8() % 8 != 0 ? FromAlphabet(in, kIdentityAlphabet, 64) : in.String();
       const uint8_t role = in.U8() % 5;
       entry.role = role < 2 ? "caller" : role < 4 ? "admin" : in.String();
-      entry.well_formed = IsTokenIdentity(entry.identity) &&
-                          (entry.role == "caller" || entry.role == "admin");
+      entry.well_formed =
+          IsTokenIdentity(entry.identity) && (entry.role == "caller" || entry.role == "admin");
     }
     const uint8_t pick = in.U8();
     if (pick % 8 == 0 && !written.empty()) {
@@ -241,9 +241,8 @@ void BuiltTokenFile(ByteReader& in) {
     if (!tokens.insert(entry.token).second) twice = true;
     const std::string secret =
         (pick & 16) ? "sha256:" + Hex(Sha256(entry.token), pick & 32) : entry.token;
-    std::string line = alone ? secret
-                             : absl::StrCat(entry.identity, separator(), entry.role, separator(),
-                                            secret);
+    std::string line =
+        alone ? secret : absl::StrCat(entry.identity, separator(), entry.role, separator(), secret);
     if (pick & 64) line = " \t" + line + " \r";
     absl::StrAppend(&text, line, "\n");
     well_formed = well_formed && entry.well_formed;
@@ -272,8 +271,8 @@ void BuiltTokenFile(ByteReader& in) {
     const bool admin = entry.identity.empty() || entry.role == "admin" ||
                        (extra_admin && identity == written.front().identity);
     Expect(caller.ok(), "Authenticate refused a token of the file: " + value);
-    Expect(caller->identity == identity, "Authenticate: identity " + caller->identity +
-                                             ", the file says " + identity);
+    Expect(caller->identity == identity,
+           "Authenticate: identity " + caller->identity + ", the file says " + identity);
     Expect(caller->admin() == admin, "Authenticate: the role of " + identity);
   }
   const std::string stranger = BearerValue(in, in.String());
@@ -301,20 +300,20 @@ std::string PeerString(const TcpEndpoint& endpoint, bool encoded) {
     return absl::StrCat("ipv4:", text, ":", endpoint.port);
   }
   inet_ntop(AF_INET6, endpoint.address.data(), text, sizeof(text));
-  return absl::StrCat("ipv6:", encoded ? "%5B" : "[", text, encoded ? "%5D:" : "]:",
-                      endpoint.port);
+  return absl::StrCat("ipv6:", encoded ? "%5B" : "[", text, encoded ? "%5D:" : "]:", endpoint.port);
 }
 
 void CheckEndpoint(const TcpEndpoint& endpoint, bool encoded) {
-  const bool loopback =
-      Mapped(endpoint) ? endpoint.address[12] == 127
-                       : std::all_of(endpoint.address.begin(), endpoint.address.end() - 1,
-                                     [](uint8_t b) { return b == 0; }) &&
-                             endpoint.address[15] == 1;
+  const bool loopback = Mapped(endpoint)
+                            ? endpoint.address[12] == 127
+                            : std::all_of(endpoint.address.begin(), endpoint.address.end() - 1,
+                                          [](uint8_t b) { return b == 0; }) &&
+                                  endpoint.address[15] == 1;
   Expect(endpoint.loopback() == loopback, "TcpEndpoint::loopback: " + PeerString(endpoint, false));
   const std::string written = PeerString(endpoint, encoded);
   std::optional<TcpEndpoint> again = ParsePeerEndpoint(written);
-  Expect(again.has_value() && *again == endpoint, "ParsePeerEndpoint does not read back " + written);
+  Expect(again.has_value() && *again == endpoint,
+         "ParsePeerEndpoint does not read back " + written);
 }
 
 std::optional<uint32_t> ReadId(ByteReader& in) {
@@ -431,8 +430,8 @@ void BuiltSocketTable(ByteReader& in) {
     absl::StrAppendFormat(&table,
                           "%4d: %s %s %02X 00000000:00000000 00:00000000 00000000 %5u        0 "
                           "%d 1 0000000000000000 20 4 30 10 -1\n",
-                          i, TableEndpoint(local, as_v6), TableEndpoint(remote, as_v6), state,
-                          uid, 1000 + i);
+                          i, TableEndpoint(local, as_v6), TableEndpoint(remote, as_v6), state, uid,
+                          1000 + i);
     if (local == endpoints[0] && remote.port == ports[0] && state != 0x06 && state != 0x0A) {
       owners.insert(uid);
     }
@@ -441,8 +440,8 @@ void BuiltSocketTable(ByteReader& in) {
   if (owners.size() == 1) {
     Expect(owner == *owners.begin(), "FindSocketOwner: not the one owner listed\n" + table);
   } else {
-    Expect(!owner.has_value(), "FindSocketOwner: an owner for none, or for owners that differ\n" +
-                                   table);
+    Expect(!owner.has_value(),
+           "FindSocketOwner: an owner for none, or for owners that differ\n" + table);
   }
 }
 
@@ -471,8 +470,8 @@ void Listen(ByteReader& in) {
   if (address->kind == ListenAddress::Kind::kTcp) {
     Expect(!address->host.empty() && address->port >= 0 && address->port <= 65535,
            "ParseListenAddress: host or port of " + text);
-    Expect(address->host.find("]:") == std::string::npos, "ParseListenAddress: host " +
-                                                              address->host);
+    Expect(address->host.find("]:") == std::string::npos,
+           "ParseListenAddress: host " + address->host);
   } else {
     Expect(!address->path.empty(), "ParseListenAddress: an empty path from " + text);
   }
@@ -493,10 +492,9 @@ void NamesAndKeys(ByteReader& in) {
   auto printable = [](char c, bool space) { return (c > ' ' && c <= '~') || (space && c == ' '); };
 
   const absl::Status name = CheckRegionName(text);
-  const bool name_ok = !text.empty() && text.size() <= kMaxRegionNameBytes &&
-                       std::all_of(text.begin(), text.end(), [&](char c) {
-                         return printable(c, false);
-                       });
+  const bool name_ok =
+      !text.empty() && text.size() <= kMaxRegionNameBytes &&
+      std::all_of(text.begin(), text.end(), [&](char c) { return printable(c, false); });
   Expect(name.ok() == name_ok, "CheckRegionName against its rule: " + Quoted(text));
   if (!name.ok()) {
     Expect(absl::IsInvalidArgument(name), "CheckRegionName: not InvalidArgument");
@@ -504,12 +502,12 @@ void NamesAndKeys(ByteReader& in) {
   }
 
   const absl::Status key = CheckObjectKey(text);
-  const std::string_view rest = text.empty() ? std::string_view() : std::string_view(text).substr(1);
-  const bool key_ok = !text.empty() && text[0] == '/' && !rest.empty() &&
-                      text.size() <= kMaxObjectKeyBytes && rest != "." && rest != ".." &&
-                      std::all_of(rest.begin(), rest.end(), [&](char c) {
-                        return printable(c, true) && c != '/';
-                      });
+  const std::string_view rest =
+      text.empty() ? std::string_view() : std::string_view(text).substr(1);
+  const bool key_ok =
+      !text.empty() && text[0] == '/' && !rest.empty() && text.size() <= kMaxObjectKeyBytes &&
+      rest != "." && rest != ".." &&
+      std::all_of(rest.begin(), rest.end(), [&](char c) { return printable(c, true) && c != '/'; });
   Expect(key.ok() == key_ok, "CheckObjectKey against its rule: " + Quoted(text));
   if (key.ok()) {
     Expect(text[0] == '/' && text.find('\0') == std::string::npos,
@@ -576,8 +574,8 @@ void Quotas(ByteReader& in) {
   const std::shared_ptr<Tenant> tenant = tenants.Of("t");
   const Tenant::Clock::time_point start = Tenant::Clock::now();
   const double made_s = std::chrono::duration<double>(start - made).count();
-  const double burst = quota.request_burst > 0 ? quota.request_burst
-                                               : std::max(1.0, quota.requests_per_second);
+  const double burst =
+      quota.request_burst > 0 ? quota.request_burst : std::max(1.0, quota.requests_per_second);
   int64_t elapsed_us = 0, admitted = 0, held = 0;
   for (int n = in.U8() % 64; n > 0; --n) {
     const uint8_t op = in.U8();
