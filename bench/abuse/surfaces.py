@@ -156,7 +156,7 @@ def pooling_ref(region, offset, shape, out=None):
 
 def expect(ctx, label, outcome, codes, contains=None):
     """Fails the case unless `outcome` has one of `codes` (a str or a tuple) and, for an error,
-    a printable message under 1 KiB holding `contains`. Notes the outcome."""
+    a printable message of at most MAX_MESSAGE bytes holding `contains`. Notes the outcome."""
     codes = (codes,) if isinstance(codes, str) else codes
     ctx.note(f"{label}: {outcome.code} in {outcome.seconds:.2f} s {outcome.details[:100]!r}")
     if outcome.code not in codes:
