@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +36,7 @@ def _load_messages():
     client/python/kernelserve/v1/; without a build it is generated here with protoc
     (protobuf-compiler, installed by scripts/install-deps.sh) into a temp dir."""
     path = os.path.join(REPO, "client/python/kernelserve/v1/kernel_service_pb2.py")
+    out = None
     if not os.path.exists(path):
         out = tempfile.mkdtemp(prefix="ks-abuse-stubs-")
         subprocess.run(["protoc", f"--proto_path={REPO}/proto", f"--python_out={out}",
@@ -43,6 +45,8 @@ def _load_messages():
     spec = importlib.util.spec_from_file_location("kernel_service_pb2", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)  # loaded: the files are no longer read
     return module
 
 
@@ -63,6 +67,8 @@ def inference_messages():
             "grpc_service_pb2", os.path.join(out, "inference/grpc_service_pb2.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        sys.path.remove(out)
+        shutil.rmtree(out, ignore_errors=True)  # loaded, model_config_pb2 with it
         _INFERENCE.append(module)
     return _INFERENCE[0]
 DTYPES = {np.dtype("<f4"): pb.DTYPE_F32, np.dtype("<f2"): pb.DTYPE_F16,
