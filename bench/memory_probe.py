@@ -27,16 +27,13 @@ import argparse
 import json
 import os
 import queue
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import importlib.util
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from abuse.harness import (CHANNEL_OPTIONS, MIB, REPO, Server, call, channel,  # noqa: E402
-                           pb, stream, tensor, unary)
+from abuse.harness import (MIB, Server, call, channel, inference_messages,  # noqa: E402
+                           pb, tensor, unary)
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -68,19 +65,6 @@ def bwd_request(x_shape, request_id=""):
     tensor(request.inputs["dout"], np.ones((batch, hidden), np.float32))
     tensor(request.inputs["x"], shape=x_shape)
     return request
-
-
-def load_inference_messages():
-    """inference/grpc_service.proto's messages, generated with protoc into a temp dir."""
-    out = tempfile.mkdtemp(prefix="ks-probe-stubs-")
-    subprocess.run(["protoc", f"--proto_path={REPO}/proto", f"--python_out={out}",
-                    "inference/grpc_service.proto", "inference/model_config.proto"], check=True)
-    sys.path.insert(0, out)
-    spec = importlib.util.spec_from_file_location(
-        "grpc_service_pb2", os.path.join(out, "inference/grpc_service_pb2.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def infer_bwd_request(inference, x_shape, request_id):
@@ -194,7 +178,7 @@ def case_stream_stuck(build, idle_seconds):
 
 
 def case_stream_stuck_v2(build, idle_seconds):
-    inference = load_inference_messages()
+    inference = inference_messages()
     probe = Probe(build, ["--max-inflight-bytes=536870912"])
     requests = [infer_bwd_request(inference, [1, 18432, 1024], f"r{i}").SerializeToString()
                 for i in range(24)]

@@ -10,9 +10,11 @@ import dataclasses
 import importlib.util
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,6 +36,7 @@ def _load_messages():
     client/python/kernelserve/v1/; without a build it is generated here with protoc
     (protobuf-compiler, installed by scripts/install-deps.sh) into a temp dir."""
     path = os.path.join(REPO, "client/python/kernelserve/v1/kernel_service_pb2.py")
+    out = None
     if not os.path.exists(path):
         out = tempfile.mkdtemp(prefix="ks-abuse-stubs-")
         subprocess.run(["protoc", f"--proto_path={REPO}/proto", f"--python_out={out}",
@@ -42,10 +45,32 @@ def _load_messages():
     spec = importlib.util.spec_from_file_location("kernel_service_pb2", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)  # loaded: the files are no longer read
     return module
 
 
 pb = _load_messages()
+_INFERENCE = []
+
+
+def inference_messages():
+    """The KServe v2 messages (proto/inference/grpc_service.proto), generated with protoc into
+    a temp dir on first use."""
+    if not _INFERENCE:
+        out = tempfile.mkdtemp(prefix="ks-abuse-v2-")
+        subprocess.run(["protoc", f"--proto_path={REPO}/proto", f"--python_out={out}",
+                        "inference/grpc_service.proto", "inference/model_config.proto"],
+                       check=True)
+        sys.path.insert(0, out)  # grpc_service_pb2 imports inference.model_config_pb2
+        spec = importlib.util.spec_from_file_location(
+            "grpc_service_pb2", os.path.join(out, "inference/grpc_service_pb2.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.path.remove(out)
+        shutil.rmtree(out, ignore_errors=True)  # loaded, model_config_pb2 with it
+        _INFERENCE.append(module)
+    return _INFERENCE[0]
 DTYPES = {np.dtype("<f4"): pb.DTYPE_F32, np.dtype("<f2"): pb.DTYPE_F16,
           np.dtype("<i4"): pb.DTYPE_I32, np.dtype("<i8"): pb.DTYPE_I64,
           np.dtype("bool"): pb.DTYPE_BOOL}
@@ -183,11 +208,12 @@ class Outcome:
     seconds: float
 
 
-def call(method, request, timeout):
-    """Sends one request; never raises grpc errors."""
+def call(method, request, timeout, metadata=None):
+    """Sends one request (with `metadata`, a list of (key, value), when given); never raises
+    grpc errors."""
     start = time.monotonic()
     try:
-        response = method(request, timeout=timeout)
+        response = method(request, timeout=timeout, metadata=metadata)
         return Outcome("OK", "", response, time.monotonic() - start)
     except grpc.RpcError as error:
         return Outcome(error.code().name, error.details() or "", None, time.monotonic() - start)
@@ -228,15 +254,31 @@ def metric(text, name, **labels):
 # Processes
 
 
-def read_rss_kib(pid):
+def read_status_kib(pid, field):
+    """A field of /proc/PID/status in KiB (VmRSS, VmHWM, RssShmem), or None."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         pass
     return None
+
+
+def read_rss_kib(pid):
+    return read_status_kib(pid, "VmRSS")
+
+
+def reset_hwm(pid):
+    """Resets the kernel's high-water mark of the process's RSS (VmHWM) to its RSS now (Linux
+    4.0 and later: `echo 5 > /proc/PID/clear_refs`). False when the kernel does not let us."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 _CHILDREN = []  # every server and redis-server started, for kill_children
@@ -259,13 +301,17 @@ def kill_children():
 
 class RssSampler(threading.Thread):
     """Samples a process's RSS every 50 ms; kills it (SIGKILL) past `limit_kib`, so that a
-    ballooning server cannot take the machine down with it."""
+    ballooning server cannot take the machine down with it. The peak is also read from the
+    kernel's high-water mark (VmHWM), which sees what happens between two samples."""
 
     def __init__(self, process, limit_kib):
         super().__init__(daemon=True)
         self.process = process
         self.limit_kib = limit_kib
-        self.peak_kib = 0
+        self.peak_kib = 0  # the highest sample since reset_peak
+        self.hwm_kib = 0  # VmHWM as last read, since reset_peak when hwm_reset
+        self.hwm_reset = True  # VmHWM counts from the process's start, or from reset_peak
+        self.earlier_kib = 0  # the peak of the case's earlier steps (start_step)
         self.last_kib = None
         self.killed_at_kib = None
         self._done = threading.Event()
@@ -274,42 +320,96 @@ class RssSampler(threading.Thread):
     def run(self):
         """limit_kib 0: no limit."""
         while not self._done.wait(0.05) and self.process.poll() is None:
-            kib = read_rss_kib(self.process.pid)
+            kib = self._read()
             if kib is None:
                 continue
-            self.last_kib = kib
-            self.peak_kib = max(self.peak_kib, kib)
             if self.limit_kib and kib > self.limit_kib and self.killed_at_kib is None:
                 self.killed_at_kib = kib
                 self.process.kill()
 
+    def _read(self):
+        """Reads VmRSS and VmHWM; returns VmRSS in KiB, or None when the process is gone."""
+        if self.process.poll() is not None:
+            return None
+        kib = read_rss_kib(self.process.pid)
+        hwm = read_status_kib(self.process.pid, "VmHWM")
+        if kib is None:
+            return None
+        self.last_kib = kib
+        self.peak_kib = max(self.peak_kib, kib)
+        if hwm is not None and self.hwm_reset:
+            self.hwm_kib = max(self.hwm_kib, hwm)
+        return kib
+
     def reset_peak(self):
-        self.peak_kib = self.now_kib() or 0
+        """Starts a new peak (the next case's): the samples' and, where the kernel lets us
+        reset it, VmHWM."""
+        self.earlier_kib = 0
+        self._reset()
+
+    def start_step(self):
+        """Starts the peak of a step of a case (step_peak) without losing the case's (peak)."""
+        self.earlier_kib = self.peak()
+        self._reset()
+
+    def _reset(self):
+        self.hwm_reset = reset_hwm(self.process.pid)
+        self.hwm_kib = 0
+        self.peak_kib = 0
+        self.now_kib()
+
+    def step_peak(self):
+        """The peak RSS in KiB since start_step or reset_peak (or the start): VmHWM where it
+        counts from then, else the highest sample; the RSS the limit killed the process at, if
+        it did."""
+        self._read()
+        return max(self.peak_kib, self.hwm_kib, self.killed_at_kib or 0)
+
+    def peak(self):
+        """The peak RSS in KiB since reset_peak (or the start), steps included."""
+        return max(self.earlier_kib, self.step_peak())
 
     def now_kib(self):
-        kib = read_rss_kib(self.process.pid) if self.process.poll() is None else None
-        if kib is not None:
-            self.last_kib = kib
-            self.peak_kib = max(self.peak_kib, kib)
-        return kib
+        return self._read()
 
     def stop(self):
         self._done.set()
 
 
+DEFAULT_INFLIGHT_BYTES = 4 << 30  # the server's --max-inflight-bytes when not given
+
+
+def flag_value(args, name):
+    """The value of the last `--name=VALUE` (or --name_with_underscores=VALUE) in `args`, or
+    None."""
+    value = None
+    for arg in args:
+        for spelling in (name, name.replace("-", "_")):
+            if arg.startswith(f"--{spelling}="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
 class Server:
     """A kernelserve-server on free loopback ports (gRPC and metrics), CPU only. rss_limit_mb:
-    killed past this RSS, and its address space limited to 4x that (0: neither)."""
+    killed past this RSS, and its address space limited to 4x that (0: neither). `launcher`:
+    a command that runs the server (its arguments follow), such as prlimit with limits of its
+    own. `metadata`: what check() sends with its Execute (a token, under --auth-token-file).
+    baseline_kib: its RSS once serving, the idle baseline that RSS should come back to."""
 
-    def __init__(self, build, cache, extra_args=(), rss_limit_mb=6144, log_dir=None):
+    def __init__(self, build, cache, extra_args=(), rss_limit_mb=6144, log_dir=None,
+                 launcher=(), metadata=None):
         self.build, self.cache, self.extra_args = build, cache, list(extra_args)
+        self.launcher, self.metadata = tuple(launcher), metadata
         self.rss_limit_mb = rss_limit_mb
+        cap = flag_value(self.extra_args, "max-inflight-bytes")
+        self.inflight_cap = int(cap) if cap is not None else DEFAULT_INFLIGHT_BYTES
         self.port, self.metrics_port = free_port(), free_port()
         self.target = f"127.0.0.1:{self.port}"
         fd, self.log_path = tempfile.mkstemp(prefix="kernelserve-server-", suffix=".log",
                                              dir=log_dir)
         os.close(fd)
-        self.args = [os.path.join(build, "server/kernelserve-server"),
+        self.args = [*self.launcher, os.path.join(build, "server/kernelserve-server"),
                      f"--listen={self.target}", f"--metrics-listen=127.0.0.1:{self.metrics_port}",
                      f"--cache={cache}", "--devices=cpu", *AS_ROOT, *self.extra_args]
         with open(self.log_path, "wb") as log:
@@ -323,6 +423,7 @@ class Server:
             resource.prlimit(self.process.pid, resource.RLIMIT_AS, (limit, limit))
         self.rss = RssSampler(self.process, rss_limit_mb * 1024)
         self._wait_serving(30.0)
+        self.baseline_kib = self.rss.now_kib()
 
     def _wait_serving(self, timeout):
         deadline = time.monotonic() + timeout
@@ -343,7 +444,7 @@ class Server:
     def restarted(self):
         """A new server with the same flags (new ports)."""
         return Server(self.build, self.cache, self.extra_args, self.rss_limit_mb,
-                      os.path.dirname(self.log_path))
+                      os.path.dirname(self.log_path), self.launcher, self.metadata)
 
     def alive(self):
         return self.process.poll() is None
@@ -405,7 +506,7 @@ def check(server):
                 return False, "health not SERVING"
         except grpc.RpcError as error:
             return False, _reason("health", error.code().name, server)
-        outcome = call(unary(ch, "Execute"), SMALL, 1.0)
+        outcome = call(unary(ch, "Execute"), SMALL, 1.0, server.metadata)
         if outcome.code != "OK":
             return False, _reason("Execute", outcome.code, server)
     return True, ""
@@ -474,6 +575,10 @@ class Case:
     redis: bool = False  # runs on its own server with --cache=redis://... of its own Redis
     ends_server: bool = False  # the case stops its server itself (no health check after)
     rss_growth_mb: float = None  # FAIL when the peak passes the RSS at the start by this
+    launcher: tuple = ()  # a command its own server runs under (prlimit ...)
+    # prepare(workdir) -> (server flags, metadata of the checks' Execute): for flags naming
+    # files the case writes first (a token file); the case then gets a server of its own.
+    prepare: object = None
 
 
 CASES = collections.OrderedDict()
@@ -501,6 +606,8 @@ class Ctx:
         self.restarts = 0  # times the server went down during the case and was restarted
         self.redis = None  # the Redis of a case with redis=True
         self.stop = threading.Event()  # set when the case ran out of time
+        self.pool_bytes = 0  # the most bytes of shared-memory regions it held registered at once
+        self._registered = 0
         self._lock = threading.Lock()
 
     @property
@@ -528,10 +635,17 @@ class Ctx:
     def note(self, text):
         self.notes.append(text)
 
-    def call(self, method, request, timeout):
-        outcome = call(method, request, timeout)
+    def call(self, method, request, timeout, metadata=None):
+        outcome = call(method, request, timeout, metadata)
         self.tally(outcome.code)
         return outcome
+
+    def registered(self, byte_size):
+        """Counts `byte_size` bytes of shared memory registered (negative: unregistered), for
+        the bound on RSS: a region's pages the server touches are in its RSS."""
+        with self._lock:
+            self._registered += byte_size
+            self.pool_bytes = max(self.pool_bytes, self._registered)
 
     def healthy(self, label):
         """Checks the server; when it is down or hung, records why (prefixed by `label`) and
@@ -570,3 +684,41 @@ def join_all(threads, timeout):
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     return sum(t.is_alive() for t in threads)
+
+
+# The server gives memory back once per idle time, when its RSS has grown this much past the
+# lowest RSS a release came back to: RSS within it of the baseline is back.
+IDLE_SLACK_MB = 64
+IDLE_SECONDS = 60.0  # how long after a case its server's RSS may take to come back
+
+
+class IdleWatch(threading.Thread):
+    """Watches a server left idle: its RSS, read from /proc (a request would end the idle
+    time), every 0.5 s for up to `seconds`, until it is within IDLE_SLACK_MB of
+    `baseline_kib`. Then stops the server when `stop_after`. Results: back_seconds (None when
+    it did not come back), rss_kib (at the end), baseline_kib."""
+
+    def __init__(self, server, baseline_kib, seconds=IDLE_SECONDS, stop_after=False):
+        super().__init__(daemon=True)
+        self.server, self.baseline_kib, self.seconds = server, baseline_kib, seconds
+        self.stop_after = stop_after
+        self.back_seconds, self.rss_kib = None, None
+        self.start()
+
+    def run(self):
+        start = time.monotonic()
+        try:
+            while True:
+                kib = self.server.rss.now_kib()
+                if kib is None:
+                    return
+                self.rss_kib = kib
+                if kib <= self.baseline_kib + IDLE_SLACK_MB * 1024:
+                    self.back_seconds = time.monotonic() - start
+                    return
+                if time.monotonic() - start > self.seconds:
+                    return
+                time.sleep(0.5)
+        finally:
+            if self.stop_after:
+                self.server.stop() if self.server.alive() else self.server.kill()

@@ -495,7 +495,7 @@ def inflight_rss(ctx):
     for o in outcomes:
         if o is not None and o.code not in ("OK", "RESOURCE_EXHAUSTED"):
             ctx.fail(f"a 100 MiB call got {o.code} {o.details[:60]!r}")
-    peak = ctx.server.rss.peak_kib
+    peak = ctx.server.rss.peak()
     limit_kib = baseline + 2 * cap / 1024
     ctx.data.update(peak_mb=mb(peak), baseline_mb=mb(baseline))
     if peak > limit_kib:

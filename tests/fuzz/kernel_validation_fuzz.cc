@@ -4,9 +4,11 @@
 // Kernel::Analyze, the platform asked for, Supports, the cache key), then with the problem
 // found: Kernel::OutputSpecs, the CPU platform's Heuristic, Candidates and CheckConfig, the
 // CUDA config code (plain C++, in every build) on a GPU read from the input, and
-// Kernel::ValidateData. Must never crash, hang or allocate much, and each platform must keep
-// the promises of PlatformImpl: the heuristic is one of the candidates, every candidate passes
-// CheckConfig.
+// Kernel::ValidateData; and the chain's check of the config with the input's algorithm and
+// backend strings (Pin, as PutConfig and overrides meet it). Must never crash, hang or allocate
+// much, and each platform must keep the promises of PlatformImpl: the heuristic is one of the
+// candidates, every candidate passes CheckConfig; and Pin takes a config exactly when its
+// platform runs it and its free-form fields name a candidate's variant (CheckPin).
 //
 // Shapes keep the invariant every caller in the server guarantees (proto/convert.cc checks
 // it): dims >= 0 and prod(dims) * itemsize fits in int64. Data is made only for calls of at
@@ -111,8 +113,10 @@ AttrValue ReadAttr(ByteReader& in) {
   }
 }
 
-// A config; its platform is also the platform the call asks for.
-KernelConfig ReadConfig(ByteReader& in) {
+// A config; its platform is also the platform the call asks for. `variants` gets the byte that
+// says which free-form fields follow: bit 0 an algorithm, bit 1 a backend (strings of the
+// input); bits 2 and 3 make them a candidate's instead (CheckPin), bits 4 to 7 which one.
+KernelConfig ReadConfig(ByteReader& in, uint8_t* variants) {
   KernelConfig config;
   config.block_q = in.Int();
   config.block_k = in.Int();
@@ -121,7 +125,9 @@ KernelConfig ReadConfig(ByteReader& in) {
   config.num_stages = in.Int();
   config.block_size = in.Int();
   config.platform = Name(in, kPlatforms);
-  config.algorithm = in.U8() % 2 == 0 ? "" : in.String();
+  *variants = in.U8();
+  if (*variants & 1) config.algorithm = in.String();
+  if (*variants & 2) config.backend = in.String();
   return config;
 }
 
@@ -191,6 +197,43 @@ void CheckPlatform(const CallPlan& plan, const KernelConfig& config) {
   }
 }
 
+// The chain's check of a config, the one an override and PutConfig go through
+// (ConfigSelectorChain::Pin): it takes `config` (its algorithm and backend made a candidate's by
+// `variants`, see ReadConfig) exactly when the platform runs it (CheckConfig) and its algorithm
+// and backend are empty or a candidate's, so that no text of a client's choosing is cached; what
+// it takes is then in memory under the plan's key. A refusal is InvalidArgument.
+void CheckPin(Engine& engine, const CallPlan& plan, KernelConfig config, uint8_t variants) {
+  const PlatformImpl& impl = *plan.impl;
+  const std::vector<KernelConfig> candidates = impl.Candidates(*plan.problem, *plan.device);
+  if (!candidates.empty()) {
+    const KernelConfig& pick = candidates[(variants >> 4) % candidates.size()];
+    if (variants & 4) config.algorithm = pick.algorithm;
+    if (variants & 8) config.backend = pick.backend;
+  }
+  auto named = [&](std::string KernelConfig::*field) {
+    return (config.*field).empty() ||
+           std::any_of(candidates.begin(), candidates.end(),
+                       [&](const KernelConfig& c) { return c.*field == config.*field; });
+  };
+  const bool runs = impl.RunsConfigsOf(config.platform) &&
+                    impl.CheckConfig(config, *plan.problem, *plan.device).ok();
+  const bool takes = runs && named(&KernelConfig::algorithm) && named(&KernelConfig::backend);
+  const absl::Status pinned = engine.executor->Pin(plan, config);
+  if (pinned.ok() != takes) {
+    Fail(plan.kernel->name(),
+         takes ? "Pin refused a config the platform runs"
+               : "Pin took a config with a variant no candidate has, or one "
+                 "the platform does not run",
+         config);
+  }
+  if (!pinned.ok() && !absl::IsInvalidArgument(pinned)) {
+    Fail(plan.kernel->name(), "Pin refused with another code than InvalidArgument", config);
+  }
+  if (pinned.ok() && engine.memory.Get(plan.cache_key) != config) {
+    Fail(plan.kernel->name(), "Pin took a config that memory does not hold", config);
+  }
+}
+
 // The CUDA config code on `gpu` for the problem, with the promises its header makes.
 void CheckCudaConfigs(const CallPlan& plan, const KernelConfig& config, const DeviceInfo& gpu) {
   if (plan.kernel->name() == "mean_pooling") {
@@ -241,7 +284,7 @@ void CheckCudaConfigs(const CallPlan& plan, const KernelConfig& config, const De
   }
 }
 
-void Run(const Engine& engine, const char* kernel, ByteReader& in) {
+void Run(Engine& engine, const char* kernel, ByteReader& in) {
   TensorSpecMap specs;
   for (int n = in.U8() % 10; n > 0; --n) {
     std::string name = Name(in, kInputNames);
@@ -254,7 +297,8 @@ void Run(const Engine& engine, const char* kernel, ByteReader& in) {
     std::string name = Name(in, kAttrNames);
     params[std::move(name)] = ReadAttr(in);
   }
-  const KernelConfig config = ReadConfig(in);
+  uint8_t variants = 0;
+  const KernelConfig config = ReadConfig(in, &variants);
   const std::unique_ptr<DeviceInfo> gpu = ReadGpu(in);
 
   ExecuteOptions options;
@@ -264,6 +308,7 @@ void Run(const Engine& engine, const char* kernel, ByteReader& in) {
   if (!plan.ok()) return;
   (void)plan->kernel->OutputSpecs(*plan->problem);
   CheckPlatform(*plan, config);
+  CheckPin(engine, *plan, config, variants);
   if (gpu != nullptr) CheckCudaConfigs(*plan, config, *gpu);
   if (DataBytes(specs) > kMaxDataBytes) return;
   TensorMap tensors;
@@ -275,7 +320,7 @@ void Run(const Engine& engine, const char* kernel, ByteReader& in) {
 }  // namespace kernelserve
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const kernelserve::Engine* const engine = new kernelserve::Engine();
+  static kernelserve::Engine* const engine = new kernelserve::Engine();
   kernelserve::fuzz::ByteReader in(data, size);
   const char* kernel = in.U8() % 2 == 0 ? "mean_pooling" : "flash_attention";
   kernelserve::Run(*engine, kernel, in);

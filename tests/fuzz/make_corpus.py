@@ -184,6 +184,15 @@ def request_corpus(pb):
     """request_fuzz: an ExecuteRequest as sent."""
     for name, r in requests(pb).items():
         write("request_fuzz", name, r.SerializeToString())
+    # Overrides whose algorithm or backend no CPU candidate has: INVALID_ARGUMENT.
+    for field, value in (("algorithm", "wgmma"), ("backend", "b" * 300)):
+        r = pb.ExecuteRequest(kernel="mean_pooling", platform="cpu")
+        r.inputs["x"].CopyFrom(tensor(pb, F32, [1, 2, 3]))
+        r.config.block_size = 32
+        r.config.num_warps = 1
+        r.config.platform = "cpu"
+        setattr(r.config, field, value)
+        write("request_fuzz", f"mean_pooling_config_{field}", r.SerializeToString())
 
 
 # --- ByteReader inputs (tests/fuzz/byte_reader.h) ------------------------------------------
@@ -213,7 +222,8 @@ ATTR = {n: i for i, n in enumerate(["chunk_size", "causal", "softmax_scale", "wi
 DTYPE = {"f32": 0, "f16": 1, "bf16": 2, "i32": 3, "i64": 4, "bool": 5}
 
 
-def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=()):
+def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=(), variants=0,
+                 strings=()):
     """kernel_validation_fuzz: see Run() in kernel_validation_fuzz.cc for the order."""
     out = u8(0 if kernel == "mean_pooling" else 1, len(inputs))
     for name, dtype, shape in inputs:
@@ -227,7 +237,9 @@ def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=()):
             out += u8(1) + zigzag(value)
         else:
             out += u8(2) + struct.pack("<d", value)
-    out += b"".join(zigzag(v) for v in config) + u8(1 if config[0] else 0, 0)  # "cpu" or ""
+    # The platform ("cpu" or ""), then which free-form fields follow (see ReadConfig).
+    out += b"".join(zigzag(v) for v in config) + u8(1 if config[0] else 0, variants)
+    out += b"".join(string(text) for text in strings)
     out += u8(1, 0, 0) + zigzag(132) + zigzag(232448) + zigzag(0) if gpu else u8(0)
     return out + b"".join(zigzag(v) for v in data)
 
@@ -256,6 +268,15 @@ def kernel_corpus():
                                 ("kv_segment_ids", "i64", [2, 3]), ("q", "f32", [2, 3, 2, 4]),
                                 ("q_segment_ids", "i64", [2, 3]), ("v", "f32", [2, 3, 2, 4])],
             [("softmax_scale", 0.5), ("logits_soft_cap", 30.0)]),
+        # An algorithm and a backend no CPU candidate has: the chain refuses them.
+        "mean_pooling_config_strings": kernel_input(
+            "mean_pooling", [("x", "f32", [2, 3, 4])], config=(0, 0, 0, 1, 0, 32), variants=3,
+            strings=("wgmma", "cutlass")),
+        # The first candidate's variants (none on the CPU): taken.
+        "flash_config_candidate_variants": kernel_input(
+            "flash_attention", [("q", "f32", [1, 4, 2, 8]), ("k", "f32", [1, 5, 1, 8]),
+                                ("v", "f32", [1, 5, 1, 8])], config=(16, 32, 0, 1, 0, 0),
+            variants=12),
     }
     for name, data in seeds.items():
         write("kernel_validation_fuzz", name, data)
@@ -303,11 +324,97 @@ def store_corpus():
         write("store_fuzz", name, data)
 
 
+def tenancy_corpus(pb):
+    """tenancy_fuzz: byte 0 the kind (see tenancy_fuzz.cc), then its fields."""
+    token_file = "# identity role token\nops admin tok-ops\nalice caller tok-alice\n" \
+        "bob\tcaller\tsha256:" + "ab" * 32 + "\n\nlegacy-single-token\n"
+
+    def alpha(*picks):
+        """FromAlphabet's input: a length byte (1 + its value), then an index a character."""
+        return u8(len(picks) - 1, *picks)
+
+    seeds = {
+        "token_file": u8(0) + long_string(token_file) + string("Bearer tok-alice") +
+        string("ipv4:127.0.0.1:40000"),
+        "token_file_wrong_scheme": u8(0) + long_string("tok\n") + string("Basic tok") +
+        string("fd:7"),
+        # Entries (kind; identity pick and letters; role; token pick and letters): a caller
+        # with its token, a comment, an admin with the token's digest (tabs, a CR), a token
+        # alone as its digest in capitals; then: the first identity made an admin too, the
+        # cases of "Bearer" for each token, and a token the file does not hold.
+        "token_file_built": u8(1, 4) +
+        u8(2) + u8(1) + alpha(0, 1, 2, 3) + u8(0) + u8(2) + alpha(10, 11, 12, 13, 14, 15) +
+        u8(10) + string("a comment") +
+        u8(7) + u8(1) + alpha(20, 21, 22) + u8(2) + u8(82) + alpha(30, 31, 32, 33, 34, 35, 36) +
+        u8(6) + u8(50) + alpha(40, 41, 42, 43, 44, 45) +
+        u8(1) + u8(0, 5, 63) + string("stranger") + u8(0),
+        # The same caller twice with one token: refused.
+        "token_file_built_twice": u8(1, 2) +
+        u8(2) + u8(1) + alpha(0, 1) + u8(0) + u8(2) + alpha(10, 11, 12) +
+        u8(2) + u8(1) + alpha(3, 4) + u8(0) + u8(0, 0),
+        "peer_ipv4": u8(2) + string("ipv4:127.0.0.1:40000") + zigzag(7) + zigzag(1000) +
+        zigzag(1000) + zigzag(4242) + u8(0) + u8(0x40, 0x9c) + bytes([127, 0, 0, 1] + [0] * 12) +
+        u8(0),
+        "peer_ipv6_encoded": u8(2) + string("ipv6:%5B::1%5D:50051") + zigzag(3) + zigzag(0) +
+        zigzag(-1) + zigzag(1) + u8(1) + u8(0x01, 0x02) + bytes([0] * 15 + [1]) + u8(1),
+        "socket_table": u8(3) + long_string(
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid"
+            "  timeout inode\n   0: 0100007F:9C40 0100007F:C351 01 00000000:00000000 "
+            "00:00000000 00000000  1000        0 12345 1 0000000000000000 20 4 30 10 -1\n") +
+        string("ipv4:127.0.0.1:40000") + zigzag(50001),
+        "socket_table_built": u8(4) + u8(0, 127, 0, 0, 1, 0x40, 0x9c) + u8(1) + bytes(15) +
+        u8(1, 0x41, 0x9c) + u8(0x51, 0xc3, 0x52, 0xc3) + u8(3) +
+        u8(0) + u8(0, 127, 0, 0, 1, 0, 0) + u8(1, 0) +
+        u8(16) + u8(0, 127, 0, 0, 1, 0, 0) + u8(1, 2) +
+        u8(4) + u8(0, 127, 0, 0, 1, 0, 0) + u8(1, 0),
+        "listen_tcp": u8(5) + b"127.0.0.1:50051",
+        "listen_ipv6": u8(5) + b"[::1]:0",
+        "listen_unix": u8(5) + b"unix:///run/kernelserve.sock",
+        "listen_abstract": u8(5) + b"unix-abstract:kernelserve",
+        "region_name": u8(6, 0) + b"tensors-0",
+        "object_key": u8(6, 1) + b"psm_1a2b3c",
+        "object_key_nul": u8(6, 1) + b"psm\0x",
+        "access_owner": u8(7) + zigzag(1000) + zigzag(1000) + zigzag(0o600) + u8(3) + u8(0) +
+        u8(0),
+        "access_group": u8(7) + zigzag(1000) + zigzag(100) + zigzag(0o660) + u8(7) + u8(2) +
+        zigzag(1001) + u8(0) + zigzag(4242),
+        "access_unknown_peer": u8(7) + zigzag(0) + zigzag(0) + zigzag(0o666) + u8(0),
+        # rate 100, burst 3, in-flight 1 MiB, 4 labels; requests, holds, releases, identities.
+        "quotas": u8(8, 4, 1, 3, 1) + zigzag(1 << 20) + u8(4, 8) +
+        u8(0) + zigzag(0) + u8(0) + zigzag(0) + u8(0) + zigzag(0) + u8(0) + zigzag(0) +
+        u8(0) + zigzag(20000) + u8(1) + zigzag(600000) + u8(1) + zigzag(600000) +
+        u8(2) + zigzag(300000) + u8(3) + string("alice") + string("bob") + string("known"),
+    }
+    batch = pb.ExecuteBatchRequest(kernel="mean_pooling_bwd", platform="cpu")
+    for shape in ([1, 1, 8], [1, 64, 8], [2, 3, 8]):
+        item = batch.items.add()
+        item.inputs["dout"].CopyFrom(tensor(pb, F32, [shape[0], shape[2]]))
+        item.inputs["x"].CopyFrom(pb.Tensor(dtype=F32, shape=shape))  # shape only
+    seeds["batch_bwd_growing_items"] = u8(9) + batch.SerializeToString()
+    batch = pb.ExecuteBatchRequest(kernel="flash_attention", platform="cpu")
+    for seq in (2, 5):
+        item = batch.items.add()
+        for name in ("q", "k", "v"):
+            item.inputs[name].CopyFrom(tensor(pb, F32, [1, seq, 2, 8]))
+    batch.flash_attention.return_lse = True
+    seeds["batch_flash_two_items"] = u8(9) + batch.SerializeToString()
+    batch = pb.ExecuteBatchRequest(kernel="mean_pooling")
+    batch.items.add().inputs["x"].CopyFrom(tensor(pb, F32, [1, 2, 4]))
+    bad = batch.items.add()
+    bad.inputs["x"].CopyFrom(tensor(pb, F32, [1, 2, 4]))
+    bad.inputs["x"].data = b"\0" * 4  # short: fails alone
+    batch.items.add().inputs["x"].CopyFrom(tensor(pb, F32, [3, 1, 4]))
+    seeds["batch_pooling_bad_item"] = u8(9) + batch.SerializeToString()
+    for name, data in seeds.items():
+        write("tenancy_fuzz", name, data)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         pb = load_messages(tmp)
         wire_corpus(pb)
         request_corpus(pb)
+        tenancy_corpus(pb)
     kernel_corpus()
     store_corpus()
 

@@ -4,14 +4,20 @@
 // as an override), the tensors taken by TakeTensors, then Executor::Run (the override checked
 // against the platform's limits, or the heuristic; prepare, launch, fetch) with an in-memory
 // config cache, no persistent store and no autotuning. Must never crash, hang or allocate
-// much.
+// much. A call that runs with the request's config ran it as given, and its algorithm and
+// backend strings were empty or a candidate's (CheckOverride).
 //
 // Budgets as the server's in-flight budget would apply them: requests whose tensors declare
 // more than kMaxRequestBytes are skipped, and so are calls whose outputs would (OutputBytes).
 // Empty tensors pass whatever their other dims: they carry no bytes.
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/executor.h"
 #include "core/registry.h"
@@ -56,6 +62,27 @@ int64_t DeclaredBytes(const v1::ExecuteRequest& request) {
   return total;
 }
 
+// A call that ran with the request's config: the chain took the override as it is, and its
+// free-form fields (algorithm, backend: client text) are empty or a candidate's.
+void CheckOverride(const CallPlan& plan, const KernelConfig& override,
+                   const ExecuteResult& result) {
+  if (result.source != ConfigSource::kOverride || result.config != override) {
+    std::fprintf(stderr, "request_fuzz: ran {%s} for the override {%s}\n",
+                 result.config.DebugString().c_str(), override.DebugString().c_str());
+    std::abort();
+  }
+  const std::vector<KernelConfig> candidates = plan.impl->Candidates(*plan.problem, *plan.device);
+  for (std::string KernelConfig::*field : {&KernelConfig::algorithm, &KernelConfig::backend}) {
+    if ((override.*field).empty()) continue;
+    if (std::none_of(candidates.begin(), candidates.end(),
+                     [&](const KernelConfig& c) { return c.*field == override.*field; })) {
+      std::fprintf(stderr, "request_fuzz: an override with a variant no candidate has ran: {%s}\n",
+                   override.DebugString().c_str());
+      std::abort();
+    }
+  }
+}
+
 void Run(Server& server, v1::ExecuteRequest& request) {
   if (DeclaredBytes(request) < 0) return;
   absl::StatusOr<server::CallParams> params = server::ParamsOf(request);
@@ -67,7 +94,8 @@ void Run(Server& server, v1::ExecuteRequest& request) {
   plan->policy.allow_autotune = false;
   absl::StatusOr<TensorMap> inputs = TakeTensors(request.mutable_inputs());
   if (!inputs.ok() || server::OutputBytes(*plan) > kMaxRequestBytes) return;
-  (void)server.executor->Run(*plan, *inputs);
+  absl::StatusOr<ExecuteResult> result = server.executor->Run(*plan, *inputs);
+  if (result.ok() && options.config) CheckOverride(*plan, *options.config, *result);
 }
 
 }  // namespace
