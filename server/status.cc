@@ -11,7 +11,11 @@ namespace kernelserve::server {
 
 std::string ClientMessage(const absl::Status& status) {
   const absl::string_view message = status.message();
-  return Elide(std::string_view(message.data(), message.size()), kMaxStatusMessageBytes);
+  const std::string_view text(message.data(), message.size());
+  if (text.size() <= kMaxStatusMessageBytes) return std::string(text);
+  // Elide's "...(N bytes)" takes at most 31 bytes (N has at most 20 digits).
+  constexpr size_t kMarkerBytes = 31;
+  return Elide(text, kMaxStatusMessageBytes - kMarkerBytes);
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

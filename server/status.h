@@ -19,7 +19,8 @@ namespace kernelserve::server {
 // trailer fails the call with RESOURCE_EXHAUSTED and can upset other calls on the connection.
 inline constexpr size_t kMaxStatusMessageBytes = 1024;
 
-// The status's message, cut to kMaxStatusMessageBytes (at a UTF-8 boundary, marked "...").
+// The status's message, cut so that it and the mark of the cut ("...(N bytes)") take at most
+// kMaxStatusMessageBytes (at a UTF-8 boundary).
 std::string ClientMessage(const absl::Status& status);
 
 // Same code (the two enums share their numbering), ClientMessage. Thread-safe.

@@ -25,6 +25,10 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
+# gRPC's own connection buffers beside its resource quota of --max-inflight-bytes (the server
+# gives the quota at least 64 MiB for them; the quota is a soft limit that reads may pass by as
+# much): part of the memory bound of docs/SERVER.md ("Limits").
+GRPC_BUFFERS = 64 * MIB
 SERVICE = "/kernelserve.v1.KernelService/"
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", 1 << 30),
                    ("grpc.max_receive_message_length", 1 << 30)]
