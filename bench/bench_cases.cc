@@ -362,7 +362,7 @@ absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const D
   KS_ASSIGN_OR_RETURN(const Attributes attrs, kernel->schema().CanonicalParams(params));
   KS_ASSIGN_OR_RETURN(const std::shared_ptr<const Problem> problem,
                       kernel->Analyze(SpecsOf(inputs), attrs));
-  const PlatformImpl* cuda = kernel->impl(Platform::kCuda);
+  const PlatformImpl* cuda = kernel->GpuAuto();  // the own kernels and cuDNN's plans
   KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run, cuda->Prepare(*problem, inputs, device));
   AttentionResult result;
   using Clock = std::chrono::steady_clock;

@@ -44,8 +44,8 @@ absl::StatusOr<KernelTiming> TimeKernel(const Kernel& kernel, const TensorMap& i
                       kernel.Analyze(SpecsOf(inputs), attrs));
   KS_RETURN_IF_ERROR(kernel.schema().CheckInputData(inputs));
   KS_RETURN_IF_ERROR(kernel.ValidateData(*problem, inputs));
-  const PlatformImpl* cuda = kernel.impl(Platform::kCuda);
-  if (cuda == nullptr) return absl::UnimplementedError(kernel.name() + " has no cuda platform");
+  const PlatformImpl* cuda = kernel.GpuAuto();  // the own kernels and cuDNN's plans where both
+  if (cuda == nullptr) return absl::UnimplementedError(kernel.name() + " has no GPU platform");
   KS_RETURN_IF_ERROR(cuda->Supports(*problem, device));
   KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run, cuda->Prepare(*problem, inputs, device));
   KernelTiming result;
@@ -131,8 +131,8 @@ absl::StatusOr<TensorMap> AttentionBwdInputs(const AttentionCase& c, const Devic
                                                   {{"causal", c.causal}, {"return_lse", true}}));
   KS_ASSIGN_OR_RETURN(const std::shared_ptr<const Problem> problem,
                       forward->Analyze(SpecsOf(inputs), attrs));
-  const PlatformImpl* cuda = forward->impl(Platform::kCuda);
-  if (cuda == nullptr) return absl::UnimplementedError("flash_attention has no cuda platform");
+  const PlatformImpl* cuda = forward->GpuAuto();
+  if (cuda == nullptr) return absl::UnimplementedError("flash_attention has no GPU platform");
   KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedRun> run, cuda->Prepare(*problem, inputs, device));
   KS_RETURN_IF_ERROR(run->Launch(cuda->Heuristic(*problem, device)).status());
   KS_ASSIGN_OR_RETURN(TensorMap outputs, run->Fetch());

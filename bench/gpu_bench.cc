@@ -294,7 +294,7 @@ void RunLaunchOverhead(const ks::DeviceInfo& device, nlohmann::json& out) {
       {"k", ks::RandomTensor(ks::DType::kBF16, {1, 128, 1, 64}, 2, -1, 1)},
       {"v", ks::RandomTensor(ks::DType::kBF16, {1, 128, 1, 64}, 3, -1, 1)}};
   auto problem = kernel->Analyze(ks::SpecsOf(inputs), *kernel->schema().CanonicalParams({}));
-  const ks::PlatformImpl* cuda = kernel->impl(ks::Platform::kCuda);
+  const ks::PlatformImpl* cuda = kernel->GpuAuto();  // the own kernels and cuDNN's plans
   if (!problem.ok()) return;
   auto run = cuda->Prepare(**problem, inputs, device);
   if (!run.ok()) return;

@@ -59,8 +59,14 @@ SelectRequest RequestOf(const CallPlan& plan) {
   return request;
 }
 
-// The platform that ran `config`: the one it names (cuda's flash attention runs cudnn's
-// configs too), else the plan's.
+// The implementation of `platform` for a call: the kernel's GPU "auto" one where the call named
+// no platform and the kernel has one, else the platform's own (nullptr: none).
+const PlatformImpl* ImplFor(const Kernel& kernel, Platform platform, bool automatic) {
+  return automatic && platform == Platform::kCuda ? kernel.GpuAuto() : kernel.impl(platform);
+}
+
+// The platform that ran `config`: the one it names (the GPU "auto" implementation runs the
+// configs of several platforms), else the plan's.
 Platform RanOn(const CallPlan& plan, const KernelConfig& config) {
   if (config.platform.empty()) return plan.platform;
   absl::StatusOr<Platform> named = ParsePlatform(config.platform);
@@ -93,7 +99,8 @@ absl::StatusOr<Platform> Executor::ChoosePlatform(const Kernel& kernel, const Pr
   // "auto" means the best platform that handles the problem: the CPU reference handles every
   // valid call (f32 attention, head dims without a GPU kernel...).
   const size_t probe = static_cast<size_t>(std::max(0, options.device.value_or(0)));
-  if (probe < gpus_.size() && !kernel.impl(platform)->Supports(problem, gpus_[probe]).ok()) {
+  if (probe < gpus_.size() &&
+      !ImplFor(kernel, platform, /*automatic=*/true)->Supports(problem, gpus_[probe]).ok()) {
     return Platform::kCpu;
   }
   return platform;
@@ -125,14 +132,16 @@ absl::StatusOr<const DeviceInfo*> Executor::ChooseDevice(Platform platform,
 }
 
 absl::Status Executor::Finish(CallPlan& plan) const {
-  plan.impl = plan.kernel->impl(plan.platform);
+  plan.impl = ImplFor(*plan.kernel, plan.platform, plan.automatic);
   if (plan.impl == nullptr) {
     return absl::UnimplementedError(absl::StrCat("kernel '", plan.kernel->id(), "' has no '",
                                                  Sv(PlatformName(plan.platform)),
                                                  "' implementation"));
   }
   KS_RETURN_IF_ERROR(plan.impl->Supports(*plan.problem, *plan.device));
-  plan.invocation.platform = std::string(PlatformName(plan.platform));
+  plan.invocation.platform = plan.impl == plan.kernel->gpu_auto_impl()
+                                ? std::string("auto")
+                                : std::string(PlatformName(plan.platform));
   plan.invocation.device = plan.device->fingerprint;
   plan.cache_key = plan.invocation.CacheKey();
   return absl::OkStatus();
@@ -146,6 +155,7 @@ absl::StatusOr<CallPlan> Executor::Plan(std::string_view kernel_name, const Tens
   KS_ASSIGN_OR_RETURN(Attributes attrs, plan.kernel->schema().CanonicalParams(params));
   KS_ASSIGN_OR_RETURN(plan.problem, plan.kernel->Analyze(specs, attrs));
   KS_ASSIGN_OR_RETURN(plan.platform, ChoosePlatform(*plan.kernel, *plan.problem, options));
+  plan.automatic = Automatic(options.platform);
   KS_ASSIGN_OR_RETURN(plan.device, ChooseDevice(plan.platform, options));
   plan.invocation.kernel_id = plan.kernel->id();
   plan.invocation.inputs = specs;
@@ -166,6 +176,7 @@ absl::StatusOr<CallPlan> Executor::Retarget(const CallPlan& plan, int device) co
   } else {
     if (moved.platform == Platform::kCpu) {
       KS_ASSIGN_OR_RETURN(moved.platform, plan.kernel->ResolvePlatform("auto", !gpus_.empty()));
+      moved.automatic = true;
     }
     ExecuteOptions on;
     on.device = device;

@@ -77,7 +77,10 @@ struct CallPlan {
   const Kernel* kernel = nullptr;
   std::shared_ptr<const Problem> problem;  // the kernel's analysis of the inputs and params
   Platform platform = Platform::kCpu;
-  const PlatformImpl* impl = nullptr;       // kernel->impl(platform)
+  // The call named no platform ("" or "auto"): on a GPU it runs kernel->gpu_auto_impl() where
+  // the kernel has one, and the invocation's platform is "auto".
+  bool automatic = false;
+  const PlatformImpl* impl = nullptr;       // kernel->impl(platform), or the GPU "auto" one
   const DeviceInfo* device = nullptr;       // the device that runs it
   Invocation invocation;                    // inputs, canonical attributes, platform, device
   std::string cache_key;                    // invocation.CacheKey()

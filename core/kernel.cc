@@ -1,6 +1,7 @@
 #include "core/kernel.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -38,6 +39,8 @@ void Kernel::AddImpl(std::unique_ptr<PlatformImpl> impl) {
   const Platform platform = impl->platform();
   impls_[platform] = std::move(impl);
 }
+
+void Kernel::SetGpuAutoImpl(std::unique_ptr<PlatformImpl> impl) { gpu_auto_ = std::move(impl); }
 
 const PlatformImpl* Kernel::impl(Platform platform) const {
   auto it = impls_.find(platform);

@@ -112,8 +112,8 @@ class PlatformImpl {
                                                                const DeviceInfo& device) const = 0;
 
   // True when configs naming `config_platform` (KernelConfig::platform) are this platform's to
-  // check and run: "" and its own name; a platform that also runs another's configs (cuda runs
-  // cudnn's) overrides it.
+  // check and run: "" and its own name; an implementation that runs several platforms' configs
+  // (a kernel's GPU "auto", Kernel::SetGpuAutoImpl) overrides it.
   virtual bool RunsConfigsOf(std::string_view config_platform) const;
 
   // True when `config` is one of Candidates(problem, device) (a stored config outside the
@@ -159,9 +159,21 @@ class Kernel {
   // nullptr when there is none.
   const PlatformImpl* impl(Platform platform) const;
   std::vector<Platform> platforms() const;
+  // The implementation that "auto" runs on a GPU where the kernel has several GPU platforms
+  // (flash attention: its own kernels and cuDNN's plans): its heuristic and candidates span
+  // theirs, and each config it gives names the platform that runs it. Without one (the
+  // default), "auto" on a GPU is the cuda platform.
+  void SetGpuAutoImpl(std::unique_ptr<PlatformImpl> impl);
+  // nullptr when there is none.
+  const PlatformImpl* gpu_auto_impl() const { return gpu_auto_.get(); }
+  // What "auto" runs on a GPU: gpu_auto_impl() where set, else the cuda platform's (nullptr when
+  // there is neither).
+  const PlatformImpl* GpuAuto() const {
+    return gpu_auto_ != nullptr ? gpu_auto_.get() : impl(Platform::kCuda);
+  }
 
   // "auto"/"" -> cuda when a GPU is present and a cuda impl exists, else cpu (the detection
-  // order). An explicit platform without an implementation -> Unimplemented naming the ones
+  // order); the executor then runs gpu_auto_impl() where there is one. An explicit platform without an implementation -> Unimplemented naming the ones
   // available; an unknown name -> InvalidArgument.
   absl::StatusOr<Platform> ResolvePlatform(std::string_view requested, bool gpu_present) const;
 
@@ -172,6 +184,7 @@ class Kernel {
 
  private:
   std::map<Platform, std::unique_ptr<PlatformImpl>> impls_;
+  std::unique_ptr<PlatformImpl> gpu_auto_;
 };
 
 }  // namespace kernelserve

@@ -29,7 +29,10 @@ std::unique_ptr<Kernel> MakeFlashAttention() {
     }
     return version.ok();
   }();
-  if (loaded) kernel->AddImpl(MakeFlashAttentionCudnn());
+  if (loaded) {
+    kernel->AddImpl(MakeFlashAttentionCudnn());
+    kernel->SetGpuAutoImpl(MakeFlashAttentionGpuAuto());
+  }
 #endif
   return kernel;
 }

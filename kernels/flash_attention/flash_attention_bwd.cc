@@ -19,7 +19,10 @@ std::unique_ptr<Kernel> MakeFlashAttentionBwd() {
 #endif
 #ifdef KERNELSERVE_WITH_CUDNN
   // Where cuDNN loads (MakeFlashAttention logs once why it does not).
-  if (cudnn::LoadCudnn().ok()) kernel->AddImpl(MakeFlashAttentionBwdCudnn());
+  if (cudnn::LoadCudnn().ok()) {
+    kernel->AddImpl(MakeFlashAttentionBwdCudnn());
+    kernel->SetGpuAutoImpl(MakeFlashAttentionBwdGpuAuto());
+  }
 #endif
   return kernel;
 }

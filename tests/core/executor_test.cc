@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "core/batch.h"
@@ -123,6 +125,76 @@ TEST(ExecutorRoutingTest, AutoFallsBackToTheCpuWhenTheGpuCannotRunTheInputs) {
   cuda.platform = "cuda";
   EXPECT_EQ(executor.Execute("fake_scale", in, {}, cuda).status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// Each platform name is one implementation: "cuda" runs the cuda platform's configs alone,
+// "cudnn" cudnn's, and "auto" the kernel's GPU auto, which picks among both and says which ran.
+TEST(ExecutorRoutingTest, EachPlatformNameRunsItsOwnImplementationAndAutoPicksAmongThem) {
+  auto counters = std::make_shared<FakeCounters>();
+  auto kernel = std::make_unique<FakeKernel>(counters);
+  testing::AddFakeGpuPlatforms(kernel.get(), counters);
+  KernelRegistry registry;
+  ASSERT_TRUE(registry.Register(std::move(kernel)).ok());
+  ConfigCache memory;
+  ConfigSelectorChain chain(&memory, nullptr);
+  Executor executor(&registry, &chain, {FakeGpu()});
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {2}, {1, 2})}};
+
+  struct Case {
+    std::string requested;
+    Platform ran;
+    std::string config_platform;
+    std::string keyed;  // the invocation's platform, which the cache key holds
+  };
+  for (const Case& c : {Case{"cuda", Platform::kCuda, "cuda", "cuda"},
+                        Case{"cudnn", Platform::kCudnn, "cudnn", "cudnn"},
+                        Case{"auto", Platform::kCudnn, "cudnn", "auto"},
+                        Case{"", Platform::kCudnn, "cudnn", "auto"}}) {
+    SCOPED_TRACE(c.requested);
+    ExecuteOptions options;
+    options.platform = c.requested;
+    absl::StatusOr<CallPlan> plan = executor.Plan("fake_scale", SpecsOf(in), {}, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->invocation.platform, c.keyed);
+    absl::StatusOr<ExecuteResult> r = executor.Execute("fake_scale", in, {}, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->platform, c.ran);
+    EXPECT_EQ(r->config.platform, c.config_platform);
+  }
+
+  // A config of the other GPU platform is refused on a named one, and runs on auto.
+  ExecuteOptions cuda;
+  cuda.platform = "cuda";
+  cuda.config = FakeConfig(3, "cudnn");
+  EXPECT_EQ(executor.Execute("fake_scale", in, {}, cuda).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExecuteOptions automatic;
+  automatic.config = FakeConfig(3, "cuda");
+  absl::StatusOr<ExecuteResult> own = executor.Execute("fake_scale", in, {}, automatic);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->platform, Platform::kCuda);
+
+  // Tuning on auto compares the configs of both platforms; on cuda, its own alone.
+  ExecuteOptions tune;
+  tune.policy.allow_autotune = true;
+  const TensorSpecMap specs = {{"x", TensorSpec{DType::kF32, {3}}}};
+  absl::StatusOr<AutotuneResult> tuned = executor.Autotune("fake_scale", specs, {}, tune);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  ASSERT_TRUE(tuned->selection.tune_report.has_value());
+  std::set<std::string> platforms;
+  for (const CandidateResult& c : tuned->selection.tune_report->candidates) {
+    platforms.insert(c.config.platform);
+  }
+  EXPECT_EQ(platforms, (std::set<std::string>{"cuda", "cudnn"}));
+  EXPECT_EQ(tuned->selection.config.block_size, 3);  // 4 is faster but wrong, 5 fails
+  tune.platform = "cuda";
+  tuned = executor.Autotune("fake_scale", specs, {}, tune);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  platforms.clear();
+  for (const CandidateResult& c : tuned->selection.tune_report->candidates) {
+    platforms.insert(c.config.platform);
+  }
+  EXPECT_EQ(platforms, (std::set<std::string>{"cuda"}));
 }
 
 TEST_F(ExecutorTest, PolicyLayersAndAutotune) {

@@ -68,7 +68,50 @@ class FakeImpl : public PlatformImpl {
   const Platform platform_;
 };
 
+// The fake GPU "auto": the configs of the fake cuda and cudnn platforms as one space; its
+// heuristic is cudnn's block size 2.
+class FakeGpuAutoImpl : public PlatformImpl {
+ public:
+  explicit FakeGpuAutoImpl(std::shared_ptr<FakeCounters> counters)
+      : cuda_(counters, Platform::kCuda), cudnn_(std::move(counters), Platform::kCudnn) {}
+  Platform platform() const override { return Platform::kCuda; }
+  bool RunsConfigsOf(std::string_view config_platform) const override {
+    return cuda_.RunsConfigsOf(config_platform) || cudnn_.RunsConfigsOf(config_platform);
+  }
+  absl::Status Supports(const Problem&, const DeviceInfo&) const override {
+    return absl::OkStatus();
+  }
+  KernelConfig Heuristic(const Problem&, const DeviceInfo&) const override {
+    return FakeConfig(2, "cudnn");
+  }
+  std::vector<KernelConfig> Candidates(const Problem& problem,
+                                       const DeviceInfo& device) const override {
+    std::vector<KernelConfig> all = cuda_.Candidates(problem, device);
+    for (const KernelConfig& c : cudnn_.Candidates(problem, device)) all.push_back(c);
+    return all;
+  }
+  absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
+                           const DeviceInfo& device) const override {
+    return cuda_.CheckConfig(config, problem, device);
+  }
+  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
+                                                       const TensorMap& inputs,
+                                                       const DeviceInfo& device) const override {
+    return cuda_.Prepare(problem, inputs, device);
+  }
+
+ private:
+  FakeImpl cuda_;
+  FakeImpl cudnn_;
+};
+
 }  // namespace
+
+void AddFakeGpuPlatforms(FakeKernel* kernel, std::shared_ptr<FakeCounters> counters) {
+  kernel->AddImpl(std::make_unique<FakeImpl>(counters, Platform::kCuda));
+  kernel->AddImpl(std::make_unique<FakeImpl>(counters, Platform::kCudnn));
+  kernel->SetGpuAutoImpl(std::make_unique<FakeGpuAutoImpl>(std::move(counters)));
+}
 
 DeviceInfo FakeGpu(int ordinal) {
   DeviceInfo gpu;

@@ -39,6 +39,11 @@ class FakeKernel : public Kernel {
   std::shared_ptr<FakeCounters> counters_;
 };
 
+// Adds to `kernel` fake cuda and cudnn implementations (each running like the cpu one, its
+// configs naming its platform) and a GPU "auto" over both (Kernel::SetGpuAutoImpl) whose
+// heuristic is cudnn's FakeConfig(2, "cudnn").
+void AddFakeGpuPlatforms(FakeKernel* kernel, std::shared_ptr<FakeCounters> counters);
+
 // A GPU for executors in tests without one: cuda platform, `ordinal`, fingerprint kind "gpu".
 DeviceInfo FakeGpu(int ordinal = 0);
 

@@ -1,5 +1,5 @@
-// The GPU PlatformImpls of flash_attention_bwd: MakeFlashAttentionBwdCuda and
-// MakeFlashAttentionBwdCudnn.
+// The GPU PlatformImpls of flash_attention_bwd: MakeFlashAttentionBwdCuda,
+// MakeFlashAttentionBwdCudnn and MakeFlashAttentionBwdGpuAuto.
 #include "kernels/flash_attention/cuda/flash_attention_bwd_cuda.h"
 
 #include <cmath>
@@ -218,11 +218,15 @@ absl::Status CheckFlashBwdProblemSupported(const FlashAttentionBwdProblem& probl
 }  // namespace cuda
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCuda() {
-  return std::make_unique<cuda::FlashGpuImpl<BackwardTraits>>(/*only_cudnn=*/false);
+  return std::make_unique<cuda::FlashGpuImpl<BackwardTraits>>(cuda::FlashGpuMode::kOwn);
 }
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCudnn() {
-  return std::make_unique<cuda::FlashGpuImpl<BackwardTraits>>(/*only_cudnn=*/true);
+  return std::make_unique<cuda::FlashGpuImpl<BackwardTraits>>(cuda::FlashGpuMode::kCudnn);
+}
+
+std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdGpuAuto() {
+  return std::make_unique<cuda::FlashGpuImpl<BackwardTraits>>(cuda::FlashGpuMode::kBest);
 }
 
 }  // namespace kernelserve

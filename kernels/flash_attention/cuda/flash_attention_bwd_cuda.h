@@ -14,12 +14,7 @@ namespace kernelserve {
 // The CUDA implementation of flash_attention_bwd (platform kCuda): f16 and bf16 at head dims
 // 64 and 128 with every option of the contract but dbias (causal, windows, soft cap, scale,
 // GQA/MQA, bias, segment ids, varlen), deterministic, with the configs of
-// cuda/flash_attention_bwd_config.h. Where cuDNN is loaded and runs a problem, cuDNN's
-// backward plans (configs of platform "cudnn") join the candidates, and serve what the own
-// kernels do not where cuDNN builds a plan for it (other head dims; dbias, for which cuDNN 9.19
-// on an H100 built none, so it ran on the cpu platform); the heuristic picks cuDNN's first plan
-// where cuDNN runs the problem and the measured rule prefers it (cudnn::PreferCudnn: Hopper),
-// else the own kernels. Supports refuses what neither runs, naming what is missing.
+// cuda/flash_attention_bwd_config.h; Supports refuses other problems, naming what is missing.
 // Thread-safe.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCuda();
 
@@ -27,6 +22,15 @@ std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCuda();
 // for the problems cudnn::CheckCudnnFlashRules and cuDNN's own support check accept; configs
 // are cuDNN's plans. Add it only where cudnn::LoadCudnn() succeeded. Thread-safe.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCudnn();
+
+// The GPU "auto" of flash_attention_bwd (Kernel::SetGpuAutoImpl): the own kernels' configs and
+// cuDNN's backward plans (configs of platform "cudnn") as one candidate space; cuDNN serves
+// what the own kernels do not where it builds a plan (other head dims; dbias, for which cuDNN
+// 9.19 on an H100 built none, so it ran on the cpu platform); the heuristic picks cuDNN's first
+// plan where cuDNN runs the problem and the measured rule prefers it (cudnn::PreferCudnn:
+// Hopper), else the own kernels. Supports refuses what neither runs, naming what is missing.
+// Set it only where cudnn::LoadCudnn() succeeded. Thread-safe.
+std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdGpuAuto();
 
 namespace cuda {
 

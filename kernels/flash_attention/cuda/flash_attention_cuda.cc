@@ -1,4 +1,5 @@
-// The CUDA PlatformImpl of flash attention: MakeFlashAttentionCuda.
+// The GPU PlatformImpls of flash attention: MakeFlashAttentionCuda, MakeFlashAttentionCudnn and
+// MakeFlashAttentionGpuAuto.
 #include "kernels/flash_attention/cuda/flash_attention_cuda.h"
 
 #include <cstdint>
@@ -145,11 +146,15 @@ absl::Status CheckFlashProblemSupported(const FlashAttentionProblem& p) {
 }  // namespace cuda
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCuda() {
-  return std::make_unique<cuda::FlashGpuImpl<ForwardTraits>>(/*only_cudnn=*/false);
+  return std::make_unique<cuda::FlashGpuImpl<ForwardTraits>>(cuda::FlashGpuMode::kOwn);
 }
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCudnn() {
-  return std::make_unique<cuda::FlashGpuImpl<ForwardTraits>>(/*only_cudnn=*/true);
+  return std::make_unique<cuda::FlashGpuImpl<ForwardTraits>>(cuda::FlashGpuMode::kCudnn);
+}
+
+std::unique_ptr<PlatformImpl> MakeFlashAttentionGpuAuto() {
+  return std::make_unique<cuda::FlashGpuImpl<ForwardTraits>>(cuda::FlashGpuMode::kBest);
 }
 
 }  // namespace kernelserve

@@ -15,16 +15,19 @@ namespace kernelserve {
 // cuda/flash_attention_config.h; Supports refuses other problems, naming what is missing.
 // Streams, uploads and timing as for every CUDA run (kernels/runtime/cuda/cuda_run.h).
 // Thread-safe.
-// Where cuDNN is loaded (kernels/runtime/cudnn/cudnn_library.h) and runs a problem, cuDNN's
-// plans (configs of platform "cudnn", cudnn/flash_attention_cudnn_config.h) join the
-// candidates, and the heuristic picks cuDNN's first plan by the measured rule
-// (cudnn::PreferCudnn) or where the own kernel lacks the problem.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCuda();
 
 // The cudnn platform (kCudnn) of flash_attention forward: cuDNN's SDPA through cudnn-frontend
 // graphs, for the problems cudnn::CheckCudnnFlashRules and cuDNN's own support check accept;
 // configs are cuDNN's plans. Add it only where cudnn::LoadCudnn() succeeded. Thread-safe.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCudnn();
+
+// The GPU "auto" of flash_attention forward (Kernel::SetGpuAutoImpl): the own kernels' configs
+// and cuDNN's plans (configs of platform "cudnn", cudnn/flash_attention_cudnn_config.h) as one
+// candidate space; the heuristic picks cuDNN's first plan by the measured rule
+// (cudnn::PreferCudnn) or where the own kernel lacks the problem, else the own kernel's. Set it
+// only where cudnn::LoadCudnn() succeeded. Thread-safe.
+std::unique_ptr<PlatformImpl> MakeFlashAttentionGpuAuto();
 
 namespace cuda {
 

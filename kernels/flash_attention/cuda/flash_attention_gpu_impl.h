@@ -1,7 +1,7 @@
-// The GPU platforms of flash_attention and of flash_attention_bwd, one template for both: the
-// cuda platform runs the own kernels' configs and cuDNN's plans (candidates of both, the
-// heuristic by the measured rule cudnn::PreferCudnn), the cudnn platform cuDNN's plans alone;
-// both on one kind of prepared run.
+// The GPU implementations of flash_attention and of flash_attention_bwd, one template for
+// both: the cuda platform runs the own kernels alone, the cudnn platform cuDNN's plans alone,
+// and the kernel's GPU "auto" (Kernel::SetGpuAutoImpl) picks among both (candidates of both,
+// the heuristic by the measured rule cudnn::PreferCudnn); all on one kind of prepared run.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_GPU_IMPL_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_GPU_IMPL_H_
 
@@ -34,38 +34,50 @@ namespace kernelserve::cuda {
 //   static absl::Status CheckOwnConfig(const KernelConfig&, const ProblemType&,
 //                                      const DeviceInfo&);  // InvalidArgument
 // Thread safety: stateless; every method may run on many threads at once.
+// Which configs a FlashGpuImpl runs.
+enum class FlashGpuMode {
+  kOwn,    // the cuda platform: the own kernels
+  kCudnn,  // the cudnn platform: cuDNN's plans
+  kBest,   // the GPU "auto": both, each config naming its platform
+};
+
 template <typename Traits>
 class FlashGpuImpl final : public PlatformImpl {
  public:
   using P = typename Traits::ProblemType;
 
-  // only_cudnn: the cudnn platform (cuDNN's plans alone); else the cuda platform.
-  explicit FlashGpuImpl(bool only_cudnn) : only_cudnn_(only_cudnn) {}
+  explicit FlashGpuImpl(FlashGpuMode mode) : mode_(mode) {}
 
-  Platform platform() const override { return only_cudnn_ ? Platform::kCudnn : Platform::kCuda; }
+  // kBest says kCuda: the device's platform (its configs name the platform that runs them).
+  Platform platform() const override {
+    return mode_ == FlashGpuMode::kCudnn ? Platform::kCudnn : Platform::kCuda;
+  }
 
   bool RunsConfigsOf(std::string_view config_platform) const override {
     return PlatformImpl::RunsConfigsOf(config_platform) ||
-           (!only_cudnn_ && config_platform == cudnn::kCudnnPlatform);
+           (mode_ == FlashGpuMode::kBest && config_platform == cudnn::kCudnnPlatform);
   }
 
   absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
     if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError(absl::StrCat(
-          Traits::kLabel, " (", Sv(PlatformName(platform())), "): the device is not a CUDA GPU"));
+      return absl::UnimplementedError(absl::StrCat(Traits::kLabel, " (", Sv(Name()),
+                                                   "): the device is not a CUDA GPU"));
     }
     const P& p = ProblemAs<P>(problem);
-    if (only_cudnn_) return cudnn::CudnnSupports(p, device);
+    if (mode_ == FlashGpuMode::kCudnn) return cudnn::CudnnSupports(p, device);
     absl::Status own = Traits::OwnSupports(p);
-    if (own.ok() || cudnn::CudnnSupports(p, device).ok()) return absl::OkStatus();
+    if (mode_ == FlashGpuMode::kOwn || own.ok()) return own;
+    if (cudnn::CudnnSupports(p, device).ok()) return absl::OkStatus();
     return own;
   }
 
-  // The own kernels' heuristic unless cuDNN runs the problem and either the own kernels do not
-  // or the measured rule (cudnn::PreferCudnn) picks cuDNN: then cuDNN's first plan.
+  // cuda: the own kernels' heuristic; cudnn: cuDNN's first plan. auto: the own kernels' unless
+  // cuDNN runs the problem and either the own kernels do not or the measured rule
+  // (cudnn::PreferCudnn) picks cuDNN.
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
     const P& p = ProblemAs<P>(problem);
-    const bool own = !only_cudnn_ && Traits::OwnSupports(p).ok();
+    if (mode_ == FlashGpuMode::kOwn) return Traits::OwnHeuristic(p, device);
+    const bool own = mode_ == FlashGpuMode::kBest && Traits::OwnSupports(p).ok();
     if (own && !cudnn::PreferCudnn(ForwardOf(p), device)) {
       return Traits::OwnHeuristic(p, device);
     }
@@ -73,7 +85,8 @@ class FlashGpuImpl final : public PlatformImpl {
     return Traits::OwnHeuristic(p, device);
   }
 
-  // The heuristic first, then the own kernels' configs, then cuDNN's plans.
+  // The heuristic first, then the own kernels' configs, then cuDNN's plans (each where the
+  // mode runs them).
   std::vector<KernelConfig> Candidates(const Problem& problem,
                                        const DeviceInfo& device) const override {
     const P& p = ProblemAs<P>(problem);
@@ -83,16 +96,23 @@ class FlashGpuImpl final : public PlatformImpl {
         if (std::find(all.begin(), all.end(), c) == all.end()) all.push_back(c);
       }
     };
-    if (!only_cudnn_ && Traits::OwnSupports(p).ok()) add(Traits::OwnCandidates(p, device));
-    add(cudnn::CudnnCandidates(p, device));
+    if (mode_ != FlashGpuMode::kCudnn && Traits::OwnSupports(p).ok()) {
+      add(Traits::OwnCandidates(p, device));
+    }
+    if (mode_ != FlashGpuMode::kOwn) add(cudnn::CudnnCandidates(p, device));
     return all;
   }
 
   absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
                            const DeviceInfo& device) const override {
     const P& p = ProblemAs<P>(problem);
-    if (cudnn::IsCudnnConfig(config) || only_cudnn_) {
+    if (mode_ == FlashGpuMode::kCudnn ||
+        (mode_ == FlashGpuMode::kBest && cudnn::IsCudnnConfig(config))) {
       return cudnn::CheckCudnnConfig(config, p, device);
+    }
+    if (cudnn::IsCudnnConfig(config)) {
+      return absl::InvalidArgumentError(
+          "a cudnn config runs on the cudnn platform (or \"auto\"), not on cuda");
     }
     KS_RETURN_IF_ERROR(Traits::OwnSupports(p));
     return Traits::CheckOwnConfig(config, p, device);
@@ -103,7 +123,7 @@ class FlashGpuImpl final : public PlatformImpl {
                                                        const DeviceInfo& device) const override {
     if (device.platform != Platform::kCuda || device.ordinal < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Traits::kLabel, " (", Sv(PlatformName(platform())), "): expected a CUDA device, got ",
+          Traits::kLabel, " (", Sv(Name()), "): expected a CUDA device, got ",
           Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
     }
     KS_RETURN_IF_ERROR(Supports(problem, device));
@@ -114,7 +134,11 @@ class FlashGpuImpl final : public PlatformImpl {
   }
 
  private:
-  const bool only_cudnn_;
+  std::string_view Name() const {
+    return mode_ == FlashGpuMode::kBest ? std::string_view("auto") : PlatformName(platform());
+  }
+
+  const FlashGpuMode mode_;
 };
 
 }  // namespace kernelserve::cuda

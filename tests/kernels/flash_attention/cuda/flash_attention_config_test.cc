@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/flash_attention/cuda/flash_attention_cuda.h"
 #include "kernels/flash_attention/cuda/flash_attention_dispatch.h"
+#include "kernels/flash_attention/cudnn/flash_attention_cudnn_config.h"
 #include "kernels/flash_attention/flash_attention.h"
 #include "kernels/flash_attention/flash_attention_kernel.h"
 #include "kernels/runtime/cuda/cuda_platform.h"
@@ -234,6 +235,29 @@ TEST(FlashAttentionConfigTest, CudaPlatformOffersTheCudaSpace) {
   huge.block_q = 2147483647;
   EXPECT_THAT(cuda.CheckConfig(huge, **problem, gpu).message(),
               HasSubstr("block_q=2147483647: expected one of"));
+}
+
+// The cuda platform is the own kernels alone: no cuDNN plan among its candidates, a cuDNN
+// config refused; the GPU "auto" (where cuDNN loads) spans both.
+TEST(FlashAttentionConfigTest, CudaPlatformIsTheOwnKernelsAlone) {
+  std::unique_ptr<Kernel> kernel = MakeFlashAttention();
+  const PlatformImpl& cuda = *kernel->impl(Platform::kCuda);
+  const TensorSpecMap specs = {{"q", {DType::kBF16, {2, 256, 8, 128}}},
+                               {"k", {DType::kBF16, {2, 256, 8, 128}}},
+                               {"v", {DType::kBF16, {2, 256, 8, 128}}}};
+  auto problem = kernel->Analyze(specs, {{"causal", true}});
+  ASSERT_TRUE(problem.ok());
+  const DeviceInfo gpu = Gpu(132, 227 * 1024);
+  for (const KernelConfig& c : cuda.Candidates(**problem, gpu)) {
+    EXPECT_EQ(c.platform, "cuda") << c.DebugString();
+  }
+  EXPECT_FALSE(cuda.RunsConfigsOf("cudnn"));
+  EXPECT_EQ(cuda.CheckConfig(cudnn::CudnnFlashConfig(0), **problem, gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  if (const PlatformImpl* automatic = kernel->gpu_auto_impl()) {
+    EXPECT_TRUE(automatic->RunsConfigsOf("cudnn"));
+    EXPECT_TRUE(automatic->RunsConfigsOf("cuda"));
+  }
 }
 
 TEST(FlashAttentionConfigTest, UnsupportedProblemsAreUnimplemented) {

@@ -175,14 +175,21 @@ TEST_F(FlashAttentionCudnnTest, BiasIsRunOrRefusedNeverWrong) {
   }
 }
 
-TEST_F(FlashAttentionCudnnTest, CudaPlatformServesHeadDimsOnlyCudnnHas) {
+// A head dim only cuDNN has: the cuda platform (the own kernels) refuses it, the GPU "auto"
+// serves it with cuDNN's plan.
+TEST_F(FlashAttentionCudnnTest, AutoServesHeadDimsOnlyCudnnHasAndCudaRefusesThem) {
   const TensorMap inputs = Qkv(DType::kF16, 2, 130, 130, 4, 2, 80, 500);
   const std::shared_ptr<const Problem> problem = Analyze(inputs, {{"causal", true}});
-  ASSERT_TRUE(cuda().Supports(*problem, gpu()).ok());
-  const KernelConfig config = cuda().Heuristic(*problem, gpu());
+  EXPECT_EQ(cuda().Supports(*problem, gpu()).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_FALSE(cuda().RunsConfigsOf(kCudnnPlatform));
+  ASSERT_NE(kernel_->gpu_auto_impl(), nullptr);
+  const PlatformImpl& automatic = *kernel_->gpu_auto_impl();
+  ASSERT_TRUE(automatic.Supports(*problem, gpu()).ok());
+  EXPECT_TRUE(automatic.RunsConfigsOf(kCudnnPlatform));
+  const KernelConfig config = automatic.Heuristic(*problem, gpu());
   EXPECT_TRUE(IsCudnnConfig(config)) << config.DebugString();
-  std::unique_ptr<PreparedRun> run = *cuda().Prepare(*problem, inputs, gpu());
-  ExpectMatches(*run, config, Reference(inputs, {{"causal", true}}), DType::kF16, "D=80 via cuda");
+  std::unique_ptr<PreparedRun> run = *automatic.Prepare(*problem, inputs, gpu());
+  ExpectMatches(*run, config, Reference(inputs, {{"causal", true}}), DType::kF16, "D=80 via auto");
 }
 
 TEST_F(FlashAttentionCudnnTest, SameInputTwiceGivesTheSameBits) {
