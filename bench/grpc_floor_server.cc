@@ -8,8 +8,8 @@
 // flash_attention request (one with `q`) with `out` = q, and a heuristic config; every other
 // method is unimplemented. The same bytes cross gRPC both ways as with kernelserve-server.
 // `kernelserve bench` runs against it unchanged, so its latency is what gRPC itself costs here, and
-// kernelserve-server's latency minus it is what the server adds (docs/PERFORMANCE.md, the service
-// section).
+// kernelserve-server's latency minus it is what the server adds (docs/PERFORMANCE.md, small calls
+// against the gRPC floor).
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 

@@ -16,9 +16,10 @@
 
 namespace kernelserve {
 
-// Registers mean_pooling and flash_attention with every platform implementation this build
-// has (cpu always; cuda when built with CUDA). REQUIRES: `registry` non-null, not yet holding
-// them.
+// Registers mean_pooling, mean_pooling_bwd, flash_attention and flash_attention_bwd with every
+// platform implementation this build has (cpu always; cuda when built with CUDA; cudnn for the
+// two flash attention kernels when built with cuDNN and it loads). REQUIRES: `registry`
+// non-null, not yet holding them.
 absl::Status RegisterBuiltinKernels(KernelRegistry* registry);
 
 // The GPUs visible to this process (empty without CUDA, a driver or a GPU).

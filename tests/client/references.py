@@ -1,4 +1,4 @@
-"""numpy references of the kernels, computed in float64 (semantics of kernels/*_kernel.h)."""
+"""numpy references of the kernels, computed in float64 (semantics of kernels/*/*_kernel.h)."""
 
 import numpy as np
 

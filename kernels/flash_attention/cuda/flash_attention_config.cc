@@ -116,17 +116,18 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device) {
   // Hopper: the wgmma kernel with key tiles of 128 and 3 stages. Measured on an H100
-  // (docs/PERFORMANCE.md): at D = 128 two warpgroups (128 query rows) beat one by 37%; at
-  // D = 64 one warpgroup (two blocks an SM) beats two by 18%. At D = 256 only one warpgroup
-  // with key tiles of 64 fits in shared memory.
+  // (docs/PERFORMANCE_LOG.md, the flash attention forward of 2026-11-22): at D = 128 two
+  // warpgroups (128 query rows) beat one by 37%; at D = 64 one warpgroup (two blocks an SM)
+  // beats two by 18%. At D = 256 only one warpgroup with key tiles of 64 fits in shared memory.
   const KernelConfig hopper = problem.head_dim <= 64    ? MakeConfig(kWgmma, 64, 128, 4, 3)
                               : problem.head_dim <= 128 ? MakeConfig(kWgmma, 128, 128, 8, 3)
                                                         : MakeConfig(kWgmma, 64, 64, 4, 3);
   if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
-  // Other GPUs, measured on an H100 (docs/PERFORMANCE.md): mma.sync with 4 warps x 64 query
-  // rows (two blocks per SM) beat 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens,
-  // causal or not, D 64 and 128. Key tiles shrink as D grows so that S, O and the Q fragments
-  // stay in registers: 128 up to D = 64, 64 up to D = 128, 32 at D = 256.
+  // Other GPUs, measured on an H100 (2026-11-22; in `git show caf8d6d:docs/PERFORMANCE.md`, not
+  // in docs/PERFORMANCE_LOG.md): mma.sync with 4 warps x 64 query rows (two blocks per SM) beat
+  // 8 warps x 128 rows by 2-7% from 8x2048 to 2x8192 tokens, causal or not, D 64 and 128. Key
+  // tiles shrink as D grows so that S, O and the Q fragments stay in registers: 128 up to
+  // D = 64, 64 up to D = 128, 32 at D = 256.
   const int block_k = problem.head_dim <= 64 ? 128 : problem.head_dim <= 128 ? 64 : 32;
   const KernelConfig preferred = MakeConfig(kMma, 64, block_k, 4, 2);
   if (FlashConfigFits(preferred, problem.head_dim, device)) return preferred;

@@ -13,10 +13,12 @@ namespace kernelserve::cuda {
 
 using FlashLaunchFn = cudaError_t (*)(const FlashDeviceArgs& args, cudaStream_t stream);
 
-// The compiled LaunchFlashAttention instance for these values (config's block_q, block_k,
-// num_warps and num_stages; its other fields are not looked at). Unimplemented naming the
-// values when none was compiled (dtype other than f16/bf16, a head dim other than 64/128, a
-// config outside kernels/cuda/flash_attention_instances.h). Thread-safe.
+// The compiled LaunchFlashAttention instance for these values (config's algorithm, '' for
+// mma.sync or 'wgmma', block_q, block_k, num_warps and num_stages; its other fields are not
+// looked at). Unimplemented naming the values when none was compiled (dtype other than
+// f16/bf16, a head dim other than 32, 64, 96, 128 and 256, wgmma where the build does not target
+// sm_90a, a config outside kernels/flash_attention/cuda/flash_attention_instances.h).
+// Thread-safe.
 absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
                                                 const KernelConfig& config);
 

@@ -47,7 +47,7 @@ absl::Status CheckCudnnFlashRules(const FlashAttentionProblem& problem);
 
 // The measured rule, without tuning, when both the own CUDA kernel and cuDNN run a problem:
 // true = cuDNN's first plan. On Hopper (compute capability 9.x) cuDNN's kernel was faster at
-// every measured head dim (docs/PERFORMANCE.md, 2026-11-23: the own kernel at 0.65-0.73x of
+// every measured head dim (docs/PERFORMANCE_LOG.md, 2026-11-23: the own kernel at 0.65-0.73x of
 // it at D=128, 0.48-0.50x at D=256, 0.83-0.88x at D=32), and so was its backward
 // (2026-11-26: flash_attention_bwd's own kernels at 0.3-0.5x of cuDNN's first plan, D=64 and
 // 128); elsewhere the own kernels stay first until measured.
