@@ -49,7 +49,7 @@ absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
                    config.num_warps, ", num_stages ", config.num_stages,
                    " (compiled: f16/bf16, head dims 32, 64, 96, 128 and 256, algorithm '' or "
                    "'wgmma' where the build targets "
-                   "sm_90a; see kernels/cuda/flash_attention_config.h)"));
+                   "sm_90a; see kernels/flash_attention/cuda/flash_attention_config.h)"));
 }
 
 }  // namespace kernelserve::cuda
