@@ -50,14 +50,6 @@ absl::Status AnalyzeVarlen(const TensorSpec& x, const TensorSpec& cu, MeanPoolin
   return absl::OkStatus();
 }
 
-// The contract's rules beyond the schema. REQUIRES: schema checks passed, params canonical.
-absl::StatusOr<MeanPoolingProblem> AnalyzeRules(const TensorSpecMap& inputs,
-                                                const Attributes& attrs) {
-  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
-  p.chunk_size = ParamOr<int64_t>(MeanPoolingSchema(), attrs, "chunk_size");
-  return p;
-}
-
 // Replaces inputs["cu_seqlens"], when there, by offsets splitting the rows into sequences of
 // near equal lengths covering every row.
 void SetEvenCuSeqlens(const MeanPoolingProblem& p, TensorMap& inputs) {
@@ -133,16 +125,10 @@ const KernelSchema& MeanPoolingSchema() {
   return *schema;
 }
 
-absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPooling(const TensorSpecMap& inputs,
-                                                      const Attributes& params) {
-  KS_RETURN_IF_ERROR(MeanPoolingSchema().CheckInputs(inputs));
-  KS_ASSIGN_OR_RETURN(const Attributes attrs, MeanPoolingSchema().CanonicalParams(params));
-  return AnalyzeRules(inputs, attrs);
-}
-
 absl::StatusOr<std::shared_ptr<const Problem>> MeanPoolingKernel::AnalyzeChecked(
     const TensorSpecMap& inputs, const Attributes& attrs) const {
-  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeRules(inputs, attrs));
+  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
+  p.chunk_size = ParamOr<int64_t>(MeanPoolingSchema(), attrs, "chunk_size");
   return std::make_shared<const MeanPoolingProblem>(std::move(p));
 }
 

@@ -34,11 +34,6 @@ struct MeanPoolingProblem : Problem {
 // Param chunk_size (int >= 1, default 32): rows per work item; it never changes the result.
 const KernelSchema& MeanPoolingSchema();
 
-// Checks a call against the schema and the contract's own rules (mask or cu_seqlens, not
-// both; shapes that agree) and describes it. InvalidArgument naming the input or param.
-absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPooling(const TensorSpecMap& inputs,
-                                                      const Attributes& params);
-
 // The rules of x, mask and cu_seqlens alone (the problem's chunk_size left at its default),
 // shared with mean_pooling_bwd. REQUIRES: the inputs passed a schema's checks with x present.
 absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap& inputs);
@@ -57,6 +52,8 @@ class MeanPoolingKernel : public Kernel {
                                              uint64_t seed) const override;
 
  protected:
+  // The contract's rules beyond the schema (mask or cu_seqlens, not both; shapes that agree).
+  // InvalidArgument naming the input.
   absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(
       const TensorSpecMap& inputs, const Attributes& attrs) const override;
 };

@@ -117,10 +117,6 @@ class FlashAttentionCpuRun : public PreparedRun {
 // Below this many multiply-adds (about a millisecond of one core) one thread beats several.
 constexpr double kSingleThreadMacs = 4194304.0;  // 2^22
 
-int HardwareThreads(const DeviceInfo& device) {
-  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
-}
-
 KernelConfig CpuConfig(int block_q, int block_k, int threads) {
   KernelConfig config;
   config.block_q = block_q;
@@ -148,13 +144,13 @@ class FlashAttentionCpuImpl : public PlatformImpl {
                         mean_k * static_cast<double>(p.head_dim);
     const int block_q = mean_q <= 16.0 ? 16 : 32;
     const int block_k = p.head_dim <= 64 ? 64 : 32;
-    const int threads = macs < kSingleThreadMacs ? 1 : HardwareThreads(device);
+    const int threads = macs < kSingleThreadMacs ? 1 : cpu::HardwareThreads(device);
     return CpuConfig(block_q, block_k, threads);
   }
 
   std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
                                        const DeviceInfo& device) const override {
-    const std::set<int> threads = {1, 2, HardwareThreads(device)};
+    const std::set<int> threads = {1, 2, cpu::HardwareThreads(device)};
     std::vector<KernelConfig> configs;
     for (int block_q : {16, 32, 64}) {
       for (int block_k : {32, 64, 128}) {

@@ -28,10 +28,6 @@ KernelConfig CpuConfig(int block_size, int threads) {
   return config;
 }
 
-int HardwareThreads(const DeviceInfo& device) {
-  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
-}
-
 // Not thread-safe (see PreparedRun).
 class MeanPoolingBwdCpuRun : public PreparedRun {
  public:
@@ -100,14 +96,15 @@ class MeanPoolingBwdCpuImpl : public PlatformImpl {
     // outweigh their start-up.
     const auto& p = ProblemAs<MeanPoolingProblem>(problem);
     const int64_t elements = p.total_rows * p.hidden;
-    return CpuConfig(kDefaultRows, elements < kSingleThreadElements ? 1 : HardwareThreads(device));
+    return CpuConfig(kDefaultRows,
+                     elements < kSingleThreadElements ? 1 : cpu::HardwareThreads(device));
   }
 
   std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
                                        const DeviceInfo& device) const override {
     std::vector<KernelConfig> configs;
     for (int rows : {kDefaultRows, 512}) {
-      for (int threads : std::set<int>{1, 2, HardwareThreads(device)}) {
+      for (int threads : std::set<int>{1, 2, cpu::HardwareThreads(device)}) {
         configs.push_back(CpuConfig(rows, threads));
       }
     }

@@ -21,10 +21,6 @@ using cpu::MeanPoolingArgs;
 // microseconds, about what summing this many elements takes).
 constexpr int64_t kSingleThreadElements = int64_t{1} << 18;
 
-int HardwareThreads(const DeviceInfo& device) {
-  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
-}
-
 // chunk_size as a block_size: larger chunks than the kernel's limit split the same way.
 int BlockRows(int64_t chunk_size) {
   return static_cast<int>(std::min<int64_t>(chunk_size, cpu::kMaxCpuBlockRows));
@@ -108,7 +104,7 @@ class MeanPoolingCpuImpl : public PlatformImpl {
     // enough to hide their start-up.
     const auto& p = ProblemAs<MeanPoolingProblem>(problem);
     const int64_t elements = p.total_rows * p.hidden;
-    const int threads = elements < kSingleThreadElements ? 1 : HardwareThreads(device);
+    const int threads = elements < kSingleThreadElements ? 1 : cpu::HardwareThreads(device);
     return CpuConfig(BlockRows(p.chunk_size), threads);
   }
 
@@ -116,7 +112,7 @@ class MeanPoolingCpuImpl : public PlatformImpl {
                                        const DeviceInfo& device) const override {
     const auto& p = ProblemAs<MeanPoolingProblem>(problem);
     const std::set<int> block_sizes = {BlockRows(p.chunk_size), 32, 128, 512};
-    const std::set<int> threads = {1, 2, HardwareThreads(device)};
+    const std::set<int> threads = {1, 2, cpu::HardwareThreads(device)};
     std::vector<KernelConfig> configs;
     for (int block_size : block_sizes) {
       for (int t : threads) configs.push_back(CpuConfig(block_size, t));
