@@ -1,17 +1,16 @@
 #include "kernels/flash_attention/cpu/flash_attention_bwd_cpu.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "kernels/flash_attention/cpu/flash_attention_bwd.h"
 #include "kernels/flash_attention/flash_attention_bwd_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
@@ -25,62 +24,35 @@ std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& nam
 }
 
 // Not thread-safe (see PreparedRun).
-class FlashAttentionBwdCpuRun : public PreparedRun {
+class FlashAttentionBwdCpuRun : public cpu::CpuRun {
  public:
   FlashAttentionBwdCpuRun(const FlashAttentionBwdProblem& p, const TensorMap& inputs)
-      : problem_(p),
-        cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
+      : cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
         cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
         q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
-        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")),
-        dq_(Tensor::Empty(p.fwd.dtype, p.fwd.q_shape)),
-        dk_(Tensor::Empty(p.fwd.dtype, p.k_shape)),
-        dv_(Tensor::Empty(p.fwd.dtype, p.k_shape)) {
+        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")) {
     SetForwardArgs(p.fwd, inputs);
     args_.out = inputs.at("out").data();
     args_.lse = inputs.at("lse").data_as<float>();
     args_.dout = inputs.at("dout").data();
-    args_.dq = dq_.data();
-    args_.dk = dk_.data();
-    args_.dv = dv_.data();
+    AddOutput("dq", p.fwd.dtype, p.fwd.q_shape, &args_.dq);
+    AddOutput("dk", p.fwd.dtype, p.k_shape, &args_.dk);
+    AddOutput("dv", p.fwd.dtype, p.k_shape, &args_.dv);
     if (p.return_dbias) {
-      dbias_ = Tensor::Empty(
-          DType::kF32, {p.fwd.bias_batch, p.fwd.bias_heads, p.fwd.seq_len_q, p.fwd.seq_len_k});
-      args_.dbias = dbias_.data_as<float>();
+      AddOutput("dbias", DType::kF32,
+                {p.fwd.bias_batch, p.fwd.bias_heads, p.fwd.seq_len_q, p.fwd.seq_len_k},
+                &args_.dbias);
       args_.dbias_batch = p.fwd.bias_batch;
       args_.dbias_heads = p.fwd.bias_heads;
     }
   }
 
   absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    launched_ = false;  // a launch that fails part way leaves the outputs partly written
-    args_.fwd.interrupt = interrupt() ? &interrupt() : nullptr;
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::FlashAttentionBwdCpu(args_, config));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
-  }
-
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
+    args_.fwd.interrupt = InterruptOrNull();
+    return TimedLaunch([&] { return cpu::FlashAttentionBwdCpu(args_, config); });
   }
 
  private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("dq", CopyOrTake(dq_, take));
-    outputs.emplace("dk", CopyOrTake(dk_, take));
-    outputs.emplace("dv", CopyOrTake(dv_, take));
-    if (problem_.return_dbias) outputs.emplace("dbias", CopyOrTake(dbias_, take));
-    return outputs;
-  }
-
   // args_.fwd: the forward call's inputs and params, as the forward's CPU run sets them.
   void SetForwardArgs(const FlashAttentionProblem& p, const TensorMap& inputs) {
     FlashAttentionArgs& a = args_.fwd;
@@ -118,18 +90,12 @@ class FlashAttentionBwdCpuRun : public PreparedRun {
     }
   }
 
-  const FlashAttentionBwdProblem problem_;
   // Index inputs as int64; empty when not given. args_ points into them.
   const std::vector<int64_t> cu_seqlens_q_;
   const std::vector<int64_t> cu_seqlens_k_;
   const std::vector<int64_t> q_segment_ids_;
   const std::vector<int64_t> kv_segment_ids_;
-  Tensor dq_;
-  Tensor dk_;
-  Tensor dv_;
-  Tensor dbias_;                // return_dbias only
   FlashAttentionBwdArgs args_;  // points into the inputs, the vectors above and the outputs
-  bool launched_ = false;
 };
 
 // Below this many multiply-adds (about a millisecond of one core) one thread beats several.

@@ -1,17 +1,16 @@
 #include "kernels/flash_attention/cpu/flash_attention_cpu.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "kernels/flash_attention/cpu/flash_attention.h"
 #include "kernels/flash_attention/flash_attention_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
@@ -24,25 +23,23 @@ std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& nam
 }
 
 // Not thread-safe (see PreparedRun).
-class FlashAttentionCpuRun : public PreparedRun {
+class FlashAttentionCpuRun : public cpu::CpuRun {
  public:
   FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
-      : problem_(p),
-        cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
+      : cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
         cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
         q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
-        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")),
-        out_(Tensor::Empty(p.dtype, inputs.at("q").shape())) {
+        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")) {
     args_.dtype = p.dtype;
     args_.q = inputs.at("q").data();
     args_.k = inputs.at("k").data();
     args_.v = inputs.at("v").data();
-    args_.out = out_.data();
+    AddOutput("out", p.dtype, inputs.at("q").shape(), &args_.out);
     if (p.return_lse) {
-      lse_ =
-          Tensor::Empty(DType::kF32, p.varlen ? Shape{p.num_heads_q, p.total_q}
-                                              : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q});
-      args_.lse = lse_.data_as<float>();
+      AddOutput("lse", DType::kF32,
+                p.varlen ? Shape{p.num_heads_q, p.total_q}
+                         : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q},
+                &args_.lse);
     }
     args_.total_q = p.total_q;
     args_.total_k = p.total_k;
@@ -76,42 +73,17 @@ class FlashAttentionCpuRun : public PreparedRun {
   }
 
   absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    launched_ = false;  // a launch that fails part way leaves the outputs partly written
-    args_.interrupt = interrupt() ? &interrupt() : nullptr;
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::FlashAttentionCpu(args_, config));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
-  }
-
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
+    args_.interrupt = InterruptOrNull();
+    return TimedLaunch([&] { return cpu::FlashAttentionCpu(args_, config); });
   }
 
  private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("out", CopyOrTake(out_, take));
-    if (problem_.return_lse) outputs.emplace("lse", CopyOrTake(lse_, take));
-    return outputs;
-  }
-
-  const FlashAttentionProblem problem_;
   // Index inputs as int64; empty when not given. args_ points into them.
   const std::vector<int64_t> cu_seqlens_q_;
   const std::vector<int64_t> cu_seqlens_k_;
   const std::vector<int64_t> q_segment_ids_;
   const std::vector<int64_t> kv_segment_ids_;
-  Tensor out_;
-  Tensor lse_;               // return_lse only
-  FlashAttentionArgs args_;  // points into the inputs, the vectors above, out_ and lse_
-  bool launched_ = false;
+  FlashAttentionArgs args_;  // points into the inputs, the vectors above and the outputs
 };
 
 // Below this many multiply-adds (about a millisecond of one core) one thread beats several.

@@ -1,16 +1,15 @@
 #include "kernels/mean_pooling/cpu/mean_pooling_bwd_cpu.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <set>
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "kernels/mean_pooling/cpu/mean_pooling_bwd.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
@@ -29,58 +28,31 @@ KernelConfig CpuConfig(int block_size, int threads) {
 }
 
 // Not thread-safe (see PreparedRun).
-class MeanPoolingBwdCpuRun : public PreparedRun {
+class MeanPoolingBwdCpuRun : public cpu::CpuRun {
  public:
   MeanPoolingBwdCpuRun(const MeanPoolingProblem& problem, const Tensor* dout,
                        std::vector<int64_t> cu_seqlens, std::vector<uint8_t> mask)
-      : problem_(problem),
-        dout_(dout),
-        cu_seqlens_(std::move(cu_seqlens)),
-        mask_(std::move(mask)),
-        dx_(Tensor::Empty(problem.dtype, problem.x_shape)) {}
-
-  absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    cpu::MeanPoolingBwdArgs args;
-    args.dtype = problem_.dtype;
-    args.dout = dout_->data();
-    args.dx = dx_.data();
-    args.total_rows = problem_.total_rows;
-    args.hidden = problem_.hidden;
-    args.num_sequences = problem_.num_sequences;
-    args.seq_len = problem_.seq_len;
-    if (problem_.form == MeanPoolingProblem::Form::kVarlen) args.cu_seqlens = cu_seqlens_.data();
-    if (problem_.form == MeanPoolingProblem::Form::kMasked) args.mask = mask_.data();
-    if (interrupt()) args.interrupt = &interrupt();
-    launched_ = false;  // a launch that fails part way leaves dx partly written
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::MeanPoolingBwdCpu(args, config));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
+      : cu_seqlens_(std::move(cu_seqlens)), mask_(std::move(mask)) {
+    args_.dtype = problem.dtype;
+    args_.dout = dout->data();
+    AddOutput("dx", problem.dtype, problem.x_shape, &args_.dx);
+    args_.total_rows = problem.total_rows;
+    args_.hidden = problem.hidden;
+    args_.num_sequences = problem.num_sequences;
+    args_.seq_len = problem.seq_len;
+    if (problem.form == MeanPoolingProblem::Form::kVarlen) args_.cu_seqlens = cu_seqlens_.data();
+    if (problem.form == MeanPoolingProblem::Form::kMasked) args_.mask = mask_.data();
   }
 
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    args_.interrupt = InterruptOrNull();
+    return TimedLaunch([&] { return cpu::MeanPoolingBwdCpu(args_, config); });
   }
 
  private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("dx", CopyOrTake(dx_, take));
-    return outputs;
-  }
-
-  const MeanPoolingProblem problem_;
-  const Tensor* const dout_;               // not owned
   const std::vector<int64_t> cu_seqlens_;  // varlen only
   const std::vector<uint8_t> mask_;        // masked only; 1 = counted
-  Tensor dx_;
-  bool launched_ = false;
+  cpu::MeanPoolingBwdArgs args_;           // points into dout, the vectors above and dx
 };
 
 class MeanPoolingBwdCpuImpl : public PlatformImpl {

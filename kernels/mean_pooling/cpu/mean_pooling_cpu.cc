@@ -1,16 +1,15 @@
 #include "kernels/mean_pooling/cpu/mean_pooling_cpu.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <set>
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "kernels/mean_pooling/cpu/mean_pooling.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
@@ -35,60 +34,36 @@ KernelConfig CpuConfig(int block_size, int threads) {
 }
 
 // Not thread-safe (see PreparedRun).
-class MeanPoolingCpuRun : public PreparedRun {
+class MeanPoolingCpuRun : public cpu::CpuRun {
  public:
   MeanPoolingCpuRun(const MeanPoolingProblem& problem, const Tensor* x,
                     std::vector<int64_t> cu_seqlens, std::vector<uint8_t> mask)
-      : problem_(problem),
-        x_(x),
+      : block_rows_(BlockRows(problem.chunk_size)),
         cu_seqlens_(std::move(cu_seqlens)),
-        mask_(std::move(mask)),
-        out_(Tensor::Empty(problem.dtype, {problem.num_sequences, problem.hidden})) {}
-
-  absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    MeanPoolingArgs args;
-    args.dtype = problem_.dtype;
-    args.x = x_->data();
-    args.out = out_.data();
-    args.total_rows = problem_.total_rows;
-    args.hidden = problem_.hidden;
-    args.num_sequences = problem_.num_sequences;
-    args.seq_len = problem_.seq_len;
-    if (problem_.form == MeanPoolingProblem::Form::kVarlen) args.cu_seqlens = cu_seqlens_.data();
-    if (problem_.form == MeanPoolingProblem::Form::kMasked) args.mask = mask_.data();
-    if (interrupt()) args.interrupt = &interrupt();
-    KernelConfig effective = config;
-    if (effective.block_size == 0) effective.block_size = BlockRows(problem_.chunk_size);
-    launched_ = false;  // a launch that fails part way leaves the outputs partly written
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::MeanPoolingCpu(args, effective));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
+        mask_(std::move(mask)) {
+    args_.dtype = problem.dtype;
+    args_.x = x->data();
+    AddOutput("out", problem.dtype, {problem.num_sequences, problem.hidden}, &args_.out);
+    args_.total_rows = problem.total_rows;
+    args_.hidden = problem.hidden;
+    args_.num_sequences = problem.num_sequences;
+    args_.seq_len = problem.seq_len;
+    if (problem.form == MeanPoolingProblem::Form::kVarlen) args_.cu_seqlens = cu_seqlens_.data();
+    if (problem.form == MeanPoolingProblem::Form::kMasked) args_.mask = mask_.data();
   }
 
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    args_.interrupt = InterruptOrNull();
+    KernelConfig effective = config;
+    if (effective.block_size == 0) effective.block_size = block_rows_;
+    return TimedLaunch([&] { return cpu::MeanPoolingCpu(args_, effective); });
   }
 
  private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("out", CopyOrTake(out_, take));
-    return outputs;
-  }
-
-  const MeanPoolingProblem problem_;
-  const Tensor* const x_;                  // not owned
+  const int block_rows_;                   // block_size 0 means this
   const std::vector<int64_t> cu_seqlens_;  // varlen only
   const std::vector<uint8_t> mask_;        // masked only; 1 = counted
-  Tensor out_;
-  bool launched_ = false;
+  MeanPoolingArgs args_;                   // points into x, the vectors above and out
 };
 
 class MeanPoolingCpuImpl : public PlatformImpl {
