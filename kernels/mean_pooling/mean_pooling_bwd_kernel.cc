@@ -18,7 +18,7 @@ absl::Status CheckDout(const TensorSpec& dout, const MeanPoolingProblem& p) {
   }
   const Shape expected = {p.num_sequences, p.hidden};
   if (dout.shape != expected) {
-    const char* form = p.form == MeanPoolingProblem::Form::kVarlen ? "[N,H]" : "[B,H]";
+    const char* form = p.form == PoolingForm::kVarlen ? "[N,H]" : "[B,H]";
     return absl::InvalidArgumentError(absl::StrCat("input 'dout': expected the forward's out ",
                                                    form, " = ", ShapeString(expected), ", got ",
                                                    ShapeString(dout.shape)));

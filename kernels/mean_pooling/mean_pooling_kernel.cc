@@ -43,7 +43,7 @@ absl::Status AnalyzeVarlen(const TensorSpec& x, const TensorSpec& cu, MeanPoolin
     return Invalid(
         "x", absl::StrCat("with cu_seqlens expected [T,H] or [1,T,H], got ", ShapeString(x.shape)));
   }
-  p.form = MeanPoolingProblem::Form::kVarlen;
+  p.form = PoolingForm::kVarlen;
   p.num_sequences = cu.shape[0] - 1;
   p.total_rows = rank2 ? x.shape[0] : x.shape[1];
   p.hidden = rank2 ? x.shape[1] : x.shape[2];
@@ -88,7 +88,7 @@ absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap&
           "mask", absl::StrCat("expected shape [B,S] = ", ShapeString({p.num_sequences, p.seq_len}),
                                ", got ", ShapeString(m.shape)));
     }
-    p.form = MeanPoolingProblem::Form::kMasked;
+    p.form = PoolingForm::kMasked;
   }
   return p;
 }

@@ -10,13 +10,13 @@
 #include "absl/status/statusor.h"
 #include "core/kernel.h"
 #include "core/schema.h"
+#include "kernels/mean_pooling/mean_pooling_form.h"
 
 namespace kernelserve {
 
 // A mean pooling call as the platforms see it. A value type.
 struct MeanPoolingProblem : Problem {
-  enum class Form { kDense, kMasked, kVarlen };
-  Form form = Form::kDense;
+  PoolingForm form = PoolingForm::kDense;
   DType dtype = DType::kF32;  // of x and out
   Shape x_shape;              // x's: [B,S,H], [T,H] or [1,T,H]
   int64_t num_sequences = 0;  // B (dense, masked) or N (varlen)

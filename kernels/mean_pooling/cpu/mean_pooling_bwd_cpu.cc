@@ -40,8 +40,8 @@ class MeanPoolingBwdCpuRun : public cpu::CpuRun {
     args_.hidden = problem.hidden;
     args_.num_sequences = problem.num_sequences;
     args_.seq_len = problem.seq_len;
-    if (problem.form == MeanPoolingProblem::Form::kVarlen) args_.cu_seqlens = cu_seqlens_.data();
-    if (problem.form == MeanPoolingProblem::Form::kMasked) args_.mask = mask_.data();
+    if (problem.form == PoolingForm::kVarlen) args_.cu_seqlens = cu_seqlens_.data();
+    if (problem.form == PoolingForm::kMasked) args_.mask = mask_.data();
   }
 
   absl::StatusOr<double> Launch(const KernelConfig& config) override {

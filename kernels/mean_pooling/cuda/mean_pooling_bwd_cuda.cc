@@ -59,12 +59,12 @@ absl::StatusOr<LaunchFn> SelectLaunch(DType dtype, int vec) {
 std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
                           std::vector<uint8_t>* mask_bytes, std::vector<int64_t>* offsets) {
   std::vector<float> counts(static_cast<size_t>(p.num_sequences), static_cast<float>(p.seq_len));
-  if (p.form == MeanPoolingProblem::Form::kVarlen) {
+  if (p.form == PoolingForm::kVarlen) {
     *offsets = inputs.at("cu_seqlens").ToInts();
     for (size_t n = 0; n < counts.size(); ++n) {
       counts[n] = static_cast<float>((*offsets)[n + 1] - (*offsets)[n]);
     }
-  } else if (p.form == MeanPoolingProblem::Form::kMasked) {
+  } else if (p.form == PoolingForm::kMasked) {
     for (int64_t value : inputs.at("mask").ToInts()) mask_bytes->push_back(value != 0 ? 1 : 0);
     for (size_t n = 0; n < counts.size(); ++n) {
       const auto row = mask_bytes->begin() + static_cast<int64_t>(n) * p.seq_len;

@@ -22,39 +22,6 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::DeviceThreadResources;
-using cuda::PoolingForm;
-
-PoolingForm FormOf(const MeanPoolingProblem& p) {
-  switch (p.form) {
-    case MeanPoolingProblem::Form::kMasked:
-      return PoolingForm::kMasked;
-    case MeanPoolingProblem::Form::kVarlen:
-      return PoolingForm::kVarlen;
-    case MeanPoolingProblem::Form::kDense:
-      break;
-  }
-  return PoolingForm::kDense;
-}
-
-cuda::MeanPoolingShape ShapeOf(const MeanPoolingProblem& p) {
-  cuda::MeanPoolingShape shape;
-  switch (p.form) {
-    case MeanPoolingProblem::Form::kDense:
-      shape.form = cuda::MeanPoolingShape::Form::kDense;
-      break;
-    case MeanPoolingProblem::Form::kMasked:
-      shape.form = cuda::MeanPoolingShape::Form::kMasked;
-      break;
-    case MeanPoolingProblem::Form::kVarlen:
-      shape.form = cuda::MeanPoolingShape::Form::kVarlen;
-      break;
-  }
-  shape.dtype = p.dtype;
-  shape.num_sequences = p.num_sequences;
-  shape.total_rows = p.total_rows;
-  shape.hidden = p.hidden;
-  return shape;
-}
 
 // The sizes of the launch for config checks; varlen counts every row of x.
 cuda::PoolingDeviceArgs SizesOf(const MeanPoolingProblem& p) {
@@ -127,11 +94,11 @@ absl::Status CudaMeanPoolingRun::Init(const TensorMap& inputs) {
   KS_ASSIGN_OR_RETURN(x_, Upload(x.data(), x.nbytes()));
   args_ = SizesOf(p_);
   args_.x = x_.get();
-  if (p_.form == MeanPoolingProblem::Form::kMasked) {
+  if (p_.form == PoolingForm::kMasked) {
     const std::vector<uint8_t> mask = MaskBytes(inputs.at("mask"));
     KS_ASSIGN_OR_RETURN(mask_, Upload(mask.data(), mask.size()));
     args_.mask = static_cast<const uint8_t*>(mask_.get());
-  } else if (p_.form == MeanPoolingProblem::Form::kVarlen) {
+  } else if (p_.form == PoolingForm::kVarlen) {
     const std::vector<int64_t> offsets = inputs.at("cu_seqlens").ToInts();
     KS_ASSIGN_OR_RETURN(cu_seqlens_, Upload(offsets.data(), offsets.size() * sizeof(int64_t)));
     args_.cu_seqlens = static_cast<const int64_t*>(cu_seqlens_.get());
@@ -159,7 +126,7 @@ absl::StatusOr<double> CudaMeanPoolingRun::Launch(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckPoolingConfig(config, p_, args_));
   const int vec = VectorWidth(p_);
   KS_ASSIGN_OR_RETURN(const cuda::PoolingLaunchFn launch,
-                      cuda::SelectPoolingLaunch(p_.dtype, FormOf(p_), vec, config.num_stages));
+                      cuda::SelectPoolingLaunch(p_.dtype, p_.form, vec, config.num_stages));
   const cuda::PoolingLaunchShape shape = LaunchShapeOf(config);
   const cuda::PoolingPlan plan = cuda::PlanMeanPooling(args_, shape, vec);
   KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal()));
@@ -190,20 +157,21 @@ class CudaMeanPoolingImpl : public PlatformImpl {
   }
 
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cuda::MeanPoolingHeuristic(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+    return cuda::MeanPoolingHeuristic(
+        cuda::MeanPoolingShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
   }
 
   std::vector<KernelConfig> Candidates(const Problem& problem,
                                        const DeviceInfo& device) const override {
-    return cuda::MeanPoolingCandidates(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+    return cuda::MeanPoolingCandidates(
+        cuda::MeanPoolingShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
   }
 
   absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
                            const DeviceInfo& /*device*/) const override {
     const auto& p = ProblemAs<MeanPoolingProblem>(problem);
     KS_RETURN_IF_ERROR(CheckPoolingConfig(config, p, SizesOf(p)));
-    return cuda::SelectPoolingLaunch(p.dtype, FormOf(p), VectorWidth(p), config.num_stages)
-        .status();
+    return cuda::SelectPoolingLaunch(p.dtype, p.form, VectorWidth(p), config.num_stages).status();
   }
 
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
