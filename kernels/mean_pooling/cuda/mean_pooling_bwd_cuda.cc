@@ -17,6 +17,7 @@
 #include "kernels/mean_pooling/cuda/mean_pooling_bwd_launch.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/cuda_impl.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #include "kernels/runtime/cuda/cuda_run.h"
 
@@ -77,9 +78,9 @@ std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
 // One call made ready on one device. Thread safety: one thread at a time (PreparedRun).
 class CudaMeanPoolingBwdRun : public cuda::CudaRun {
  public:
-  CudaMeanPoolingBwdRun(const MeanPoolingProblem& problem, int ordinal,
+  CudaMeanPoolingBwdRun(const MeanPoolingProblem& problem, const DeviceInfo& device,
                         DeviceThreadResources* resources)
-      : CudaRun(ordinal, resources), p_(problem) {}
+      : CudaRun(device.ordinal, resources), p_(problem) {}
 
   // Uploads dout, counts and mask or offsets, and allocates dx.
   absl::Status Init(const TensorMap& inputs) {
@@ -121,54 +122,31 @@ class CudaMeanPoolingBwdRun : public cuda::CudaRun {
   DeviceBuffer dout_, counts_, aux_;
 };
 
-// Thread safety: stateless; every call is independent.
-class CudaMeanPoolingBwdImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCuda; }
+// The mean_pooling_bwd kernels as CudaImpl runs them.
+struct MeanPoolingBwdCudaTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = CudaMeanPoolingBwdRun;
+  static constexpr const char* kLabel = "mean_pooling_bwd";
 
-  absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError("mean_pooling_bwd (cuda): the device is not a CUDA GPU");
-    }
-    return SelectLaunch(ProblemAs<MeanPoolingProblem>(problem).dtype, 1).status();
+  static absl::Status Supports(const MeanPoolingProblem& p) {
+    return SelectLaunch(p.dtype, 1).status();
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cuda::PoolingBwdHeuristic(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
+    return cuda::PoolingBwdHeuristic(ShapeOf(p), device);
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& problem,
-                                       const DeviceInfo& device) const override {
-    return cuda::PoolingBwdCandidates(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& p,
+                                              const DeviceInfo& device) {
+    return cuda::PoolingBwdCandidates(ShapeOf(p), device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
-                           const DeviceInfo& /*device*/) const override {
-    return cuda::CheckPoolingBwdConfig(config, ShapeOf(ProblemAs<MeanPoolingProblem>(problem)));
-  }
-
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
-                                                       const TensorMap& inputs,
-                                                       const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda || device.ordinal < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mean_pooling_bwd (cuda): expected a CUDA device, got ",
-                       Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
-    }
-    KS_RETURN_IF_ERROR(Supports(problem, device));
-    KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources,
-                        cuda::ThisThreadResources(device.ordinal));
-    auto run = std::make_unique<CudaMeanPoolingBwdRun>(ProblemAs<MeanPoolingProblem>(problem),
-                                                       device.ordinal, resources);
-    KS_RETURN_IF_ERROR(run->Init(inputs));
-    return std::unique_ptr<PreparedRun>(std::move(run));
+  static absl::Status CheckConfig(const KernelConfig& config, const MeanPoolingProblem& p) {
+    return cuda::CheckPoolingBwdConfig(config, ShapeOf(p));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingBwdCuda() {
-  return std::make_unique<CudaMeanPoolingBwdImpl>();
+  return std::make_unique<cuda::CudaImpl<MeanPoolingBwdCudaTraits>>();
 }
 
 }  // namespace kernelserve

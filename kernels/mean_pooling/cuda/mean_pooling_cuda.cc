@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "core/utils/string_view.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_config.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_dispatch.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_space.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/cuda_impl.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #include "kernels/runtime/cuda/cuda_run.h"
 
@@ -70,9 +70,9 @@ std::vector<uint8_t> MaskBytes(const Tensor& mask) {
 // One call made ready on one device. Thread safety: one thread at a time (PreparedRun).
 class CudaMeanPoolingRun : public cuda::CudaRun {
  public:
-  CudaMeanPoolingRun(const MeanPoolingProblem& problem, int ordinal,
+  CudaMeanPoolingRun(const MeanPoolingProblem& problem, const DeviceInfo& device,
                      DeviceThreadResources* resources)
-      : CudaRun(ordinal, resources), p_(problem) {}
+      : CudaRun(device.ordinal, resources), p_(problem) {}
 
   // Uploads `inputs` and allocates the output.
   absl::Status Init(const TensorMap& inputs);
@@ -140,62 +140,35 @@ absl::StatusOr<double> CudaMeanPoolingRun::Launch(const KernelConfig& config) {
   return seconds;
 }
 
-// Thread safety: stateless; every call is independent.
-class CudaMeanPoolingImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCuda; }
+// The mean pooling kernels as CudaImpl runs them.
+struct MeanPoolingCudaTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = CudaMeanPoolingRun;
+  static constexpr const char* kLabel = "mean pooling";
 
-  absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError("mean pooling (cuda): the device is not a CUDA GPU");
-    }
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
+  static absl::Status Supports(const MeanPoolingProblem& p) {
     if (!IsFloating(p.dtype)) {
       return absl::UnimplementedError("mean pooling (cuda): expected f32, f16 or bf16");
     }
     return absl::OkStatus();
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cuda::MeanPoolingHeuristic(
-        cuda::MeanPoolingShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
+    return cuda::MeanPoolingHeuristic(cuda::MeanPoolingShapeOf(p), device);
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& problem,
-                                       const DeviceInfo& device) const override {
-    return cuda::MeanPoolingCandidates(
-        cuda::MeanPoolingShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& p,
+                                              const DeviceInfo& device) {
+    return cuda::MeanPoolingCandidates(cuda::MeanPoolingShapeOf(p), device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
-                           const DeviceInfo& /*device*/) const override {
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
+  static absl::Status CheckConfig(const KernelConfig& config, const MeanPoolingProblem& p) {
     KS_RETURN_IF_ERROR(CheckPoolingConfig(config, p, SizesOf(p)));
     return cuda::SelectPoolingLaunch(p.dtype, p.form, VectorWidth(p), config.num_stages).status();
-  }
-
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
-                                                       const TensorMap& inputs,
-                                                       const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda || device.ordinal < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mean pooling (cuda): expected a CUDA device, got ",
-                       Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
-    }
-    KS_RETURN_IF_ERROR(Supports(problem, device));
-    KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources,
-                        cuda::ThisThreadResources(device.ordinal));
-    auto run = std::make_unique<CudaMeanPoolingRun>(ProblemAs<MeanPoolingProblem>(problem),
-                                                    device.ordinal, resources);
-    KS_RETURN_IF_ERROR(run->Init(inputs));
-    return std::unique_ptr<PreparedRun>(std::move(run));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingCuda() {
-  return std::make_unique<CudaMeanPoolingImpl>();
+  return std::make_unique<cuda::CudaImpl<MeanPoolingCudaTraits>>();
 }
 
 }  // namespace kernelserve
