@@ -1,37 +1,26 @@
 #include "kernels/flash_attention/cpu/flash_attention_bwd_cpu.h"
 
-#include <algorithm>
-#include <cstdint>
-#include <set>
-#include <string>
-#include <utility>
+#include <memory>
 #include <vector>
 
 #include "kernels/flash_attention/cpu/flash_attention_bwd.h"
+#include "kernels/flash_attention/cpu/flash_attention_cpu.h"
 #include "kernels/flash_attention/flash_attention_bwd_kernel.h"
-#include "kernels/runtime/cpu/checks.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
 
-using cpu::FlashAttentionArgs;
-using cpu::FlashAttentionBwdArgs;
-
-std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& name) {
-  auto it = inputs.find(name);
-  return it == inputs.end() ? std::vector<int64_t>() : it->second.ToInts();
-}
+// Multiply-adds per (query, key, dim) of the three passes: q.k and dout.v in the dq pass and
+// again in the dk/dv pass, then dq, dk and dv.
+constexpr double kMacsPerElement = 7.0;
 
 // Not thread-safe (see PreparedRun).
 class FlashAttentionBwdCpuRun : public cpu::CpuRun {
  public:
   FlashAttentionBwdCpuRun(const FlashAttentionBwdProblem& p, const TensorMap& inputs)
-      : cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
-        cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
-        q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
-        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")) {
-    SetForwardArgs(p.fwd, inputs);
+      : index_(inputs) {
+    args_.fwd = cpu::FlashArgsOf(p.fwd, inputs, index_);
     args_.out = inputs.at("out").data();
     args_.lse = inputs.at("lse").data_as<float>();
     args_.dout = inputs.at("dout").data();
@@ -53,65 +42,9 @@ class FlashAttentionBwdCpuRun : public cpu::CpuRun {
   }
 
  private:
-  // args_.fwd: the forward call's inputs and params, as the forward's CPU run sets them.
-  void SetForwardArgs(const FlashAttentionProblem& p, const TensorMap& inputs) {
-    FlashAttentionArgs& a = args_.fwd;
-    a.dtype = p.dtype;
-    a.q = inputs.at("q").data();
-    a.k = inputs.at("k").data();
-    a.v = inputs.at("v").data();
-    a.total_q = p.total_q;
-    a.total_k = p.total_k;
-    a.num_heads_q = p.num_heads_q;
-    a.num_heads_kv = p.num_heads_kv;
-    a.head_dim = p.head_dim;
-    a.num_sequences = p.num_sequences;
-    a.seq_len_q = p.seq_len_q;
-    a.seq_len_k = p.seq_len_k;
-    if (p.varlen) {
-      a.cu_seqlens_q = cu_seqlens_q_.data();
-      a.cu_seqlens_k = cu_seqlens_k_.data();
-    }
-    a.softmax_scale = static_cast<float>(p.softmax_scale);
-    a.causal = p.causal;
-    a.window_left = p.window_left;
-    a.window_right = p.window_right;
-    a.softcap = static_cast<float>(p.logits_soft_cap);
-    if (p.has_bias) {
-      a.bias = inputs.at("bias").data_as<float>();
-      // An empty bias (no batch or no head) is never read: its Sq * Sk need not fit int64.
-      const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
-      a.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
-      a.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
-    }
-    if (p.has_segment_ids) {
-      a.q_segment_ids = q_segment_ids_.data();
-      a.kv_segment_ids = kv_segment_ids_.data();
-    }
-  }
-
-  // Index inputs as int64; empty when not given. args_ points into them.
-  const std::vector<int64_t> cu_seqlens_q_;
-  const std::vector<int64_t> cu_seqlens_k_;
-  const std::vector<int64_t> q_segment_ids_;
-  const std::vector<int64_t> kv_segment_ids_;
-  FlashAttentionBwdArgs args_;  // points into the inputs, the vectors above and the outputs
+  const cpu::FlashIndexInputs index_;
+  cpu::FlashAttentionBwdArgs args_;  // points into the inputs, index_ and the outputs
 };
-
-// Below this many multiply-adds (about a millisecond of one core) one thread beats several.
-constexpr double kSingleThreadMacs = 4194304.0;  // 2^22
-// Multiply-adds per (query, key, dim) of the three passes: q.k and dout.v in the dq pass and
-// again in the dk/dv pass, then dq, dk and dv.
-constexpr double kMacsPerElement = 7.0;
-
-KernelConfig CpuConfig(int block_q, int block_k, int threads) {
-  KernelConfig config;
-  config.block_q = block_q;
-  config.block_k = block_k;
-  config.num_warps = threads;
-  config.platform = "cpu";
-  return config;
-}
 
 class FlashAttentionBwdCpuImpl : public PlatformImpl {
  public:
@@ -122,30 +55,13 @@ class FlashAttentionBwdCpuImpl : public PlatformImpl {
   }
 
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    const auto& p = ProblemAs<FlashAttentionBwdProblem>(problem).fwd;
-    // Mean sequence lengths (exact in the dense form).
-    const int64_t n = std::max<int64_t>(p.num_sequences, 1);
-    const double mean_q = static_cast<double>(p.total_q) / static_cast<double>(n);
-    const double mean_k = static_cast<double>(p.total_k) / static_cast<double>(n);
-    const double macs = kMacsPerElement * static_cast<double>(n) *
-                        static_cast<double>(p.num_heads_q) * mean_q * mean_k *
-                        static_cast<double>(p.head_dim);
-    const int block_q = mean_q <= 16.0 ? 16 : 32;
-    const int block_k = p.head_dim <= 64 ? 64 : 32;
-    const int threads = macs < kSingleThreadMacs ? 1 : cpu::HardwareThreads(device);
-    return CpuConfig(block_q, block_k, threads);
+    return cpu::FlashCpuHeuristic(ProblemAs<FlashAttentionBwdProblem>(problem).fwd, device,
+                                  kMacsPerElement);
   }
 
   std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
                                        const DeviceInfo& device) const override {
-    const std::set<int> threads = {1, 2, cpu::HardwareThreads(device)};
-    std::vector<KernelConfig> configs;
-    for (int block_q : {16, 32, 64}) {
-      for (int block_k : {32, 64, 128}) {
-        for (int t : threads) configs.push_back(CpuConfig(block_q, block_k, t));
-      }
-    }
-    return configs;
+    return cpu::FlashCpuCandidates(device);
   }
 
   absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,

@@ -7,87 +7,20 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/flash_attention/cpu/flash_attention.h"
-#include "kernels/flash_attention/flash_attention_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
+namespace cpu {
 namespace {
 
-using cpu::FlashAttentionArgs;
+// Below this many multiply-adds (about a millisecond of one core) one thread beats several.
+constexpr double kSingleThreadMacs = 4194304.0;  // 2^22
 
 std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& name) {
   auto it = inputs.find(name);
   return it == inputs.end() ? std::vector<int64_t>() : it->second.ToInts();
 }
-
-// Not thread-safe (see PreparedRun).
-class FlashAttentionCpuRun : public cpu::CpuRun {
- public:
-  FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
-      : cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
-        cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
-        q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
-        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")) {
-    args_.dtype = p.dtype;
-    args_.q = inputs.at("q").data();
-    args_.k = inputs.at("k").data();
-    args_.v = inputs.at("v").data();
-    AddOutput("out", p.dtype, inputs.at("q").shape(), &args_.out);
-    if (p.return_lse) {
-      AddOutput("lse", DType::kF32,
-                p.varlen ? Shape{p.num_heads_q, p.total_q}
-                         : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q},
-                &args_.lse);
-    }
-    args_.total_q = p.total_q;
-    args_.total_k = p.total_k;
-    args_.num_heads_q = p.num_heads_q;
-    args_.num_heads_kv = p.num_heads_kv;
-    args_.head_dim = p.head_dim;
-    args_.num_sequences = p.num_sequences;
-    args_.seq_len_q = p.seq_len_q;
-    args_.seq_len_k = p.seq_len_k;
-    if (p.varlen) {
-      args_.cu_seqlens_q = cu_seqlens_q_.data();
-      args_.cu_seqlens_k = cu_seqlens_k_.data();
-    }
-    args_.softmax_scale = static_cast<float>(p.softmax_scale);
-    args_.causal = p.causal;
-    args_.window_left = p.window_left;
-    args_.window_right = p.window_right;
-    args_.softcap = static_cast<float>(p.logits_soft_cap);
-    if (p.has_bias) {
-      args_.bias = inputs.at("bias").data_as<float>();
-      // A bias without a batch or a head is empty and never read: its Sq * Sk need not fit
-      // int64 (bias [0,1,2^40,2^40]). Otherwise the bias holds Sq * Sk elements per plane.
-      const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
-      args_.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
-      args_.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
-    }
-    if (p.has_segment_ids) {
-      args_.q_segment_ids = q_segment_ids_.data();
-      args_.kv_segment_ids = kv_segment_ids_.data();
-    }
-  }
-
-  absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    args_.interrupt = InterruptOrNull();
-    return TimedLaunch([&] { return cpu::FlashAttentionCpu(args_, config); });
-  }
-
- private:
-  // Index inputs as int64; empty when not given. args_ points into them.
-  const std::vector<int64_t> cu_seqlens_q_;
-  const std::vector<int64_t> cu_seqlens_k_;
-  const std::vector<int64_t> q_segment_ids_;
-  const std::vector<int64_t> kv_segment_ids_;
-  FlashAttentionArgs args_;  // points into the inputs, the vectors above and the outputs
-};
-
-// Below this many multiply-adds (about a millisecond of one core) one thread beats several.
-constexpr double kSingleThreadMacs = 4194304.0;  // 2^22
 
 KernelConfig CpuConfig(int block_q, int block_k, int threads) {
   KernelConfig config;
@@ -98,6 +31,110 @@ KernelConfig CpuConfig(int block_q, int block_k, int threads) {
   return config;
 }
 
+}  // namespace
+
+FlashIndexInputs::FlashIndexInputs(const TensorMap& inputs)
+    : cu_seqlens_q(IntsOrEmpty(inputs, "cu_seqlens_q")),
+      cu_seqlens_k(IntsOrEmpty(inputs, "cu_seqlens_k")),
+      q_segment_ids(IntsOrEmpty(inputs, "q_segment_ids")),
+      kv_segment_ids(IntsOrEmpty(inputs, "kv_segment_ids")) {}
+
+FlashAttentionArgs FlashArgsOf(const FlashAttentionProblem& p, const TensorMap& inputs,
+                               const FlashIndexInputs& index) {
+  FlashAttentionArgs args;
+  args.dtype = p.dtype;
+  args.q = inputs.at("q").data();
+  args.k = inputs.at("k").data();
+  args.v = inputs.at("v").data();
+  args.total_q = p.total_q;
+  args.total_k = p.total_k;
+  args.num_heads_q = p.num_heads_q;
+  args.num_heads_kv = p.num_heads_kv;
+  args.head_dim = p.head_dim;
+  args.num_sequences = p.num_sequences;
+  args.seq_len_q = p.seq_len_q;
+  args.seq_len_k = p.seq_len_k;
+  if (p.varlen) {
+    args.cu_seqlens_q = index.cu_seqlens_q.data();
+    args.cu_seqlens_k = index.cu_seqlens_k.data();
+  }
+  args.softmax_scale = static_cast<float>(p.softmax_scale);
+  args.causal = p.causal;
+  args.window_left = p.window_left;
+  args.window_right = p.window_right;
+  args.softcap = static_cast<float>(p.logits_soft_cap);
+  if (p.has_bias) {
+    args.bias = inputs.at("bias").data_as<float>();
+    // A bias without a batch or a head is empty and never read: its Sq * Sk need not fit
+    // int64 (bias [0,1,2^40,2^40]). Otherwise the bias holds Sq * Sk elements per plane.
+    const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
+    args.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
+    args.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
+  }
+  if (p.has_segment_ids) {
+    args.q_segment_ids = index.q_segment_ids.data();
+    args.kv_segment_ids = index.kv_segment_ids.data();
+  }
+  return args;
+}
+
+KernelConfig FlashCpuHeuristic(const FlashAttentionProblem& p, const DeviceInfo& device,
+                               double macs_per_element) {
+  // Mean sequence lengths (exact in the dense form).
+  const int64_t n = std::max<int64_t>(p.num_sequences, 1);
+  const double mean_q = static_cast<double>(p.total_q) / static_cast<double>(n);
+  const double mean_k = static_cast<double>(p.total_k) / static_cast<double>(n);
+  const double macs = macs_per_element * static_cast<double>(n) *
+                      static_cast<double>(p.num_heads_q) * mean_q * mean_k *
+                      static_cast<double>(p.head_dim);
+  const int block_q = mean_q <= 16.0 ? 16 : 32;
+  const int block_k = p.head_dim <= 64 ? 64 : 32;
+  const int threads = macs < kSingleThreadMacs ? 1 : HardwareThreads(device);
+  return CpuConfig(block_q, block_k, threads);
+}
+
+std::vector<KernelConfig> FlashCpuCandidates(const DeviceInfo& device) {
+  const std::set<int> threads = {1, 2, HardwareThreads(device)};
+  std::vector<KernelConfig> configs;
+  for (int block_q : {16, 32, 64}) {
+    for (int block_k : {32, 64, 128}) {
+      for (int t : threads) configs.push_back(CpuConfig(block_q, block_k, t));
+    }
+  }
+  return configs;
+}
+
+}  // namespace cpu
+
+namespace {
+
+// Multiply-adds per (query, key, dim): q.k and p.v.
+constexpr double kMacsPerElement = 2.0;
+
+// Not thread-safe (see PreparedRun).
+class FlashAttentionCpuRun : public cpu::CpuRun {
+ public:
+  FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
+      : index_(inputs), args_(cpu::FlashArgsOf(p, inputs, index_)) {
+    AddOutput("out", p.dtype, inputs.at("q").shape(), &args_.out);
+    if (p.return_lse) {
+      AddOutput("lse", DType::kF32,
+                p.varlen ? Shape{p.num_heads_q, p.total_q}
+                         : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q},
+                &args_.lse);
+    }
+  }
+
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    args_.interrupt = InterruptOrNull();
+    return TimedLaunch([&] { return cpu::FlashAttentionCpu(args_, config); });
+  }
+
+ private:
+  const cpu::FlashIndexInputs index_;
+  cpu::FlashAttentionArgs args_;  // points into the inputs, index_ and the outputs
+};
+
 class FlashAttentionCpuImpl : public PlatformImpl {
  public:
   Platform platform() const override { return Platform::kCpu; }
@@ -107,29 +144,13 @@ class FlashAttentionCpuImpl : public PlatformImpl {
   }
 
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    const auto& p = ProblemAs<FlashAttentionProblem>(problem);
-    // Mean sequence lengths (exact in the dense form).
-    const int64_t n = std::max<int64_t>(p.num_sequences, 1);
-    const double mean_q = static_cast<double>(p.total_q) / static_cast<double>(n);
-    const double mean_k = static_cast<double>(p.total_k) / static_cast<double>(n);
-    const double macs = 2.0 * static_cast<double>(n) * static_cast<double>(p.num_heads_q) * mean_q *
-                        mean_k * static_cast<double>(p.head_dim);
-    const int block_q = mean_q <= 16.0 ? 16 : 32;
-    const int block_k = p.head_dim <= 64 ? 64 : 32;
-    const int threads = macs < kSingleThreadMacs ? 1 : cpu::HardwareThreads(device);
-    return CpuConfig(block_q, block_k, threads);
+    return cpu::FlashCpuHeuristic(ProblemAs<FlashAttentionProblem>(problem), device,
+                                  kMacsPerElement);
   }
 
   std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
                                        const DeviceInfo& device) const override {
-    const std::set<int> threads = {1, 2, cpu::HardwareThreads(device)};
-    std::vector<KernelConfig> configs;
-    for (int block_q : {16, 32, 64}) {
-      for (int block_k : {32, 64, 128}) {
-        for (int t : threads) configs.push_back(CpuConfig(block_q, block_k, t));
-      }
-    }
-    return configs;
+    return cpu::FlashCpuCandidates(device);
   }
 
   absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
