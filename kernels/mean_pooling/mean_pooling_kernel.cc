@@ -93,6 +93,12 @@ absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap&
   return p;
 }
 
+std::vector<uint8_t> MeanPoolingMaskBytes(const Tensor& mask) {
+  std::vector<uint8_t> bytes;
+  for (int64_t value : mask.ToInts()) bytes.push_back(value != 0 ? 1 : 0);
+  return bytes;
+}
+
 const KernelSchema& MeanPoolingSchema() {
   static const KernelSchema* const schema =
       new KernelSchema{.name = "mean_pooling",

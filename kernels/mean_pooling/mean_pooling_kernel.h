@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/kernel.h"
@@ -37,6 +38,10 @@ const KernelSchema& MeanPoolingSchema();
 // The rules of x, mask and cu_seqlens alone (the problem's chunk_size left at its default),
 // shared with mean_pooling_bwd. REQUIRES: the inputs passed a schema's checks with x present.
 absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap& inputs);
+
+// A masked call's mask as bytes, 1 where the row counts (nonzero) and 0 elsewhere, whatever
+// the mask's dtype: as every platform reads it.
+std::vector<uint8_t> MeanPoolingMaskBytes(const Tensor& mask);
 
 // Thread safety: the const methods are thread-safe (see Kernel). mean_pooling_bwd derives
 // from it for its data checks and synthesized inputs.

@@ -1,47 +1,25 @@
 #include "kernels/mean_pooling/cpu/mean_pooling_bwd_cpu.h"
 
-#include <algorithm>
-#include <cstdint>
-#include <set>
-#include <utility>
+#include <memory>
 #include <vector>
 
 #include "kernels/mean_pooling/cpu/mean_pooling_bwd.h"
-#include "kernels/mean_pooling/mean_pooling_kernel.h"
-#include "kernels/runtime/cpu/checks.h"
+#include "kernels/mean_pooling/cpu/mean_pooling_cpu.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
 
-// Below this many elements of dx one thread beats starting more (a thread start costs tens of
-// microseconds, about what writing this many elements takes).
-constexpr int64_t kSingleThreadElements = int64_t{1} << 18;
 constexpr int kDefaultRows = 64;
-
-KernelConfig CpuConfig(int block_size, int threads) {
-  KernelConfig config;
-  config.block_size = block_size;
-  config.num_warps = threads;
-  config.platform = "cpu";
-  return config;
-}
 
 // Not thread-safe (see PreparedRun).
 class MeanPoolingBwdCpuRun : public cpu::CpuRun {
  public:
-  MeanPoolingBwdCpuRun(const MeanPoolingProblem& problem, const Tensor* dout,
-                       std::vector<int64_t> cu_seqlens, std::vector<uint8_t> mask)
-      : cu_seqlens_(std::move(cu_seqlens)), mask_(std::move(mask)) {
-    args_.dtype = problem.dtype;
-    args_.dout = dout->data();
+  MeanPoolingBwdCpuRun(const MeanPoolingProblem& problem, const TensorMap& inputs)
+      : index_(inputs) {
+    cpu::SetPoolingArgs(problem, index_, args_);
+    args_.dout = inputs.at("dout").data();
     AddOutput("dx", problem.dtype, problem.x_shape, &args_.dx);
-    args_.total_rows = problem.total_rows;
-    args_.hidden = problem.hidden;
-    args_.num_sequences = problem.num_sequences;
-    args_.seq_len = problem.seq_len;
-    if (problem.form == PoolingForm::kVarlen) args_.cu_seqlens = cu_seqlens_.data();
-    if (problem.form == PoolingForm::kMasked) args_.mask = mask_.data();
   }
 
   absl::StatusOr<double> Launch(const KernelConfig& config) override {
@@ -50,9 +28,8 @@ class MeanPoolingBwdCpuRun : public cpu::CpuRun {
   }
 
  private:
-  const std::vector<int64_t> cu_seqlens_;  // varlen only
-  const std::vector<uint8_t> mask_;        // masked only; 1 = counted
-  cpu::MeanPoolingBwdArgs args_;           // points into dout, the vectors above and dx
+  const cpu::PoolingIndexInputs index_;
+  cpu::MeanPoolingBwdArgs args_;  // points into dout, index_ and dx
 };
 
 class MeanPoolingBwdCpuImpl : public PlatformImpl {
@@ -66,21 +43,13 @@ class MeanPoolingBwdCpuImpl : public PlatformImpl {
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
     // Each row is written once from one cached quotient row: threads pay off once the writes
     // outweigh their start-up.
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
-    const int64_t elements = p.total_rows * p.hidden;
-    return CpuConfig(kDefaultRows,
-                     elements < kSingleThreadElements ? 1 : cpu::HardwareThreads(device));
+    return cpu::PoolingCpuConfig(
+        kDefaultRows, cpu::PoolingCpuThreads(ProblemAs<MeanPoolingProblem>(problem), device));
   }
 
   std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
                                        const DeviceInfo& device) const override {
-    std::vector<KernelConfig> configs;
-    for (int rows : {kDefaultRows, 512}) {
-      for (int threads : std::set<int>{1, 2, cpu::HardwareThreads(device)}) {
-        configs.push_back(CpuConfig(rows, threads));
-      }
-    }
-    return configs;
+    return cpu::PoolingCpuCandidates({kDefaultRows, 512}, device);
   }
 
   absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
@@ -93,15 +62,8 @@ class MeanPoolingBwdCpuImpl : public PlatformImpl {
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
       const Problem& problem, const TensorMap& inputs,
       const DeviceInfo& /*device*/) const override {
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
-    std::vector<int64_t> cu_seqlens;
-    std::vector<uint8_t> mask;
-    if (auto it = inputs.find("cu_seqlens"); it != inputs.end()) cu_seqlens = it->second.ToInts();
-    if (auto it = inputs.find("mask"); it != inputs.end()) {
-      for (int64_t value : it->second.ToInts()) mask.push_back(value != 0 ? 1 : 0);
-    }
-    return std::unique_ptr<PreparedRun>(std::make_unique<MeanPoolingBwdCpuRun>(
-        p, &inputs.at("dout"), std::move(cu_seqlens), std::move(mask)));
+    return std::unique_ptr<PreparedRun>(
+        std::make_unique<MeanPoolingBwdCpuRun>(ProblemAs<MeanPoolingProblem>(problem), inputs));
   }
 };
 

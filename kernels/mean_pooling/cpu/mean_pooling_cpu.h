@@ -3,9 +3,13 @@
 #ifndef KERNELSERVE_KERNELS_MEAN_POOLING_CPU_MEAN_POOLING_CPU_H_
 #define KERNELSERVE_KERNELS_MEAN_POOLING_CPU_MEAN_POOLING_CPU_H_
 
+#include <cstdint>
 #include <memory>
+#include <set>
+#include <vector>
 
 #include "core/kernel.h"
+#include "kernels/mean_pooling/mean_pooling_kernel.h"
 
 namespace kernelserve {
 
@@ -16,6 +20,41 @@ namespace kernelserve {
 // threads}. Runs every problem of the contract.
 // Thread safety: stateless; every method may run on many threads at once.
 std::unique_ptr<PlatformImpl> MakeMeanPoolingCpu();
+
+// What the CPU platforms of mean_pooling and mean_pooling_bwd share.
+namespace cpu {
+
+// A call's offsets (int64) and mask (MeanPoolingMaskBytes), each empty when not given: what the
+// args of its CPU run point into. A value type.
+struct PoolingIndexInputs {
+  explicit PoolingIndexInputs(const TensorMap& inputs);
+
+  std::vector<int64_t> cu_seqlens;
+  std::vector<uint8_t> mask;
+};
+
+// Sets what MeanPoolingArgs and MeanPoolingBwdArgs share for `p`: dtype, sizes, and the
+// offsets (varlen) or mask (masked), pointing into `index`, which must outlive `args`.
+template <typename Args>
+void SetPoolingArgs(const MeanPoolingProblem& p, const PoolingIndexInputs& index, Args& args) {
+  args.dtype = p.dtype;
+  args.total_rows = p.total_rows;
+  args.hidden = p.hidden;
+  args.num_sequences = p.num_sequences;
+  args.seq_len = p.seq_len;
+  if (p.form == PoolingForm::kVarlen) args.cu_seqlens = index.cu_seqlens.data();
+  if (p.form == PoolingForm::kMasked) args.mask = index.mask.data();
+}
+
+// A config of the CPU platforms: `block_size` rows per work item on `threads` threads.
+KernelConfig PoolingCpuConfig(int block_size, int threads);
+// The heuristic's threads: one below 2^18 elements of x, else every hardware thread.
+int PoolingCpuThreads(const MeanPoolingProblem& p, const DeviceInfo& device);
+// Each of `block_sizes` x num_warps in {1, 2, hardware threads}.
+std::vector<KernelConfig> PoolingCpuCandidates(const std::set<int>& block_sizes,
+                                               const DeviceInfo& device);
+
+}  // namespace cpu
 
 }  // namespace kernelserve
 

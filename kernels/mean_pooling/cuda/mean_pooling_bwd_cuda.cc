@@ -66,7 +66,7 @@ std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
       counts[n] = static_cast<float>((*offsets)[n + 1] - (*offsets)[n]);
     }
   } else if (p.form == PoolingForm::kMasked) {
-    for (int64_t value : inputs.at("mask").ToInts()) mask_bytes->push_back(value != 0 ? 1 : 0);
+    *mask_bytes = MeanPoolingMaskBytes(inputs.at("mask"));
     for (size_t n = 0; n < counts.size(); ++n) {
       const auto row = mask_bytes->begin() + static_cast<int64_t>(n) * p.seq_len;
       counts[n] = static_cast<float>(std::count(row, row + p.seq_len, uint8_t{1}));

@@ -58,15 +58,6 @@ absl::Status CheckPoolingConfig(const KernelConfig& config, const MeanPoolingPro
   return absl::OkStatus();
 }
 
-// Mask values as bytes (nonzero -> 1), whatever the mask's dtype.
-std::vector<uint8_t> MaskBytes(const Tensor& mask) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(mask.numel()));
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    bytes[i] = mask.GetInt(static_cast<int64_t>(i)) != 0 ? 1 : 0;
-  }
-  return bytes;
-}
-
 // One call made ready on one device. Thread safety: one thread at a time (PreparedRun).
 class CudaMeanPoolingRun : public cuda::CudaRun {
  public:
@@ -95,7 +86,7 @@ absl::Status CudaMeanPoolingRun::Init(const TensorMap& inputs) {
   args_ = SizesOf(p_);
   args_.x = x_.get();
   if (p_.form == PoolingForm::kMasked) {
-    const std::vector<uint8_t> mask = MaskBytes(inputs.at("mask"));
+    const std::vector<uint8_t> mask = MeanPoolingMaskBytes(inputs.at("mask"));
     KS_ASSIGN_OR_RETURN(mask_, Upload(mask.data(), mask.size()));
     args_.mask = static_cast<const uint8_t*>(mask_.get());
   } else if (p_.form == PoolingForm::kVarlen) {
