@@ -6,6 +6,7 @@
 #include "kernels/flash_attention/cpu/flash_attention_bwd.h"
 #include "kernels/flash_attention/cpu/flash_attention_cpu.h"
 #include "kernels/flash_attention/flash_attention_bwd_kernel.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
@@ -15,6 +16,8 @@ namespace {
 // again in the dk/dv pass, then dq, dk and dv.
 constexpr double kMacsPerElement = 7.0;
 
+// Points at q, k, v, out, lse, dout and bias in the inputs (which outlive it), copies the
+// offsets and segment ids as int64 and allocates dq, dk, dv (and dbias when return_dbias).
 // Not thread-safe (see PreparedRun).
 class FlashAttentionBwdCpuRun : public cpu::CpuRun {
  public:
@@ -46,44 +49,27 @@ class FlashAttentionBwdCpuRun : public cpu::CpuRun {
   cpu::FlashAttentionBwdArgs args_;  // points into the inputs, index_ and the outputs
 };
 
-class FlashAttentionBwdCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
+// The flash attention backward reference as CpuImpl runs it.
+struct FlashAttentionBwdCpuTraits {
+  using ProblemType = FlashAttentionBwdProblem;
+  using Run = FlashAttentionBwdCpuRun;
 
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
+  static KernelConfig Heuristic(const FlashAttentionBwdProblem& p, const DeviceInfo& device) {
+    return cpu::FlashCpuHeuristic(p.fwd, device, kMacsPerElement);
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cpu::FlashCpuHeuristic(ProblemAs<FlashAttentionBwdProblem>(problem).fwd, device,
-                                  kMacsPerElement);
-  }
-
-  std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
-                                       const DeviceInfo& device) const override {
+  static std::vector<KernelConfig> Candidates(const FlashAttentionBwdProblem& /*p*/,
+                                              const DeviceInfo& device) {
     return cpu::FlashCpuCandidates(device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckFlashAttentionBwdCpuConfig(config);
-  }
-
-  // Keeps pointers to q, k, v, out, lse, dout and bias in `inputs` (which must outlive the
-  // run), copies the offsets and segment ids as int64 and allocates dq, dk, dv (and dbias
-  // when return_dbias).
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    return std::unique_ptr<PreparedRun>(std::make_unique<FlashAttentionBwdCpuRun>(
-        ProblemAs<FlashAttentionBwdProblem>(problem), inputs));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCpu() {
-  return std::make_unique<FlashAttentionBwdCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<FlashAttentionBwdCpuTraits>>();
 }
 
 }  // namespace kernelserve

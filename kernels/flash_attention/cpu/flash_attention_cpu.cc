@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
@@ -111,7 +112,9 @@ namespace {
 // Multiply-adds per (query, key, dim): q.k and p.v.
 constexpr double kMacsPerElement = 2.0;
 
-// Not thread-safe (see PreparedRun).
+// Points at q, k, v and bias in the inputs (which outlive it), copies the offsets and segment
+// ids as int64 and allocates `out` (and `lse` when return_lse). Not thread-safe (see
+// PreparedRun).
 class FlashAttentionCpuRun : public cpu::CpuRun {
  public:
   FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
@@ -135,43 +138,27 @@ class FlashAttentionCpuRun : public cpu::CpuRun {
   cpu::FlashAttentionArgs args_;  // points into the inputs, index_ and the outputs
 };
 
-class FlashAttentionCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
+// The flash attention reference as CpuImpl runs it.
+struct FlashAttentionCpuTraits {
+  using ProblemType = FlashAttentionProblem;
+  using Run = FlashAttentionCpuRun;
 
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
+  static KernelConfig Heuristic(const FlashAttentionProblem& p, const DeviceInfo& device) {
+    return cpu::FlashCpuHeuristic(p, device, kMacsPerElement);
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cpu::FlashCpuHeuristic(ProblemAs<FlashAttentionProblem>(problem), device,
-                                  kMacsPerElement);
-  }
-
-  std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
-                                       const DeviceInfo& device) const override {
+  static std::vector<KernelConfig> Candidates(const FlashAttentionProblem& /*p*/,
+                                              const DeviceInfo& device) {
     return cpu::FlashCpuCandidates(device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckFlashAttentionCpuConfig(config);
-  }
-
-  // Keeps pointers to q, k, v and bias in `inputs` (which must outlive the run), copies the
-  // offsets and segment ids as int64 and allocates `out` (and `lse` when return_lse).
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    return std::unique_ptr<PreparedRun>(
-        std::make_unique<FlashAttentionCpuRun>(ProblemAs<FlashAttentionProblem>(problem), inputs));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCpu() {
-  return std::make_unique<FlashAttentionCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<FlashAttentionCpuTraits>>();
 }
 
 }  // namespace kernelserve

@@ -5,6 +5,7 @@
 
 #include "kernels/mean_pooling/cpu/mean_pooling_bwd.h"
 #include "kernels/mean_pooling/cpu/mean_pooling_cpu.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
@@ -12,7 +13,9 @@ namespace {
 
 constexpr int kDefaultRows = 64;
 
-// Not thread-safe (see PreparedRun).
+// Points at dout's data in the inputs (which outlive it), copies the mask / offsets as bytes /
+// int64 and allocates dx. x is not read (it may be shape-only). Not thread-safe (see
+// PreparedRun).
 class MeanPoolingBwdCpuRun : public cpu::CpuRun {
  public:
   MeanPoolingBwdCpuRun(const MeanPoolingProblem& problem, const TensorMap& inputs)
@@ -32,45 +35,29 @@ class MeanPoolingBwdCpuRun : public cpu::CpuRun {
   cpu::MeanPoolingBwdArgs args_;  // points into dout, index_ and dx
 };
 
-class MeanPoolingBwdCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
+// The mean_pooling_bwd reference as CpuImpl runs it.
+struct MeanPoolingBwdCpuTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = MeanPoolingBwdCpuRun;
 
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
-  }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
     // Each row is written once from one cached quotient row: threads pay off once the writes
     // outweigh their start-up.
-    return cpu::PoolingCpuConfig(
-        kDefaultRows, cpu::PoolingCpuThreads(ProblemAs<MeanPoolingProblem>(problem), device));
+    return cpu::PoolingCpuConfig(kDefaultRows, cpu::PoolingCpuThreads(p, device));
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
-                                       const DeviceInfo& device) const override {
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& /*p*/,
+                                              const DeviceInfo& device) {
     return cpu::PoolingCpuCandidates({kDefaultRows, 512}, device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckMeanPoolingBwdCpuConfig(config);
-  }
-
-  // Keeps a pointer to inputs["dout"] (which must outlive the run), copies the mask / offsets
-  // as bytes / int64 and allocates dx. x is not read (it may be shape-only).
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    return std::unique_ptr<PreparedRun>(
-        std::make_unique<MeanPoolingBwdCpuRun>(ProblemAs<MeanPoolingProblem>(problem), inputs));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingBwdCpu() {
-  return std::make_unique<MeanPoolingBwdCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<MeanPoolingBwdCpuTraits>>();
 }
 
 }  // namespace kernelserve

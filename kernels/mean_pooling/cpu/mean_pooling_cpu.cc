@@ -7,6 +7,7 @@
 
 #include "kernels/mean_pooling/cpu/mean_pooling.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
 #include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
@@ -56,7 +57,8 @@ int BlockRows(int64_t chunk_size) {
   return static_cast<int>(std::min<int64_t>(chunk_size, cpu::kMaxCpuBlockRows));
 }
 
-// Not thread-safe (see PreparedRun).
+// Points at x's data in the inputs (which outlive it), copies the mask / offsets as bytes /
+// int64 and allocates `out`. Not thread-safe (see PreparedRun).
 class MeanPoolingCpuRun : public cpu::CpuRun {
  public:
   MeanPoolingCpuRun(const MeanPoolingProblem& problem, const TensorMap& inputs)
@@ -79,46 +81,29 @@ class MeanPoolingCpuRun : public cpu::CpuRun {
   cpu::MeanPoolingArgs args_;  // points into x, index_ and out
 };
 
-class MeanPoolingCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
+// The mean pooling reference as CpuImpl runs it.
+struct MeanPoolingCpuTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = MeanPoolingCpuRun;
 
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
-  }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
     // The caller's chunk_size is the work split; threads only pay off once the sum is big
     // enough to hide their start-up.
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
     return cpu::PoolingCpuConfig(BlockRows(p.chunk_size), cpu::PoolingCpuThreads(p, device));
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& problem,
-                                       const DeviceInfo& device) const override {
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& p,
+                                              const DeviceInfo& device) {
     return cpu::PoolingCpuCandidates({BlockRows(p.chunk_size), 32, 128, 512}, device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckMeanPoolingCpuConfig(config);
-  }
-
-  // Keeps a pointer to inputs["x"] (which must outlive the run), copies the mask / offsets as
-  // bytes / int64 and allocates `out`.
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    return std::unique_ptr<PreparedRun>(
-        std::make_unique<MeanPoolingCpuRun>(ProblemAs<MeanPoolingProblem>(problem), inputs));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingCpu() {
-  return std::make_unique<MeanPoolingCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<MeanPoolingCpuTraits>>();
 }
 
 }  // namespace kernelserve
