@@ -31,9 +31,7 @@ class FlashAttentionBwdCpuRun : public cpu::CpuRun {
     AddOutput("dk", p.fwd.dtype, p.k_shape, &args_.dk);
     AddOutput("dv", p.fwd.dtype, p.k_shape, &args_.dv);
     if (p.return_dbias) {
-      AddOutput("dbias", DType::kF32,
-                {p.fwd.bias_batch, p.fwd.bias_heads, p.fwd.seq_len_q, p.fwd.seq_len_k},
-                &args_.dbias);
+      AddOutput("dbias", DType::kF32, FlashBiasShape(p.fwd), &args_.dbias);
       args_.dbias_batch = p.fwd.bias_batch;
       args_.dbias_heads = p.fwd.bias_heads;
     }

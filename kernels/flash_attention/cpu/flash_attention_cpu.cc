@@ -121,10 +121,7 @@ class FlashAttentionCpuRun : public cpu::CpuRun {
       : index_(inputs), args_(cpu::FlashArgsOf(p, inputs, index_)) {
     AddOutput("out", p.dtype, inputs.at("q").shape(), &args_.out);
     if (p.return_lse) {
-      AddOutput("lse", DType::kF32,
-                p.varlen ? Shape{p.num_heads_q, p.total_q}
-                         : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q},
-                &args_.lse);
+      AddOutput("lse", DType::kF32, FlashLseShape(p), &args_.lse);
     }
   }
 
