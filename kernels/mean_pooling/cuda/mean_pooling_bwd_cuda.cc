@@ -15,6 +15,7 @@
 #include "core/utils/string_view.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_bwd_config.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_bwd_launch.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_space.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cuda/cuda_check.h"
 #include "kernels/runtime/cuda/cuda_impl.h"
@@ -32,9 +33,9 @@ cuda::PoolingBwdShape ShapeOf(const MeanPoolingProblem& p) {
   return {p.dtype, p.total_rows, p.hidden};
 }
 
+// 16-byte vectors when whole rows are made of them, as in the forward.
 int VectorWidth(const MeanPoolingProblem& p) {
-  const int64_t width = 16 / static_cast<int64_t>(ItemSize(p.dtype));
-  return p.hidden % width == 0 ? static_cast<int>(width) : 1;
+  return cuda::PoolVectorWidth(static_cast<int64_t>(ItemSize(p.dtype)), p.hidden);
 }
 
 // The one switch of runtime dtype and vector width to a compiled launcher.
