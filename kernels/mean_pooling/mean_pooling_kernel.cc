@@ -95,6 +95,7 @@ absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap&
 
 std::vector<uint8_t> MeanPoolingMaskBytes(const Tensor& mask) {
   std::vector<uint8_t> bytes;
+  bytes.reserve(static_cast<size_t>(mask.numel()));
   for (int64_t value : mask.ToInts()) bytes.push_back(value != 0 ? 1 : 0);
   return bytes;
 }
