@@ -93,11 +93,12 @@ absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap&
   return p;
 }
 
-std::vector<uint8_t> MeanPoolingMaskBytes(const Tensor& mask) {
-  std::vector<uint8_t> bytes;
-  bytes.reserve(static_cast<size_t>(mask.numel()));
-  for (int64_t value : mask.ToInts()) bytes.push_back(value != 0 ? 1 : 0);
-  return bytes;
+MeanPoolingIndex::MeanPoolingIndex(const TensorMap& inputs) {
+  if (auto it = inputs.find("cu_seqlens"); it != inputs.end()) cu_seqlens = it->second.ToInts();
+  if (auto it = inputs.find("mask"); it != inputs.end()) {
+    mask.reserve(static_cast<size_t>(it->second.numel()));
+    for (int64_t value : it->second.ToInts()) mask.push_back(value != 0 ? 1 : 0);
+  }
 }
 
 const KernelSchema& MeanPoolingSchema() {

@@ -39,9 +39,15 @@ const KernelSchema& MeanPoolingSchema();
 // shared with mean_pooling_bwd. REQUIRES: the inputs passed a schema's checks with x present.
 absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap& inputs);
 
-// A masked call's mask as bytes, 1 where the row counts (nonzero) and 0 elsewhere, whatever
-// the mask's dtype: as every platform reads it.
-std::vector<uint8_t> MeanPoolingMaskBytes(const Tensor& mask);
+// A call's index inputs as every platform reads them, each empty when not given: cu_seqlens as
+// int64 and mask as bytes, 1 where the row counts (nonzero) and 0 elsewhere, whatever the
+// mask's dtype. A value type.
+struct MeanPoolingIndex {
+  explicit MeanPoolingIndex(const TensorMap& inputs);
+
+  std::vector<int64_t> cu_seqlens;
+  std::vector<uint8_t> mask;
+};
 
 // Thread safety: the const methods are thread-safe (see Kernel). mean_pooling_bwd derives
 // from it for its data checks and synthesized inputs.

@@ -31,7 +31,7 @@ class MeanPoolingBwdCpuRun : public cpu::CpuRun {
   }
 
  private:
-  const cpu::PoolingIndexInputs index_;
+  const MeanPoolingIndex index_;
   cpu::MeanPoolingBwdArgs args_;  // points into dout, index_ and dx
 };
 

@@ -20,11 +20,6 @@ constexpr int64_t kSingleThreadElements = int64_t{1} << 18;
 
 }  // namespace
 
-PoolingIndexInputs::PoolingIndexInputs(const TensorMap& inputs) {
-  if (auto it = inputs.find("cu_seqlens"); it != inputs.end()) cu_seqlens = it->second.ToInts();
-  if (auto it = inputs.find("mask"); it != inputs.end()) mask = MeanPoolingMaskBytes(it->second);
-}
-
 KernelConfig PoolingCpuConfig(int block_size, int threads) {
   KernelConfig config;
   config.block_size = block_size;
@@ -77,7 +72,7 @@ class MeanPoolingCpuRun : public cpu::CpuRun {
 
  private:
   const int block_rows_;  // block_size 0 means this
-  const cpu::PoolingIndexInputs index_;
+  const MeanPoolingIndex index_;
   cpu::MeanPoolingArgs args_;  // points into x, index_ and out
 };
 

@@ -24,19 +24,10 @@ std::unique_ptr<PlatformImpl> MakeMeanPoolingCpu();
 // What the CPU platforms of mean_pooling and mean_pooling_bwd share.
 namespace cpu {
 
-// A call's offsets (int64) and mask (MeanPoolingMaskBytes), each empty when not given: what the
-// args of its CPU run point into. A value type.
-struct PoolingIndexInputs {
-  explicit PoolingIndexInputs(const TensorMap& inputs);
-
-  std::vector<int64_t> cu_seqlens;
-  std::vector<uint8_t> mask;
-};
-
 // Sets what MeanPoolingArgs and MeanPoolingBwdArgs share for `p`: dtype, sizes, and the
 // offsets (varlen) or mask (masked), pointing into `index`, which must outlive `args`.
 template <typename Args>
-void SetPoolingArgs(const MeanPoolingProblem& p, const PoolingIndexInputs& index, Args& args) {
+void SetPoolingArgs(const MeanPoolingProblem& p, const MeanPoolingIndex& index, Args& args) {
   args.dtype = p.dtype;
   args.total_rows = p.total_rows;
   args.hidden = p.hidden;

@@ -58,18 +58,16 @@ absl::StatusOr<LaunchFn> SelectLaunch(DType dtype, int vec) {
 }
 
 // Counted rows of each sequence as float (as the CPU platform divides by them).
-std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
-                          std::vector<uint8_t>* mask_bytes, std::vector<int64_t>* offsets) {
+std::vector<float> Counts(const MeanPoolingProblem& p, const MeanPoolingIndex& index) {
   std::vector<float> counts(static_cast<size_t>(p.num_sequences), static_cast<float>(p.seq_len));
   if (p.form == PoolingForm::kVarlen) {
-    *offsets = inputs.at("cu_seqlens").ToInts();
+    const std::vector<int64_t>& offsets = index.cu_seqlens;
     for (size_t n = 0; n < counts.size(); ++n) {
-      counts[n] = static_cast<float>((*offsets)[n + 1] - (*offsets)[n]);
+      counts[n] = static_cast<float>(offsets[n + 1] - offsets[n]);
     }
   } else if (p.form == PoolingForm::kMasked) {
-    *mask_bytes = MeanPoolingMaskBytes(inputs.at("mask"));
     for (size_t n = 0; n < counts.size(); ++n) {
-      const auto row = mask_bytes->begin() + static_cast<int64_t>(n) * p.seq_len;
+      const auto row = index.mask.begin() + static_cast<int64_t>(n) * p.seq_len;
       counts[n] = static_cast<float>(std::count(row, row + p.seq_len, uint8_t{1}));
     }
   }
@@ -88,16 +86,16 @@ class CudaMeanPoolingBwdRun : public cuda::CudaRun {
     KS_RETURN_IF_ERROR(InitEvents());
     const Tensor& dout = inputs.at("dout");
     KS_ASSIGN_OR_RETURN(dout_, Upload(dout.data(), dout.nbytes()));
-    std::vector<uint8_t> mask;
-    std::vector<int64_t> offsets;
-    const std::vector<float> counts = Counts(p_, inputs, &mask, &offsets);
+    const MeanPoolingIndex index(inputs);
+    const std::vector<float> counts = Counts(p_, index);
     KS_ASSIGN_OR_RETURN(counts_, Upload(counts.data(), counts.size() * sizeof(float)));
     args_.dout = dout_.get();
     args_.counts = static_cast<const float*>(counts_.get());
-    if (!mask.empty()) {
-      KS_ASSIGN_OR_RETURN(aux_, Upload(mask.data(), mask.size()));
+    if (!index.mask.empty()) {
+      KS_ASSIGN_OR_RETURN(aux_, Upload(index.mask.data(), index.mask.size()));
       args_.mask = static_cast<const uint8_t*>(aux_.get());
-    } else if (!offsets.empty()) {
+    } else if (!index.cu_seqlens.empty()) {
+      const std::vector<int64_t>& offsets = index.cu_seqlens;
       KS_ASSIGN_OR_RETURN(aux_, Upload(offsets.data(), offsets.size() * sizeof(int64_t)));
       args_.cu_seqlens = static_cast<const int64_t*>(aux_.get());
     }

@@ -85,12 +85,12 @@ absl::Status CudaMeanPoolingRun::Init(const TensorMap& inputs) {
   KS_ASSIGN_OR_RETURN(x_, Upload(x.data(), x.nbytes()));
   args_ = SizesOf(p_);
   args_.x = x_.get();
+  const MeanPoolingIndex index(inputs);
   if (p_.form == PoolingForm::kMasked) {
-    const std::vector<uint8_t> mask = MeanPoolingMaskBytes(inputs.at("mask"));
-    KS_ASSIGN_OR_RETURN(mask_, Upload(mask.data(), mask.size()));
+    KS_ASSIGN_OR_RETURN(mask_, Upload(index.mask.data(), index.mask.size()));
     args_.mask = static_cast<const uint8_t*>(mask_.get());
   } else if (p_.form == PoolingForm::kVarlen) {
-    const std::vector<int64_t> offsets = inputs.at("cu_seqlens").ToInts();
+    const std::vector<int64_t>& offsets = index.cu_seqlens;
     KS_ASSIGN_OR_RETURN(cu_seqlens_, Upload(offsets.data(), offsets.size() * sizeof(int64_t)));
     args_.cu_seqlens = static_cast<const int64_t*>(cu_seqlens_.get());
     args_.used_rows = offsets.back();
