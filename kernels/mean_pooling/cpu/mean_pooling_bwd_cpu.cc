@@ -19,8 +19,7 @@ constexpr int kDefaultRows = 64;
 class MeanPoolingBwdCpuRun : public cpu::CpuRun {
  public:
   MeanPoolingBwdCpuRun(const MeanPoolingProblem& problem, const TensorMap& inputs)
-      : index_(inputs) {
-    cpu::SetPoolingArgs(problem, index_, args_);
+      : index_(inputs), args_{cpu::PoolingRowsOf(problem, index_)} {
     args_.dout = inputs.at("dout").data();
     AddOutput("dx", problem.dtype, problem.x_shape, &args_.dx);
   }

@@ -20,6 +20,18 @@ constexpr int64_t kSingleThreadElements = int64_t{1} << 18;
 
 }  // namespace
 
+PoolingRowsArgs PoolingRowsOf(const MeanPoolingProblem& p, const MeanPoolingIndex& index) {
+  PoolingRowsArgs rows;
+  rows.dtype = p.dtype;
+  rows.total_rows = p.total_rows;
+  rows.hidden = p.hidden;
+  rows.num_sequences = p.num_sequences;
+  rows.seq_len = p.seq_len;
+  if (p.form == PoolingForm::kVarlen) rows.cu_seqlens = index.cu_seqlens.data();
+  if (p.form == PoolingForm::kMasked) rows.mask = index.mask.data();
+  return rows;
+}
+
 KernelConfig PoolingCpuConfig(int block_size, int threads) {
   KernelConfig config;
   config.block_size = block_size;
@@ -57,8 +69,9 @@ int BlockRows(int64_t chunk_size) {
 class MeanPoolingCpuRun : public cpu::CpuRun {
  public:
   MeanPoolingCpuRun(const MeanPoolingProblem& problem, const TensorMap& inputs)
-      : block_rows_(BlockRows(problem.chunk_size)), index_(inputs) {
-    cpu::SetPoolingArgs(problem, index_, args_);
+      : block_rows_(BlockRows(problem.chunk_size)),
+        index_(inputs),
+        args_{cpu::PoolingRowsOf(problem, index_)} {
     args_.x = inputs.at("x").data();
     AddOutput("out", problem.dtype, {problem.num_sequences, problem.hidden}, &args_.out);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "kernels/mean_pooling/cpu/mean_pooling.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 
 namespace kernelserve {
@@ -24,18 +25,9 @@ std::unique_ptr<PlatformImpl> MakeMeanPoolingCpu();
 // What the CPU platforms of mean_pooling and mean_pooling_bwd share.
 namespace cpu {
 
-// Sets what MeanPoolingArgs and MeanPoolingBwdArgs share for `p`: dtype, sizes, and the
-// offsets (varlen) or mask (masked), pointing into `index`, which must outlive `args`.
-template <typename Args>
-void SetPoolingArgs(const MeanPoolingProblem& p, const MeanPoolingIndex& index, Args& args) {
-  args.dtype = p.dtype;
-  args.total_rows = p.total_rows;
-  args.hidden = p.hidden;
-  args.num_sequences = p.num_sequences;
-  args.seq_len = p.seq_len;
-  if (p.form == PoolingForm::kVarlen) args.cu_seqlens = index.cu_seqlens.data();
-  if (p.form == PoolingForm::kMasked) args.mask = index.mask.data();
-}
+// The rows of `p` for the CPU kernels of both directions: dtype, sizes, and the offsets
+// (varlen) or mask (masked), pointing into `index`, which must outlive them.
+PoolingRowsArgs PoolingRowsOf(const MeanPoolingProblem& p, const MeanPoolingIndex& index);
 
 // A config of the CPU platforms: `block_size` rows per work item on `threads` threads.
 KernelConfig PoolingCpuConfig(int block_size, int threads);
