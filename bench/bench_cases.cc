@@ -22,8 +22,6 @@
 namespace kernelserve::bench {
 namespace {
 
-using cuda::PoolingForm;
-
 constexpr int kWarmup = 5;
 constexpr int kMaxBuffers = 8;
 
@@ -76,10 +74,7 @@ FillType FillTypeOf(DType dtype) {
 
 cuda::MeanPoolingShape ShapeOf(const BenchCase& c) {
   cuda::MeanPoolingShape shape;
-  shape.form = c.form == PoolingForm::kDense
-                   ? cuda::MeanPoolingShape::Form::kDense
-                   : (c.form == PoolingForm::kMasked ? cuda::MeanPoolingShape::Form::kMasked
-                                                     : cuda::MeanPoolingShape::Form::kVarlen);
+  shape.form = c.form;
   shape.dtype = c.dtype;
   shape.num_sequences = c.batch;
   shape.total_rows = RowsOf(c);

@@ -19,7 +19,7 @@ namespace kernelserve::bench {
 // One benchmark case. A value type.
 struct BenchCase {
   std::string name;  // "dense bf16 [32,2048,4096]"
-  cuda::PoolingForm form = cuda::PoolingForm::kDense;
+  PoolingForm form = PoolingForm::kDense;
   DType dtype = DType::kBF16;
   int64_t batch = 0;    // B (dense, masked) or N (varlen)
   int64_t seq_len = 0;  // S (dense, masked)

@@ -31,15 +31,6 @@ bool IsBwdOnlyInput(const std::string& name) {
          std::end(kBwdOnlyInputs);
 }
 
-Shape LseShape(const FlashAttentionProblem& p) {
-  return p.varlen ? Shape{p.num_heads_q, p.total_q}
-                  : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q};
-}
-
-Shape BiasShape(const FlashAttentionProblem& p) {
-  return {p.bias_batch, p.bias_heads, p.seq_len_q, p.seq_len_k};
-}
-
 // out or dout: q's dtype and shape.
 absl::Status CheckLikeQ(const std::string& name, const TensorSpec& spec,
                         const FlashAttentionProblem& p) {
@@ -58,7 +49,7 @@ absl::Status CheckLse(const TensorSpec& spec, const FlashAttentionProblem& p) {
   if (spec.dtype != DType::kF32) {
     return Invalid("lse", absl::StrCat("dtype ", Sv(DTypeName(spec.dtype)), ": expected f32"));
   }
-  const Shape expected = LseShape(p);
+  const Shape expected = FlashLseShape(p);
   if (spec.shape != expected) {
     return Invalid("lse", absl::StrCat("expected shape ", ShapeString(expected),
                                        p.varlen ? " ([Hq,Tq], the forward's lse)"
@@ -228,7 +219,7 @@ TensorSpecMap FlashAttentionBwdKernel::OutputSpecs(const Problem& problem) const
   TensorSpecMap specs = {{"dq", TensorSpec{p.fwd.dtype, p.fwd.q_shape}},
                          {"dk", TensorSpec{p.fwd.dtype, p.k_shape}},
                          {"dv", TensorSpec{p.fwd.dtype, p.k_shape}}};
-  if (p.return_dbias) specs.emplace("dbias", TensorSpec{DType::kF32, BiasShape(p.fwd)});
+  if (p.return_dbias) specs.emplace("dbias", TensorSpec{DType::kF32, FlashBiasShape(p.fwd)});
   return specs;
 }
 

@@ -271,6 +271,15 @@ const KernelSchema& FlashAttentionSchema() {
   return *schema;
 }
 
+Shape FlashLseShape(const FlashAttentionProblem& p) {
+  return p.varlen ? Shape{p.num_heads_q, p.total_q}
+                  : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q};
+}
+
+Shape FlashBiasShape(const FlashAttentionProblem& p) {
+  return {p.bias_batch, p.bias_heads, p.seq_len_q, p.seq_len_k};
+}
+
 absl::StatusOr<FlashAttentionProblem> AnalyzeFlashAttention(const TensorSpecMap& inputs,
                                                             const Attributes& params) {
   KS_RETURN_IF_ERROR(FlashAttentionSchema().CheckInputs(inputs));
@@ -303,9 +312,7 @@ TensorSpecMap FlashAttentionKernel::OutputSpecs(const Problem& problem) const {
   const auto& p = ProblemAs<FlashAttentionProblem>(problem);
   TensorSpecMap specs = {{"out", TensorSpec{p.dtype, p.q_shape}}};
   if (p.return_lse) {
-    const Shape lse = p.varlen ? Shape{p.num_heads_q, p.total_q}
-                               : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q};
-    specs.emplace("lse", TensorSpec{DType::kF32, lse});
+    specs.emplace("lse", TensorSpec{DType::kF32, FlashLseShape(p)});
   }
   return specs;
 }

@@ -41,6 +41,11 @@ struct FlashAttentionProblem : Problem {
   bool return_lse = false;
 };
 
+// lse's shape for `p`: [B,Hq,Sq], or [Hq,Tq] in varlen.
+Shape FlashLseShape(const FlashAttentionProblem& p);
+// bias's (and dbias's) shape for `p`: [bias_batch, bias_heads, Sq, Sk].
+Shape FlashBiasShape(const FlashAttentionProblem& p);
+
 // "flash_attention" v1, forward.
 //   q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] -> out [B,Sq,Hq,D] (dtype of q), lse [B,Hq,Sq] f32
 //   varlen: q [Tq,Hq,D] or [1,Tq,Hq,D], k and v [Tk,Hkv,D] or [1,Tk,Hkv,D], cu_seqlens_q and

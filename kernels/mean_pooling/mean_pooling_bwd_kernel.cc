@@ -18,18 +18,12 @@ absl::Status CheckDout(const TensorSpec& dout, const MeanPoolingProblem& p) {
   }
   const Shape expected = {p.num_sequences, p.hidden};
   if (dout.shape != expected) {
-    const char* form = p.form == MeanPoolingProblem::Form::kVarlen ? "[N,H]" : "[B,H]";
+    const char* form = p.form == PoolingForm::kVarlen ? "[N,H]" : "[B,H]";
     return absl::InvalidArgumentError(absl::StrCat("input 'dout': expected the forward's out ",
                                                    form, " = ", ShapeString(expected), ", got ",
                                                    ShapeString(dout.shape)));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<MeanPoolingProblem> AnalyzeBwdRules(const TensorSpecMap& inputs) {
-  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
-  KS_RETURN_IF_ERROR(CheckDout(inputs.at("dout"), p));
-  return p;
 }
 
 }  // namespace
@@ -72,16 +66,10 @@ const KernelSchema& MeanPoolingBwdSchema() {
   return *schema;
 }
 
-absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingBwd(const TensorSpecMap& inputs,
-                                                         const Attributes& params) {
-  KS_RETURN_IF_ERROR(MeanPoolingBwdSchema().CheckInputs(inputs));
-  KS_RETURN_IF_ERROR(MeanPoolingBwdSchema().CanonicalParams(params).status());
-  return AnalyzeBwdRules(inputs);
-}
-
 absl::StatusOr<std::shared_ptr<const Problem>> MeanPoolingBwdKernel::AnalyzeChecked(
     const TensorSpecMap& inputs, const Attributes& /*attrs*/) const {
-  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeBwdRules(inputs));
+  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
+  KS_RETURN_IF_ERROR(CheckDout(inputs.at("dout"), p));
   return std::make_shared<const MeanPoolingProblem>(std::move(p));
 }
 

@@ -24,11 +24,6 @@ namespace kernelserve {
 // element the quotient rounded once. x's data is never read and may be left out.
 const KernelSchema& MeanPoolingBwdSchema();
 
-// Checks a call against the schema and the forward's rules, then dout against the problem.
-// InvalidArgument naming the input.
-absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingBwd(const TensorSpecMap& inputs,
-                                                         const Attributes& params);
-
 // Thread safety: the const methods are thread-safe (see Kernel). The forward's ValidateData
 // (cu_seqlens) and SynthesizeInputs (even cu_seqlens; x shape-only) serve it unchanged.
 class MeanPoolingBwdKernel : public MeanPoolingKernel {
@@ -37,6 +32,8 @@ class MeanPoolingBwdKernel : public MeanPoolingKernel {
   TensorSpecMap OutputSpecs(const Problem& problem) const override;
 
  protected:
+  // The forward's rules (AnalyzeMeanPoolingShapes), then dout against the problem.
+  // InvalidArgument naming the input.
   absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(
       const TensorSpecMap& inputs, const Attributes& attrs) const override;
 };

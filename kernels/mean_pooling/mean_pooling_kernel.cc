@@ -43,19 +43,11 @@ absl::Status AnalyzeVarlen(const TensorSpec& x, const TensorSpec& cu, MeanPoolin
     return Invalid(
         "x", absl::StrCat("with cu_seqlens expected [T,H] or [1,T,H], got ", ShapeString(x.shape)));
   }
-  p.form = MeanPoolingProblem::Form::kVarlen;
+  p.form = PoolingForm::kVarlen;
   p.num_sequences = cu.shape[0] - 1;
   p.total_rows = rank2 ? x.shape[0] : x.shape[1];
   p.hidden = rank2 ? x.shape[1] : x.shape[2];
   return absl::OkStatus();
-}
-
-// The contract's rules beyond the schema. REQUIRES: schema checks passed, params canonical.
-absl::StatusOr<MeanPoolingProblem> AnalyzeRules(const TensorSpecMap& inputs,
-                                                const Attributes& attrs) {
-  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
-  p.chunk_size = ParamOr<int64_t>(MeanPoolingSchema(), attrs, "chunk_size");
-  return p;
 }
 
 // Replaces inputs["cu_seqlens"], when there, by offsets splitting the rows into sequences of
@@ -96,9 +88,17 @@ absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap&
           "mask", absl::StrCat("expected shape [B,S] = ", ShapeString({p.num_sequences, p.seq_len}),
                                ", got ", ShapeString(m.shape)));
     }
-    p.form = MeanPoolingProblem::Form::kMasked;
+    p.form = PoolingForm::kMasked;
   }
   return p;
+}
+
+MeanPoolingIndex::MeanPoolingIndex(const TensorMap& inputs) {
+  if (auto it = inputs.find("cu_seqlens"); it != inputs.end()) cu_seqlens = it->second.ToInts();
+  if (auto it = inputs.find("mask"); it != inputs.end()) {
+    mask.reserve(static_cast<size_t>(it->second.numel()));
+    for (int64_t value : it->second.ToInts()) mask.push_back(value != 0 ? 1 : 0);
+  }
 }
 
 const KernelSchema& MeanPoolingSchema() {
@@ -133,16 +133,10 @@ const KernelSchema& MeanPoolingSchema() {
   return *schema;
 }
 
-absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPooling(const TensorSpecMap& inputs,
-                                                      const Attributes& params) {
-  KS_RETURN_IF_ERROR(MeanPoolingSchema().CheckInputs(inputs));
-  KS_ASSIGN_OR_RETURN(const Attributes attrs, MeanPoolingSchema().CanonicalParams(params));
-  return AnalyzeRules(inputs, attrs);
-}
-
 absl::StatusOr<std::shared_ptr<const Problem>> MeanPoolingKernel::AnalyzeChecked(
     const TensorSpecMap& inputs, const Attributes& attrs) const {
-  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeRules(inputs, attrs));
+  KS_ASSIGN_OR_RETURN(MeanPoolingProblem p, AnalyzeMeanPoolingShapes(inputs));
+  p.chunk_size = ParamOr<int64_t>(MeanPoolingSchema(), attrs, "chunk_size");
   return std::make_shared<const MeanPoolingProblem>(std::move(p));
 }
 

@@ -6,17 +6,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/kernel.h"
 #include "core/schema.h"
+#include "kernels/mean_pooling/mean_pooling_form.h"
 
 namespace kernelserve {
 
 // A mean pooling call as the platforms see it. A value type.
 struct MeanPoolingProblem : Problem {
-  enum class Form { kDense, kMasked, kVarlen };
-  Form form = Form::kDense;
+  PoolingForm form = PoolingForm::kDense;
   DType dtype = DType::kF32;  // of x and out
   Shape x_shape;              // x's: [B,S,H], [T,H] or [1,T,H]
   int64_t num_sequences = 0;  // B (dense, masked) or N (varlen)
@@ -34,14 +35,19 @@ struct MeanPoolingProblem : Problem {
 // Param chunk_size (int >= 1, default 32): rows per work item; it never changes the result.
 const KernelSchema& MeanPoolingSchema();
 
-// Checks a call against the schema and the contract's own rules (mask or cu_seqlens, not
-// both; shapes that agree) and describes it. InvalidArgument naming the input or param.
-absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPooling(const TensorSpecMap& inputs,
-                                                      const Attributes& params);
-
 // The rules of x, mask and cu_seqlens alone (the problem's chunk_size left at its default),
 // shared with mean_pooling_bwd. REQUIRES: the inputs passed a schema's checks with x present.
 absl::StatusOr<MeanPoolingProblem> AnalyzeMeanPoolingShapes(const TensorSpecMap& inputs);
+
+// A call's index inputs as every platform reads them, each empty when not given: cu_seqlens as
+// int64 and mask as bytes, 1 where the row counts (nonzero) and 0 elsewhere, whatever the
+// mask's dtype. A value type.
+struct MeanPoolingIndex {
+  explicit MeanPoolingIndex(const TensorMap& inputs);
+
+  std::vector<int64_t> cu_seqlens;
+  std::vector<uint8_t> mask;
+};
 
 // Thread safety: the const methods are thread-safe (see Kernel). mean_pooling_bwd derives
 // from it for its data checks and synthesized inputs.
@@ -57,6 +63,8 @@ class MeanPoolingKernel : public Kernel {
                                              uint64_t seed) const override;
 
  protected:
+  // The contract's rules beyond the schema (mask or cu_seqlens, not both; shapes that agree).
+  // InvalidArgument naming the input.
   absl::StatusOr<std::shared_ptr<const Problem>> AnalyzeChecked(
       const TensorSpecMap& inputs, const Attributes& attrs) const override;
 };

@@ -239,22 +239,7 @@ void CheckCudaConfigs(const CallPlan& plan, const KernelConfig& config, const De
   if (plan.kernel->name() == "mean_pooling") {
     const auto& p = ProblemAs<MeanPoolingProblem>(*plan.problem);
     if (!IsFloating(p.dtype)) return;  // the CUDA platform's Supports refuses it
-    cuda::MeanPoolingShape shape;
-    switch (p.form) {
-      case MeanPoolingProblem::Form::kDense:
-        shape.form = cuda::MeanPoolingShape::Form::kDense;
-        break;
-      case MeanPoolingProblem::Form::kMasked:
-        shape.form = cuda::MeanPoolingShape::Form::kMasked;
-        break;
-      case MeanPoolingProblem::Form::kVarlen:
-        shape.form = cuda::MeanPoolingShape::Form::kVarlen;
-        break;
-    }
-    shape.dtype = p.dtype;
-    shape.num_sequences = p.num_sequences;
-    shape.total_rows = p.total_rows;
-    shape.hidden = p.hidden;
+    const cuda::MeanPoolingShape shape = cuda::MeanPoolingShapeOf(p);
     const KernelConfig heuristic = cuda::MeanPoolingHeuristic(shape, gpu);
     if (!Contains(cuda::MeanPoolingCandidates(shape, gpu), heuristic)) {
       Fail("mean_pooling", "cuda heuristic not a candidate", heuristic);

@@ -1,211 +1,73 @@
 #include "kernels/flash_attention/cpu/flash_attention_bwd_cpu.h"
 
-#include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <set>
-#include <string>
-#include <utility>
+#include <memory>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "kernels/flash_attention/cpu/flash_attention_bwd.h"
+#include "kernels/flash_attention/cpu/flash_attention_cpu.h"
 #include "kernels/flash_attention/flash_attention_bwd_kernel.h"
-#include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
 namespace {
 
-using cpu::FlashAttentionArgs;
-using cpu::FlashAttentionBwdArgs;
+// Multiply-adds per (query, key, dim) of the three passes: q.k and dout.v in the dq pass and
+// again in the dk/dv pass, then dq, dk and dv.
+constexpr double kMacsPerElement = 7.0;
 
-std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& name) {
-  auto it = inputs.find(name);
-  return it == inputs.end() ? std::vector<int64_t>() : it->second.ToInts();
-}
-
+// Points at q, k, v, out, lse, dout and bias in the inputs (which outlive it), copies the
+// offsets and segment ids as int64 and allocates dq, dk, dv (and dbias when return_dbias).
 // Not thread-safe (see PreparedRun).
-class FlashAttentionBwdCpuRun : public PreparedRun {
+class FlashAttentionBwdCpuRun : public cpu::CpuRun {
  public:
   FlashAttentionBwdCpuRun(const FlashAttentionBwdProblem& p, const TensorMap& inputs)
-      : problem_(p),
-        cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
-        cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
-        q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
-        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")),
-        dq_(Tensor::Empty(p.fwd.dtype, p.fwd.q_shape)),
-        dk_(Tensor::Empty(p.fwd.dtype, p.k_shape)),
-        dv_(Tensor::Empty(p.fwd.dtype, p.k_shape)) {
-    SetForwardArgs(p.fwd, inputs);
+      : index_(inputs) {
+    args_.fwd = cpu::FlashArgsOf(p.fwd, inputs, index_);
     args_.out = inputs.at("out").data();
     args_.lse = inputs.at("lse").data_as<float>();
     args_.dout = inputs.at("dout").data();
-    args_.dq = dq_.data();
-    args_.dk = dk_.data();
-    args_.dv = dv_.data();
+    AddOutput("dq", p.fwd.dtype, p.fwd.q_shape, &args_.dq);
+    AddOutput("dk", p.fwd.dtype, p.k_shape, &args_.dk);
+    AddOutput("dv", p.fwd.dtype, p.k_shape, &args_.dv);
     if (p.return_dbias) {
-      dbias_ = Tensor::Empty(
-          DType::kF32, {p.fwd.bias_batch, p.fwd.bias_heads, p.fwd.seq_len_q, p.fwd.seq_len_k});
-      args_.dbias = dbias_.data_as<float>();
+      AddOutput("dbias", DType::kF32, FlashBiasShape(p.fwd), &args_.dbias);
       args_.dbias_batch = p.fwd.bias_batch;
       args_.dbias_heads = p.fwd.bias_heads;
     }
   }
 
   absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    launched_ = false;  // a launch that fails part way leaves the outputs partly written
-    args_.fwd.interrupt = interrupt() ? &interrupt() : nullptr;
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::FlashAttentionBwdCpu(args_, config));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
-  }
-
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
+    args_.fwd.interrupt = InterruptOrNull();
+    return TimedLaunch([&] { return cpu::FlashAttentionBwdCpu(args_, config); });
   }
 
  private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("dq", CopyOrTake(dq_, take));
-    outputs.emplace("dk", CopyOrTake(dk_, take));
-    outputs.emplace("dv", CopyOrTake(dv_, take));
-    if (problem_.return_dbias) outputs.emplace("dbias", CopyOrTake(dbias_, take));
-    return outputs;
-  }
-
-  // args_.fwd: the forward call's inputs and params, as the forward's CPU run sets them.
-  void SetForwardArgs(const FlashAttentionProblem& p, const TensorMap& inputs) {
-    FlashAttentionArgs& a = args_.fwd;
-    a.dtype = p.dtype;
-    a.q = inputs.at("q").data();
-    a.k = inputs.at("k").data();
-    a.v = inputs.at("v").data();
-    a.total_q = p.total_q;
-    a.total_k = p.total_k;
-    a.num_heads_q = p.num_heads_q;
-    a.num_heads_kv = p.num_heads_kv;
-    a.head_dim = p.head_dim;
-    a.num_sequences = p.num_sequences;
-    a.seq_len_q = p.seq_len_q;
-    a.seq_len_k = p.seq_len_k;
-    if (p.varlen) {
-      a.cu_seqlens_q = cu_seqlens_q_.data();
-      a.cu_seqlens_k = cu_seqlens_k_.data();
-    }
-    a.softmax_scale = static_cast<float>(p.softmax_scale);
-    a.causal = p.causal;
-    a.window_left = p.window_left;
-    a.window_right = p.window_right;
-    a.softcap = static_cast<float>(p.logits_soft_cap);
-    if (p.has_bias) {
-      a.bias = inputs.at("bias").data_as<float>();
-      // An empty bias (no batch or no head) is never read: its Sq * Sk need not fit int64.
-      const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
-      a.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
-      a.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
-    }
-    if (p.has_segment_ids) {
-      a.q_segment_ids = q_segment_ids_.data();
-      a.kv_segment_ids = kv_segment_ids_.data();
-    }
-  }
-
-  const FlashAttentionBwdProblem problem_;
-  // Index inputs as int64; empty when not given. args_ points into them.
-  const std::vector<int64_t> cu_seqlens_q_;
-  const std::vector<int64_t> cu_seqlens_k_;
-  const std::vector<int64_t> q_segment_ids_;
-  const std::vector<int64_t> kv_segment_ids_;
-  Tensor dq_;
-  Tensor dk_;
-  Tensor dv_;
-  Tensor dbias_;                // return_dbias only
-  FlashAttentionBwdArgs args_;  // points into the inputs, the vectors above and the outputs
-  bool launched_ = false;
+  const cpu::FlashIndexInputs index_;
+  cpu::FlashAttentionBwdArgs args_;  // points into the inputs, index_ and the outputs
 };
 
-// Below this many multiply-adds (about a millisecond of one core) one thread beats several.
-constexpr double kSingleThreadMacs = 4194304.0;  // 2^22
-// Multiply-adds per (query, key, dim) of the three passes: q.k and dout.v in the dq pass and
-// again in the dk/dv pass, then dq, dk and dv.
-constexpr double kMacsPerElement = 7.0;
+// The flash attention backward reference as CpuImpl runs it.
+struct FlashAttentionBwdCpuTraits {
+  using ProblemType = FlashAttentionBwdProblem;
+  using Run = FlashAttentionBwdCpuRun;
 
-int HardwareThreads(const DeviceInfo& device) {
-  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
-}
-
-KernelConfig CpuConfig(int block_q, int block_k, int threads) {
-  KernelConfig config;
-  config.block_q = block_q;
-  config.block_k = block_k;
-  config.num_warps = threads;
-  config.platform = "cpu";
-  return config;
-}
-
-class FlashAttentionBwdCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
-
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
+  static KernelConfig Heuristic(const FlashAttentionBwdProblem& p, const DeviceInfo& device) {
+    return cpu::FlashCpuHeuristic(p.fwd, device, kMacsPerElement);
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    const auto& p = ProblemAs<FlashAttentionBwdProblem>(problem).fwd;
-    // Mean sequence lengths (exact in the dense form).
-    const int64_t n = std::max<int64_t>(p.num_sequences, 1);
-    const double mean_q = static_cast<double>(p.total_q) / static_cast<double>(n);
-    const double mean_k = static_cast<double>(p.total_k) / static_cast<double>(n);
-    const double macs = kMacsPerElement * static_cast<double>(n) *
-                        static_cast<double>(p.num_heads_q) * mean_q * mean_k *
-                        static_cast<double>(p.head_dim);
-    const int block_q = mean_q <= 16.0 ? 16 : 32;
-    const int block_k = p.head_dim <= 64 ? 64 : 32;
-    const int threads = macs < kSingleThreadMacs ? 1 : HardwareThreads(device);
-    return CpuConfig(block_q, block_k, threads);
+  static std::vector<KernelConfig> Candidates(const FlashAttentionBwdProblem& /*p*/,
+                                              const DeviceInfo& device) {
+    return cpu::FlashCpuCandidates(device);
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
-                                       const DeviceInfo& device) const override {
-    const std::set<int> threads = {1, 2, HardwareThreads(device)};
-    std::vector<KernelConfig> configs;
-    for (int block_q : {16, 32, 64}) {
-      for (int block_k : {32, 64, 128}) {
-        for (int t : threads) configs.push_back(CpuConfig(block_q, block_k, t));
-      }
-    }
-    return configs;
-  }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckFlashAttentionBwdCpuConfig(config);
-  }
-
-  // Keeps pointers to q, k, v, out, lse, dout and bias in `inputs` (which must outlive the
-  // run), copies the offsets and segment ids as int64 and allocates dq, dk, dv (and dbias
-  // when return_dbias).
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    return std::unique_ptr<PreparedRun>(std::make_unique<FlashAttentionBwdCpuRun>(
-        ProblemAs<FlashAttentionBwdProblem>(problem), inputs));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCpu() {
-  return std::make_unique<FlashAttentionBwdCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<FlashAttentionBwdCpuTraits>>();
 }
 
 }  // namespace kernelserve

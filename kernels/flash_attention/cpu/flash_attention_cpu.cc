@@ -1,124 +1,26 @@
 #include "kernels/flash_attention/cpu/flash_attention_cpu.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
-#include "kernels/flash_attention/cpu/flash_attention.h"
-#include "kernels/flash_attention/flash_attention_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
+namespace cpu {
 namespace {
-
-using cpu::FlashAttentionArgs;
-
-std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& name) {
-  auto it = inputs.find(name);
-  return it == inputs.end() ? std::vector<int64_t>() : it->second.ToInts();
-}
-
-// Not thread-safe (see PreparedRun).
-class FlashAttentionCpuRun : public PreparedRun {
- public:
-  FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
-      : problem_(p),
-        cu_seqlens_q_(IntsOrEmpty(inputs, "cu_seqlens_q")),
-        cu_seqlens_k_(IntsOrEmpty(inputs, "cu_seqlens_k")),
-        q_segment_ids_(IntsOrEmpty(inputs, "q_segment_ids")),
-        kv_segment_ids_(IntsOrEmpty(inputs, "kv_segment_ids")),
-        out_(Tensor::Empty(p.dtype, inputs.at("q").shape())) {
-    args_.dtype = p.dtype;
-    args_.q = inputs.at("q").data();
-    args_.k = inputs.at("k").data();
-    args_.v = inputs.at("v").data();
-    args_.out = out_.data();
-    if (p.return_lse) {
-      lse_ =
-          Tensor::Empty(DType::kF32, p.varlen ? Shape{p.num_heads_q, p.total_q}
-                                              : Shape{p.num_sequences, p.num_heads_q, p.seq_len_q});
-      args_.lse = lse_.data_as<float>();
-    }
-    args_.total_q = p.total_q;
-    args_.total_k = p.total_k;
-    args_.num_heads_q = p.num_heads_q;
-    args_.num_heads_kv = p.num_heads_kv;
-    args_.head_dim = p.head_dim;
-    args_.num_sequences = p.num_sequences;
-    args_.seq_len_q = p.seq_len_q;
-    args_.seq_len_k = p.seq_len_k;
-    if (p.varlen) {
-      args_.cu_seqlens_q = cu_seqlens_q_.data();
-      args_.cu_seqlens_k = cu_seqlens_k_.data();
-    }
-    args_.softmax_scale = static_cast<float>(p.softmax_scale);
-    args_.causal = p.causal;
-    args_.window_left = p.window_left;
-    args_.window_right = p.window_right;
-    args_.softcap = static_cast<float>(p.logits_soft_cap);
-    if (p.has_bias) {
-      args_.bias = inputs.at("bias").data_as<float>();
-      // A bias without a batch or a head is empty and never read: its Sq * Sk need not fit
-      // int64 (bias [0,1,2^40,2^40]). Otherwise the bias holds Sq * Sk elements per plane.
-      const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
-      args_.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
-      args_.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
-    }
-    if (p.has_segment_ids) {
-      args_.q_segment_ids = q_segment_ids_.data();
-      args_.kv_segment_ids = kv_segment_ids_.data();
-    }
-  }
-
-  absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    launched_ = false;  // a launch that fails part way leaves the outputs partly written
-    args_.interrupt = interrupt() ? &interrupt() : nullptr;
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::FlashAttentionCpu(args_, config));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
-  }
-
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
-  }
-
- private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("out", CopyOrTake(out_, take));
-    if (problem_.return_lse) outputs.emplace("lse", CopyOrTake(lse_, take));
-    return outputs;
-  }
-
-  const FlashAttentionProblem problem_;
-  // Index inputs as int64; empty when not given. args_ points into them.
-  const std::vector<int64_t> cu_seqlens_q_;
-  const std::vector<int64_t> cu_seqlens_k_;
-  const std::vector<int64_t> q_segment_ids_;
-  const std::vector<int64_t> kv_segment_ids_;
-  Tensor out_;
-  Tensor lse_;               // return_lse only
-  FlashAttentionArgs args_;  // points into the inputs, the vectors above, out_ and lse_
-  bool launched_ = false;
-};
 
 // Below this many multiply-adds (about a millisecond of one core) one thread beats several.
 constexpr double kSingleThreadMacs = 4194304.0;  // 2^22
 
-int HardwareThreads(const DeviceInfo& device) {
-  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
+std::vector<int64_t> IntsOrEmpty(const TensorMap& inputs, const std::string& name) {
+  auto it = inputs.find(name);
+  return it == inputs.end() ? std::vector<int64_t>() : it->second.ToInts();
 }
 
 KernelConfig CpuConfig(int block_q, int block_k, int threads) {
@@ -130,59 +32,130 @@ KernelConfig CpuConfig(int block_q, int block_k, int threads) {
   return config;
 }
 
-class FlashAttentionCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
+}  // namespace
 
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
+FlashIndexInputs::FlashIndexInputs(const TensorMap& inputs)
+    : cu_seqlens_q(IntsOrEmpty(inputs, "cu_seqlens_q")),
+      cu_seqlens_k(IntsOrEmpty(inputs, "cu_seqlens_k")),
+      q_segment_ids(IntsOrEmpty(inputs, "q_segment_ids")),
+      kv_segment_ids(IntsOrEmpty(inputs, "kv_segment_ids")) {}
+
+FlashAttentionArgs FlashArgsOf(const FlashAttentionProblem& p, const TensorMap& inputs,
+                               const FlashIndexInputs& index) {
+  FlashAttentionArgs args;
+  args.dtype = p.dtype;
+  args.q = inputs.at("q").data();
+  args.k = inputs.at("k").data();
+  args.v = inputs.at("v").data();
+  args.total_q = p.total_q;
+  args.total_k = p.total_k;
+  args.num_heads_q = p.num_heads_q;
+  args.num_heads_kv = p.num_heads_kv;
+  args.head_dim = p.head_dim;
+  args.num_sequences = p.num_sequences;
+  args.seq_len_q = p.seq_len_q;
+  args.seq_len_k = p.seq_len_k;
+  if (p.varlen) {
+    args.cu_seqlens_q = index.cu_seqlens_q.data();
+    args.cu_seqlens_k = index.cu_seqlens_k.data();
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    const auto& p = ProblemAs<FlashAttentionProblem>(problem);
-    // Mean sequence lengths (exact in the dense form).
-    const int64_t n = std::max<int64_t>(p.num_sequences, 1);
-    const double mean_q = static_cast<double>(p.total_q) / static_cast<double>(n);
-    const double mean_k = static_cast<double>(p.total_k) / static_cast<double>(n);
-    const double macs = 2.0 * static_cast<double>(n) * static_cast<double>(p.num_heads_q) * mean_q *
-                        mean_k * static_cast<double>(p.head_dim);
-    const int block_q = mean_q <= 16.0 ? 16 : 32;
-    const int block_k = p.head_dim <= 64 ? 64 : 32;
-    const int threads = macs < kSingleThreadMacs ? 1 : HardwareThreads(device);
-    return CpuConfig(block_q, block_k, threads);
+  args.softmax_scale = static_cast<float>(p.softmax_scale);
+  args.causal = p.causal;
+  args.window_left = p.window_left;
+  args.window_right = p.window_right;
+  args.softcap = static_cast<float>(p.logits_soft_cap);
+  if (p.has_bias) {
+    args.bias = inputs.at("bias").data_as<float>();
+    // A bias without a batch or a head is empty and never read: its Sq * Sk need not fit
+    // int64 (bias [0,1,2^40,2^40]). Otherwise the bias holds Sq * Sk elements per plane.
+    const int64_t plane = p.bias_batch == 0 || p.bias_heads == 0 ? 0 : p.seq_len_q * p.seq_len_k;
+    args.bias_head_stride = p.bias_heads == 1 ? 0 : plane;
+    args.bias_batch_stride = p.bias_batch == 1 ? 0 : p.bias_heads * plane;
   }
+  if (p.has_segment_ids) {
+    args.q_segment_ids = index.q_segment_ids.data();
+    args.kv_segment_ids = index.kv_segment_ids.data();
+  }
+  return args;
+}
 
-  std::vector<KernelConfig> Candidates(const Problem& /*problem*/,
-                                       const DeviceInfo& device) const override {
-    const std::set<int> threads = {1, 2, HardwareThreads(device)};
-    std::vector<KernelConfig> configs;
-    for (int block_q : {16, 32, 64}) {
-      for (int block_k : {32, 64, 128}) {
-        for (int t : threads) configs.push_back(CpuConfig(block_q, block_k, t));
-      }
+KernelConfig FlashCpuHeuristic(const FlashAttentionProblem& p, const DeviceInfo& device,
+                               double macs_per_element) {
+  // Mean sequence lengths (exact in the dense form).
+  const int64_t n = std::max<int64_t>(p.num_sequences, 1);
+  const double mean_q = static_cast<double>(p.total_q) / static_cast<double>(n);
+  const double mean_k = static_cast<double>(p.total_k) / static_cast<double>(n);
+  const double macs = macs_per_element * static_cast<double>(n) *
+                      static_cast<double>(p.num_heads_q) * mean_q * mean_k *
+                      static_cast<double>(p.head_dim);
+  const int block_q = mean_q <= 16.0 ? 16 : 32;
+  const int block_k = p.head_dim <= 64 ? 64 : 32;
+  const int threads = macs < kSingleThreadMacs ? 1 : HardwareThreads(device);
+  return CpuConfig(block_q, block_k, threads);
+}
+
+std::vector<KernelConfig> FlashCpuCandidates(const DeviceInfo& device) {
+  const std::set<int> threads = {1, 2, HardwareThreads(device)};
+  std::vector<KernelConfig> configs;
+  for (int block_q : {16, 32, 64}) {
+    for (int block_k : {32, 64, 128}) {
+      for (int t : threads) configs.push_back(CpuConfig(block_q, block_k, t));
     }
-    return configs;
+  }
+  return configs;
+}
+
+}  // namespace cpu
+
+namespace {
+
+// Multiply-adds per (query, key, dim): q.k and p.v.
+constexpr double kMacsPerElement = 2.0;
+
+// Points at q, k, v and bias in the inputs (which outlive it), copies the offsets and segment
+// ids as int64 and allocates `out` (and `lse` when return_lse). Not thread-safe (see
+// PreparedRun).
+class FlashAttentionCpuRun : public cpu::CpuRun {
+ public:
+  FlashAttentionCpuRun(const FlashAttentionProblem& p, const TensorMap& inputs)
+      : index_(inputs), args_(cpu::FlashArgsOf(p, inputs, index_)) {
+    AddOutput("out", p.dtype, inputs.at("q").shape(), &args_.out);
+    if (p.return_lse) {
+      AddOutput("lse", DType::kF32, FlashLseShape(p), &args_.lse);
+    }
   }
 
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    args_.interrupt = InterruptOrNull();
+    return TimedLaunch([&] { return cpu::FlashAttentionCpu(args_, config); });
+  }
+
+ private:
+  const cpu::FlashIndexInputs index_;
+  cpu::FlashAttentionArgs args_;  // points into the inputs, index_ and the outputs
+};
+
+// The flash attention reference as CpuImpl runs it.
+struct FlashAttentionCpuTraits {
+  using ProblemType = FlashAttentionProblem;
+  using Run = FlashAttentionCpuRun;
+
+  static KernelConfig Heuristic(const FlashAttentionProblem& p, const DeviceInfo& device) {
+    return cpu::FlashCpuHeuristic(p, device, kMacsPerElement);
+  }
+  static std::vector<KernelConfig> Candidates(const FlashAttentionProblem& /*p*/,
+                                              const DeviceInfo& device) {
+    return cpu::FlashCpuCandidates(device);
+  }
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckFlashAttentionCpuConfig(config);
-  }
-
-  // Keeps pointers to q, k, v and bias in `inputs` (which must outlive the run), copies the
-  // offsets and segment ids as int64 and allocates `out` (and `lse` when return_lse).
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    return std::unique_ptr<PreparedRun>(
-        std::make_unique<FlashAttentionCpuRun>(ProblemAs<FlashAttentionProblem>(problem), inputs));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCpu() {
-  return std::make_unique<FlashAttentionCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<FlashAttentionCpuTraits>>();
 }
 
 }  // namespace kernelserve

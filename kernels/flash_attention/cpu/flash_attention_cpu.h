@@ -3,9 +3,13 @@
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CPU_FLASH_ATTENTION_CPU_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CPU_FLASH_ATTENTION_CPU_H_
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/kernel.h"
+#include "kernels/flash_attention/cpu/flash_attention.h"
+#include "kernels/flash_attention/flash_attention_kernel.h"
 
 namespace kernelserve {
 
@@ -17,6 +21,35 @@ namespace kernelserve {
 // hardware threads}. Runs every problem of the contract.
 // Thread safety: stateless; every method may run on many threads at once.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionCpu();
+
+// What the CPU platforms of flash_attention and flash_attention_bwd share.
+namespace cpu {
+
+// A call's index inputs as int64, each empty when not given: what the args of its CPU run
+// point into. A value type.
+struct FlashIndexInputs {
+  explicit FlashIndexInputs(const TensorMap& inputs);
+
+  std::vector<int64_t> cu_seqlens_q;
+  std::vector<int64_t> cu_seqlens_k;
+  std::vector<int64_t> q_segment_ids;
+  std::vector<int64_t> kv_segment_ids;
+};
+
+// The args of the forward call `p`: dtype, q, k, v, sizes, params, offsets, bias and segment
+// ids; out, lse and interrupt left unset. They point into `inputs` and `index`, which must
+// outlive them.
+FlashAttentionArgs FlashArgsOf(const FlashAttentionProblem& p, const TensorMap& inputs,
+                               const FlashIndexInputs& index);
+
+// The heuristic of MakeFlashAttentionCpu's header for the forward call `p`, its thread count
+// judged by `macs_per_element` multiply-adds per (query, key, dim).
+KernelConfig FlashCpuHeuristic(const FlashAttentionProblem& p, const DeviceInfo& device,
+                               double macs_per_element);
+// The candidates of MakeFlashAttentionCpu's header.
+std::vector<KernelConfig> FlashCpuCandidates(const DeviceInfo& device);
+
+}  // namespace cpu
 
 }  // namespace kernelserve
 

@@ -96,10 +96,13 @@ void Finalize(const MeanPoolingArgs& args, int64_t seq, int64_t count, float* to
   StoreFromFloat(args.dtype, total, h_count, args.out, seq * h_count);
 }
 
-std::vector<int64_t> CountRows(const MeanPoolingArgs& args) {
+}  // namespace
+
+std::vector<int64_t> CountPoolingRows(const PoolingRowsArgs& args) {
   std::vector<int64_t> counts(static_cast<size_t>(args.num_sequences));
   for (int64_t seq = 0; seq < args.num_sequences; ++seq) {
-    int64_t count = SeqRows(args, seq);
+    int64_t count =
+        args.cu_seqlens != nullptr ? args.cu_seqlens[seq + 1] - args.cu_seqlens[seq] : args.seq_len;
     if (args.mask != nullptr) {
       const uint8_t* row = args.mask + seq * args.seq_len;
       count = std::count_if(row, row + args.seq_len, [](uint8_t m) { return m != 0; });
@@ -108,8 +111,6 @@ std::vector<int64_t> CountRows(const MeanPoolingArgs& args) {
   }
   return counts;
 }
-
-}  // namespace
 
 absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckMeanPoolingCpuConfig(config));
@@ -139,7 +140,7 @@ absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& con
       items.push_back({seq, begin, std::min(begin + leaves_per_item, leaves), whole});
     }
   }
-  const std::vector<int64_t> counts = CountRows(args);
+  const std::vector<int64_t> counts = CountPoolingRows(args);
   std::vector<float> partials(static_cast<size_t>(num_partials * h_count));
 
   const int threads = CpuWorkerCount(config.num_warps, static_cast<int64_t>(items.size()));

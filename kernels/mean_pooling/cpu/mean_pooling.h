@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
@@ -17,12 +18,11 @@ namespace kernelserve::cpu {
 // depends on neither the chunk size nor the thread count: results are bitwise reproducible.
 inline constexpr int64_t kMeanPoolingLeafRows = 16;
 
-// One mean pooling call. Pointers are borrowed; the caller keeps them alive for the call.
-struct MeanPoolingArgs {
-  DType dtype = DType::kF32;  // of x and out: kF32, kF16 or kBF16
-  const void* x = nullptr;    // [total_rows, hidden], row-major
-  void* out = nullptr;        // [num_sequences, hidden], written in full
-  int64_t total_rows = 0;     // rows of x
+// The rows of a mean pooling call (forward or backward) and their sequences. Pointers are
+// borrowed; the caller keeps them alive for the call.
+struct PoolingRowsArgs {
+  DType dtype = DType::kF32;  // of the call's data (x, out; dout, dx): kF32, kF16 or kBF16
+  int64_t total_rows = 0;     // rows of x (and dx)
   int64_t hidden = 0;         // H
   int64_t num_sequences = 0;  // B (dense, masked) or N (varlen)
   // Dense and masked: sequence b is rows [b * seq_len, (b + 1) * seq_len). Ignored in varlen.
@@ -33,8 +33,18 @@ struct MeanPoolingArgs {
   // Masked when not null: [num_sequences, seq_len], nonzero = the row counts. Dense only.
   const uint8_t* mask = nullptr;
   // Checked between work items when not null; its first non-OK status stops the call, which
-  // then returns it (out is left partly written).
+  // then returns it (its output is left partly written).
   const std::function<absl::Status()>* interrupt = nullptr;
+};
+
+// The counted rows of each sequence: all its rows, or with a mask those whose mask is nonzero.
+// REQUIRES: `args` consistent (cu_seqlens valid; a mask of num_sequences * seq_len entries).
+std::vector<int64_t> CountPoolingRows(const PoolingRowsArgs& args);
+
+// One mean pooling call.
+struct MeanPoolingArgs : PoolingRowsArgs {
+  const void* x = nullptr;  // [total_rows, hidden], row-major
+  void* out = nullptr;      // [num_sequences, hidden], written in full
 };
 
 // out[n, h] = mean over the counted rows of sequence n of x[row, h], accumulated in float and

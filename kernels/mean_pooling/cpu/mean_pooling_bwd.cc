@@ -58,20 +58,6 @@ RowOwner OwnerOf(const MeanPoolingBwdArgs& args, int64_t row) {
   return {seq, args.mask == nullptr || args.mask[row] != 0};
 }
 
-std::vector<int64_t> CountRows(const MeanPoolingBwdArgs& args) {
-  std::vector<int64_t> counts(static_cast<size_t>(args.num_sequences));
-  for (int64_t seq = 0; seq < args.num_sequences; ++seq) {
-    int64_t count =
-        args.cu_seqlens != nullptr ? args.cu_seqlens[seq + 1] - args.cu_seqlens[seq] : args.seq_len;
-    if (args.mask != nullptr) {
-      const uint8_t* row = args.mask + seq * args.seq_len;
-      count = std::count_if(row, row + args.seq_len, [](uint8_t m) { return m != 0; });
-    }
-    counts[static_cast<size_t>(seq)] = count;
-  }
-  return counts;
-}
-
 }  // namespace
 
 absl::Status MeanPoolingBwdCpu(const MeanPoolingBwdArgs& args, const KernelConfig& config) {
@@ -81,7 +67,7 @@ absl::Status MeanPoolingBwdCpu(const MeanPoolingBwdArgs& args, const KernelConfi
   const int64_t h_count = args.hidden;
   const int64_t block_rows = config.block_size > 0 ? config.block_size : kDefaultBlockRows;
   const int64_t items = (args.total_rows + block_rows - 1) / block_rows;
-  const std::vector<int64_t> counts = CountRows(args);
+  const std::vector<int64_t> counts = CountPoolingRows(args);
   const int threads = CpuWorkerCount(config.num_warps, items);
   // Per worker: the quotient row of the sequence last seen, and which sequence that was.
   std::vector<std::vector<float>> rows(static_cast<size_t>(threads),

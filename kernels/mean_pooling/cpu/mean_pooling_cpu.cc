@@ -1,36 +1,38 @@
 #include "kernels/mean_pooling/cpu/mean_pooling_cpu.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <set>
-#include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "kernels/mean_pooling/cpu/mean_pooling.h"
-#include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cpu/checks.h"
+#include "kernels/runtime/cpu/cpu_impl.h"
+#include "kernels/runtime/cpu/cpu_run.h"
 
 namespace kernelserve {
+namespace cpu {
 namespace {
 
-using cpu::MeanPoolingArgs;
-
-// Below this many elements of x one thread beats starting more (a thread start costs tens of
-// microseconds, about what summing this many elements takes).
+// Below this many elements of x (or dx) one thread beats starting more (a thread start costs
+// tens of microseconds, about what summing or writing this many elements takes).
 constexpr int64_t kSingleThreadElements = int64_t{1} << 18;
 
-int HardwareThreads(const DeviceInfo& device) {
-  return std::clamp(device.num_threads, 1, cpu::kMaxCpuThreads);
+}  // namespace
+
+PoolingRowsArgs PoolingRowsOf(const MeanPoolingProblem& p, const MeanPoolingIndex& index) {
+  PoolingRowsArgs rows;
+  rows.dtype = p.dtype;
+  rows.total_rows = p.total_rows;
+  rows.hidden = p.hidden;
+  rows.num_sequences = p.num_sequences;
+  rows.seq_len = p.seq_len;
+  if (p.form == PoolingForm::kVarlen) rows.cu_seqlens = index.cu_seqlens.data();
+  if (p.form == PoolingForm::kMasked) rows.mask = index.mask.data();
+  return rows;
 }
 
-// chunk_size as a block_size: larger chunks than the kernel's limit split the same way.
-int BlockRows(int64_t chunk_size) {
-  return static_cast<int>(std::min<int64_t>(chunk_size, cpu::kMaxCpuBlockRows));
-}
-
-KernelConfig CpuConfig(int block_size, int threads) {
+KernelConfig PoolingCpuConfig(int block_size, int threads) {
   KernelConfig config;
   config.block_size = block_size;
   config.num_warps = threads;
@@ -38,118 +40,78 @@ KernelConfig CpuConfig(int block_size, int threads) {
   return config;
 }
 
-// Not thread-safe (see PreparedRun).
-class MeanPoolingCpuRun : public PreparedRun {
- public:
-  MeanPoolingCpuRun(const MeanPoolingProblem& problem, const Tensor* x,
-                    std::vector<int64_t> cu_seqlens, std::vector<uint8_t> mask)
-      : problem_(problem),
-        x_(x),
-        cu_seqlens_(std::move(cu_seqlens)),
-        mask_(std::move(mask)),
-        out_(Tensor::Empty(problem.dtype, {problem.num_sequences, problem.hidden})) {}
+int PoolingCpuThreads(const MeanPoolingProblem& p, const DeviceInfo& device) {
+  const int64_t elements = p.total_rows * p.hidden;
+  return elements < kSingleThreadElements ? 1 : HardwareThreads(device);
+}
 
-  absl::StatusOr<double> Launch(const KernelConfig& config) override {
-    MeanPoolingArgs args;
-    args.dtype = problem_.dtype;
-    args.x = x_->data();
-    args.out = out_.data();
-    args.total_rows = problem_.total_rows;
-    args.hidden = problem_.hidden;
-    args.num_sequences = problem_.num_sequences;
-    args.seq_len = problem_.seq_len;
-    if (problem_.form == MeanPoolingProblem::Form::kVarlen) args.cu_seqlens = cu_seqlens_.data();
-    if (problem_.form == MeanPoolingProblem::Form::kMasked) args.mask = mask_.data();
-    if (interrupt()) args.interrupt = &interrupt();
-    KernelConfig effective = config;
-    if (effective.block_size == 0) effective.block_size = BlockRows(problem_.chunk_size);
-    launched_ = false;  // a launch that fails part way leaves the outputs partly written
-    const auto start = std::chrono::steady_clock::now();
-    KS_RETURN_IF_ERROR(cpu::MeanPoolingCpu(args, effective));
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    launched_ = true;
-    return elapsed.count();
+std::vector<KernelConfig> PoolingCpuCandidates(const std::set<int>& block_sizes,
+                                               const DeviceInfo& device) {
+  const std::set<int> threads = {1, 2, HardwareThreads(device)};
+  std::vector<KernelConfig> configs;
+  for (int block_size : block_sizes) {
+    for (int t : threads) configs.push_back(PoolingCpuConfig(block_size, t));
+  }
+  return configs;
+}
+
+}  // namespace cpu
+
+namespace {
+
+// chunk_size as a block_size: larger chunks than the kernel's limit split the same way.
+int BlockRows(int64_t chunk_size) {
+  return static_cast<int>(std::min<int64_t>(chunk_size, cpu::kMaxCpuBlockRows));
+}
+
+// Points at x's data in the inputs (which outlive it), copies the mask / offsets as bytes /
+// int64 and allocates `out`. Not thread-safe (see PreparedRun).
+class MeanPoolingCpuRun : public cpu::CpuRun {
+ public:
+  MeanPoolingCpuRun(const MeanPoolingProblem& problem, const TensorMap& inputs)
+      : block_rows_(BlockRows(problem.chunk_size)),
+        index_(inputs),
+        args_{cpu::PoolingRowsOf(problem, index_)} {
+    args_.x = inputs.at("x").data();
+    AddOutput("out", problem.dtype, {problem.num_sequences, problem.hidden}, &args_.out);
   }
 
-  absl::StatusOr<TensorMap> Fetch() override { return Outputs(/*take=*/false); }
-  // The outputs move out: the run is done with them.
-  absl::StatusOr<TensorMap> TakeOutputs(const TensorMap& places) override {
-    return places.empty() ? Outputs(/*take=*/true) : FetchInto(places);
+  absl::StatusOr<double> Launch(const KernelConfig& config) override {
+    args_.interrupt = InterruptOrNull();
+    KernelConfig effective = config;
+    if (effective.block_size == 0) effective.block_size = block_rows_;
+    return TimedLaunch([&] { return cpu::MeanPoolingCpu(args_, effective); });
   }
 
  private:
-  // The outputs of the last launch, copied or moved out (CopyOrTake).
-  absl::StatusOr<TensorMap> Outputs(bool take) {
-    if (!launched_) return absl::FailedPreconditionError("Fetch before a successful Launch");
-    launched_ = !take;
-    TensorMap outputs;
-    outputs.emplace("out", CopyOrTake(out_, take));
-    return outputs;
-  }
-
-  const MeanPoolingProblem problem_;
-  const Tensor* const x_;                  // not owned
-  const std::vector<int64_t> cu_seqlens_;  // varlen only
-  const std::vector<uint8_t> mask_;        // masked only; 1 = counted
-  Tensor out_;
-  bool launched_ = false;
+  const int block_rows_;  // block_size 0 means this
+  const MeanPoolingIndex index_;
+  cpu::MeanPoolingArgs args_;  // points into x, index_ and out
 };
 
-class MeanPoolingCpuImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCpu; }
+// The mean pooling reference as CpuImpl runs it.
+struct MeanPoolingCpuTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = MeanPoolingCpuRun;
 
-  absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
-    return absl::OkStatus();  // the reference runs every valid call
-  }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
     // The caller's chunk_size is the work split; threads only pay off once the sum is big
     // enough to hide their start-up.
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
-    const int64_t elements = p.total_rows * p.hidden;
-    const int threads = elements < kSingleThreadElements ? 1 : HardwareThreads(device);
-    return CpuConfig(BlockRows(p.chunk_size), threads);
+    return cpu::PoolingCpuConfig(BlockRows(p.chunk_size), cpu::PoolingCpuThreads(p, device));
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& problem,
-                                       const DeviceInfo& device) const override {
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
-    const std::set<int> block_sizes = {BlockRows(p.chunk_size), 32, 128, 512};
-    const std::set<int> threads = {1, 2, HardwareThreads(device)};
-    std::vector<KernelConfig> configs;
-    for (int block_size : block_sizes) {
-      for (int t : threads) configs.push_back(CpuConfig(block_size, t));
-    }
-    return configs;
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& p,
+                                              const DeviceInfo& device) {
+    return cpu::PoolingCpuCandidates({BlockRows(p.chunk_size), 32, 128, 512}, device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& /*problem*/,
-                           const DeviceInfo& /*device*/) const override {
+  static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckMeanPoolingCpuConfig(config);
-  }
-
-  // Keeps a pointer to inputs["x"] (which must outlive the run), copies the mask / offsets as
-  // bytes / int64 and allocates `out`.
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(
-      const Problem& problem, const TensorMap& inputs,
-      const DeviceInfo& /*device*/) const override {
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
-    std::vector<int64_t> cu_seqlens;
-    std::vector<uint8_t> mask;
-    if (auto it = inputs.find("cu_seqlens"); it != inputs.end()) cu_seqlens = it->second.ToInts();
-    if (auto it = inputs.find("mask"); it != inputs.end()) {
-      for (int64_t value : it->second.ToInts()) mask.push_back(value != 0 ? 1 : 0);
-    }
-    return std::unique_ptr<PreparedRun>(std::make_unique<MeanPoolingCpuRun>(
-        p, &inputs.at("x"), std::move(cu_seqlens), std::move(mask)));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingCpu() {
-  return std::make_unique<MeanPoolingCpuImpl>();
+  return std::make_unique<cpu::CpuImpl<MeanPoolingCpuTraits>>();
 }
 
 }  // namespace kernelserve

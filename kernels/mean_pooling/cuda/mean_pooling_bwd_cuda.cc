@@ -15,8 +15,10 @@
 #include "core/utils/string_view.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_bwd_config.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_bwd_launch.h"
+#include "kernels/mean_pooling/cuda/mean_pooling_space.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/cuda_impl.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #include "kernels/runtime/cuda/cuda_run.h"
 
@@ -31,9 +33,9 @@ cuda::PoolingBwdShape ShapeOf(const MeanPoolingProblem& p) {
   return {p.dtype, p.total_rows, p.hidden};
 }
 
+// 16-byte vectors when whole rows are made of them, as in the forward.
 int VectorWidth(const MeanPoolingProblem& p) {
-  const int64_t width = 16 / static_cast<int64_t>(ItemSize(p.dtype));
-  return p.hidden % width == 0 ? static_cast<int>(width) : 1;
+  return cuda::PoolVectorWidth(static_cast<int64_t>(ItemSize(p.dtype)), p.hidden);
 }
 
 // The one switch of runtime dtype and vector width to a compiled launcher.
@@ -56,18 +58,16 @@ absl::StatusOr<LaunchFn> SelectLaunch(DType dtype, int vec) {
 }
 
 // Counted rows of each sequence as float (as the CPU platform divides by them).
-std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
-                          std::vector<uint8_t>* mask_bytes, std::vector<int64_t>* offsets) {
+std::vector<float> Counts(const MeanPoolingProblem& p, const MeanPoolingIndex& index) {
   std::vector<float> counts(static_cast<size_t>(p.num_sequences), static_cast<float>(p.seq_len));
-  if (p.form == MeanPoolingProblem::Form::kVarlen) {
-    *offsets = inputs.at("cu_seqlens").ToInts();
+  if (p.form == PoolingForm::kVarlen) {
+    const std::vector<int64_t>& offsets = index.cu_seqlens;
     for (size_t n = 0; n < counts.size(); ++n) {
-      counts[n] = static_cast<float>((*offsets)[n + 1] - (*offsets)[n]);
+      counts[n] = static_cast<float>(offsets[n + 1] - offsets[n]);
     }
-  } else if (p.form == MeanPoolingProblem::Form::kMasked) {
-    for (int64_t value : inputs.at("mask").ToInts()) mask_bytes->push_back(value != 0 ? 1 : 0);
+  } else if (p.form == PoolingForm::kMasked) {
     for (size_t n = 0; n < counts.size(); ++n) {
-      const auto row = mask_bytes->begin() + static_cast<int64_t>(n) * p.seq_len;
+      const auto row = index.mask.begin() + static_cast<int64_t>(n) * p.seq_len;
       counts[n] = static_cast<float>(std::count(row, row + p.seq_len, uint8_t{1}));
     }
   }
@@ -77,25 +77,25 @@ std::vector<float> Counts(const MeanPoolingProblem& p, const TensorMap& inputs,
 // One call made ready on one device. Thread safety: one thread at a time (PreparedRun).
 class CudaMeanPoolingBwdRun : public cuda::CudaRun {
  public:
-  CudaMeanPoolingBwdRun(const MeanPoolingProblem& problem, int ordinal,
+  CudaMeanPoolingBwdRun(const MeanPoolingProblem& problem, const DeviceInfo& device,
                         DeviceThreadResources* resources)
-      : CudaRun(ordinal, resources), p_(problem) {}
+      : CudaRun(device.ordinal, resources), p_(problem) {}
 
   // Uploads dout, counts and mask or offsets, and allocates dx.
   absl::Status Init(const TensorMap& inputs) {
     KS_RETURN_IF_ERROR(InitEvents());
     const Tensor& dout = inputs.at("dout");
     KS_ASSIGN_OR_RETURN(dout_, Upload(dout.data(), dout.nbytes()));
-    std::vector<uint8_t> mask;
-    std::vector<int64_t> offsets;
-    const std::vector<float> counts = Counts(p_, inputs, &mask, &offsets);
+    const MeanPoolingIndex index(inputs);
+    const std::vector<float> counts = Counts(p_, index);
     KS_ASSIGN_OR_RETURN(counts_, Upload(counts.data(), counts.size() * sizeof(float)));
     args_.dout = dout_.get();
     args_.counts = static_cast<const float*>(counts_.get());
-    if (!mask.empty()) {
-      KS_ASSIGN_OR_RETURN(aux_, Upload(mask.data(), mask.size()));
+    if (!index.mask.empty()) {
+      KS_ASSIGN_OR_RETURN(aux_, Upload(index.mask.data(), index.mask.size()));
       args_.mask = static_cast<const uint8_t*>(aux_.get());
-    } else if (!offsets.empty()) {
+    } else if (!index.cu_seqlens.empty()) {
+      const std::vector<int64_t>& offsets = index.cu_seqlens;
       KS_ASSIGN_OR_RETURN(aux_, Upload(offsets.data(), offsets.size() * sizeof(int64_t)));
       args_.cu_seqlens = static_cast<const int64_t*>(aux_.get());
     }
@@ -121,54 +121,31 @@ class CudaMeanPoolingBwdRun : public cuda::CudaRun {
   DeviceBuffer dout_, counts_, aux_;
 };
 
-// Thread safety: stateless; every call is independent.
-class CudaMeanPoolingBwdImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCuda; }
+// The mean_pooling_bwd kernels as CudaImpl runs them.
+struct MeanPoolingBwdCudaTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = CudaMeanPoolingBwdRun;
+  static constexpr const char* kLabel = "mean_pooling_bwd";
 
-  absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError("mean_pooling_bwd (cuda): the device is not a CUDA GPU");
-    }
-    return SelectLaunch(ProblemAs<MeanPoolingProblem>(problem).dtype, 1).status();
+  static absl::Status Supports(const MeanPoolingProblem& p) {
+    return SelectLaunch(p.dtype, 1).status();
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cuda::PoolingBwdHeuristic(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
+    return cuda::PoolingBwdHeuristic(ShapeOf(p), device);
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& problem,
-                                       const DeviceInfo& device) const override {
-    return cuda::PoolingBwdCandidates(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& p,
+                                              const DeviceInfo& device) {
+    return cuda::PoolingBwdCandidates(ShapeOf(p), device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
-                           const DeviceInfo& /*device*/) const override {
-    return cuda::CheckPoolingBwdConfig(config, ShapeOf(ProblemAs<MeanPoolingProblem>(problem)));
-  }
-
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
-                                                       const TensorMap& inputs,
-                                                       const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda || device.ordinal < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mean_pooling_bwd (cuda): expected a CUDA device, got ",
-                       Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
-    }
-    KS_RETURN_IF_ERROR(Supports(problem, device));
-    KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources,
-                        cuda::ThisThreadResources(device.ordinal));
-    auto run = std::make_unique<CudaMeanPoolingBwdRun>(ProblemAs<MeanPoolingProblem>(problem),
-                                                       device.ordinal, resources);
-    KS_RETURN_IF_ERROR(run->Init(inputs));
-    return std::unique_ptr<PreparedRun>(std::move(run));
+  static absl::Status CheckConfig(const KernelConfig& config, const MeanPoolingProblem& p) {
+    return cuda::CheckPoolingBwdConfig(config, ShapeOf(p));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingBwdCuda() {
-  return std::make_unique<CudaMeanPoolingBwdImpl>();
+  return std::make_unique<cuda::CudaImpl<MeanPoolingBwdCudaTraits>>();
 }
 
 }  // namespace kernelserve

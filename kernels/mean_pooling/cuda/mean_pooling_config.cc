@@ -26,7 +26,7 @@ constexpr int64_t kDefaultSmCount = 132;
 constexpr int kPreferredLanes = 64;
 
 FormPlan PlanFor(const MeanPoolingShape& shape) {
-  return shape.form == MeanPoolingShape::Form::kMasked ? kMaskedPlan : kUniformPlan;
+  return shape.form == PoolingForm::kMasked ? kMaskedPlan : kUniformPlan;
 }
 
 KernelConfig MakeConfig(int num_warps, int lanes, int stages, int block_rows) {
@@ -91,6 +91,10 @@ std::vector<int> Around(const Values& values, int value) {
 }
 
 }  // namespace
+
+MeanPoolingShape MeanPoolingShapeOf(const MeanPoolingProblem& problem) {
+  return {problem.form, problem.dtype, problem.num_sequences, problem.total_rows, problem.hidden};
+}
 
 const std::vector<KernelConfig>& MeanPoolingCompiledConfigs() {
   static const std::vector<KernelConfig>* const configs = [] {

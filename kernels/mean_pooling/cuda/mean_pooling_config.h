@@ -9,18 +9,21 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
+#include "kernels/mean_pooling/mean_pooling_kernel.h"
 
 namespace kernelserve::cuda {
 
 // The shape of one mean pooling problem, as the config choice sees it.
 struct MeanPoolingShape {
-  enum class Form { kDense, kMasked, kVarlen };
-  Form form = Form::kDense;
+  PoolingForm form = PoolingForm::kDense;
   DType dtype = DType::kF32;
   int64_t num_sequences = 0;  // B (dense, masked) or N (varlen)
   int64_t total_rows = 0;     // B*S (dense, masked) or T (varlen)
   int64_t hidden = 0;         // H
 };
+
+// The problem's shape as the config choice sees it.
+MeanPoolingShape MeanPoolingShapeOf(const MeanPoolingProblem& problem);
 
 // Every config the .cu files compile, in a fixed order.
 const std::vector<KernelConfig>& MeanPoolingCompiledConfigs();

@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "core/utils/string_view.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_config.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_dispatch.h"
 #include "kernels/mean_pooling/cuda/mean_pooling_space.h"
 #include "kernels/mean_pooling/mean_pooling_kernel.h"
 #include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/cuda_impl.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
 #include "kernels/runtime/cuda/cuda_run.h"
 
@@ -22,39 +22,6 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::DeviceThreadResources;
-using cuda::PoolingForm;
-
-PoolingForm FormOf(const MeanPoolingProblem& p) {
-  switch (p.form) {
-    case MeanPoolingProblem::Form::kMasked:
-      return PoolingForm::kMasked;
-    case MeanPoolingProblem::Form::kVarlen:
-      return PoolingForm::kVarlen;
-    case MeanPoolingProblem::Form::kDense:
-      break;
-  }
-  return PoolingForm::kDense;
-}
-
-cuda::MeanPoolingShape ShapeOf(const MeanPoolingProblem& p) {
-  cuda::MeanPoolingShape shape;
-  switch (p.form) {
-    case MeanPoolingProblem::Form::kDense:
-      shape.form = cuda::MeanPoolingShape::Form::kDense;
-      break;
-    case MeanPoolingProblem::Form::kMasked:
-      shape.form = cuda::MeanPoolingShape::Form::kMasked;
-      break;
-    case MeanPoolingProblem::Form::kVarlen:
-      shape.form = cuda::MeanPoolingShape::Form::kVarlen;
-      break;
-  }
-  shape.dtype = p.dtype;
-  shape.num_sequences = p.num_sequences;
-  shape.total_rows = p.total_rows;
-  shape.hidden = p.hidden;
-  return shape;
-}
 
 // The sizes of the launch for config checks; varlen counts every row of x.
 cuda::PoolingDeviceArgs SizesOf(const MeanPoolingProblem& p) {
@@ -91,21 +58,12 @@ absl::Status CheckPoolingConfig(const KernelConfig& config, const MeanPoolingPro
   return absl::OkStatus();
 }
 
-// Mask values as bytes (nonzero -> 1), whatever the mask's dtype.
-std::vector<uint8_t> MaskBytes(const Tensor& mask) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(mask.numel()));
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    bytes[i] = mask.GetInt(static_cast<int64_t>(i)) != 0 ? 1 : 0;
-  }
-  return bytes;
-}
-
 // One call made ready on one device. Thread safety: one thread at a time (PreparedRun).
 class CudaMeanPoolingRun : public cuda::CudaRun {
  public:
-  CudaMeanPoolingRun(const MeanPoolingProblem& problem, int ordinal,
+  CudaMeanPoolingRun(const MeanPoolingProblem& problem, const DeviceInfo& device,
                      DeviceThreadResources* resources)
-      : CudaRun(ordinal, resources), p_(problem) {}
+      : CudaRun(device.ordinal, resources), p_(problem) {}
 
   // Uploads `inputs` and allocates the output.
   absl::Status Init(const TensorMap& inputs);
@@ -127,12 +85,12 @@ absl::Status CudaMeanPoolingRun::Init(const TensorMap& inputs) {
   KS_ASSIGN_OR_RETURN(x_, Upload(x.data(), x.nbytes()));
   args_ = SizesOf(p_);
   args_.x = x_.get();
-  if (p_.form == MeanPoolingProblem::Form::kMasked) {
-    const std::vector<uint8_t> mask = MaskBytes(inputs.at("mask"));
-    KS_ASSIGN_OR_RETURN(mask_, Upload(mask.data(), mask.size()));
+  const MeanPoolingIndex index(inputs);
+  if (p_.form == PoolingForm::kMasked) {
+    KS_ASSIGN_OR_RETURN(mask_, Upload(index.mask.data(), index.mask.size()));
     args_.mask = static_cast<const uint8_t*>(mask_.get());
-  } else if (p_.form == MeanPoolingProblem::Form::kVarlen) {
-    const std::vector<int64_t> offsets = inputs.at("cu_seqlens").ToInts();
+  } else if (p_.form == PoolingForm::kVarlen) {
+    const std::vector<int64_t>& offsets = index.cu_seqlens;
     KS_ASSIGN_OR_RETURN(cu_seqlens_, Upload(offsets.data(), offsets.size() * sizeof(int64_t)));
     args_.cu_seqlens = static_cast<const int64_t*>(cu_seqlens_.get());
     args_.used_rows = offsets.back();
@@ -159,7 +117,7 @@ absl::StatusOr<double> CudaMeanPoolingRun::Launch(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckPoolingConfig(config, p_, args_));
   const int vec = VectorWidth(p_);
   KS_ASSIGN_OR_RETURN(const cuda::PoolingLaunchFn launch,
-                      cuda::SelectPoolingLaunch(p_.dtype, FormOf(p_), vec, config.num_stages));
+                      cuda::SelectPoolingLaunch(p_.dtype, p_.form, vec, config.num_stages));
   const cuda::PoolingLaunchShape shape = LaunchShapeOf(config);
   const cuda::PoolingPlan plan = cuda::PlanMeanPooling(args_, shape, vec);
   KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal()));
@@ -173,61 +131,35 @@ absl::StatusOr<double> CudaMeanPoolingRun::Launch(const KernelConfig& config) {
   return seconds;
 }
 
-// Thread safety: stateless; every call is independent.
-class CudaMeanPoolingImpl : public PlatformImpl {
- public:
-  Platform platform() const override { return Platform::kCuda; }
+// The mean pooling kernels as CudaImpl runs them.
+struct MeanPoolingCudaTraits {
+  using ProblemType = MeanPoolingProblem;
+  using Run = CudaMeanPoolingRun;
+  static constexpr const char* kLabel = "mean pooling";
 
-  absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError("mean pooling (cuda): the device is not a CUDA GPU");
-    }
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
+  static absl::Status Supports(const MeanPoolingProblem& p) {
     if (!IsFloating(p.dtype)) {
       return absl::UnimplementedError("mean pooling (cuda): expected f32, f16 or bf16");
     }
     return absl::OkStatus();
   }
-
-  KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
-    return cuda::MeanPoolingHeuristic(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static KernelConfig Heuristic(const MeanPoolingProblem& p, const DeviceInfo& device) {
+    return cuda::MeanPoolingHeuristic(cuda::MeanPoolingShapeOf(p), device);
   }
-
-  std::vector<KernelConfig> Candidates(const Problem& problem,
-                                       const DeviceInfo& device) const override {
-    return cuda::MeanPoolingCandidates(ShapeOf(ProblemAs<MeanPoolingProblem>(problem)), device);
+  static std::vector<KernelConfig> Candidates(const MeanPoolingProblem& p,
+                                              const DeviceInfo& device) {
+    return cuda::MeanPoolingCandidates(cuda::MeanPoolingShapeOf(p), device);
   }
-
-  absl::Status CheckConfig(const KernelConfig& config, const Problem& problem,
-                           const DeviceInfo& /*device*/) const override {
-    const auto& p = ProblemAs<MeanPoolingProblem>(problem);
+  static absl::Status CheckConfig(const KernelConfig& config, const MeanPoolingProblem& p) {
     KS_RETURN_IF_ERROR(CheckPoolingConfig(config, p, SizesOf(p)));
-    return cuda::SelectPoolingLaunch(p.dtype, FormOf(p), VectorWidth(p), config.num_stages)
-        .status();
-  }
-
-  absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
-                                                       const TensorMap& inputs,
-                                                       const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda || device.ordinal < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mean pooling (cuda): expected a CUDA device, got ",
-                       Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
-    }
-    KS_RETURN_IF_ERROR(Supports(problem, device));
-    KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources,
-                        cuda::ThisThreadResources(device.ordinal));
-    auto run = std::make_unique<CudaMeanPoolingRun>(ProblemAs<MeanPoolingProblem>(problem),
-                                                    device.ordinal, resources);
-    KS_RETURN_IF_ERROR(run->Init(inputs));
-    return std::unique_ptr<PreparedRun>(std::move(run));
+    return cuda::SelectPoolingLaunch(p.dtype, p.form, VectorWidth(p), config.num_stages).status();
   }
 };
 
 }  // namespace
 
 std::unique_ptr<PlatformImpl> MakeMeanPoolingCuda() {
-  return std::make_unique<CudaMeanPoolingImpl>();
+  return std::make_unique<cuda::CudaImpl<MeanPoolingCudaTraits>>();
 }
 
 }  // namespace kernelserve

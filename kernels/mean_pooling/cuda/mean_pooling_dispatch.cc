@@ -21,18 +21,6 @@ constexpr int Key(DType dtype, PoolingForm form, int vec, int stages) {
   return ((static_cast<int>(dtype) * 4 + static_cast<int>(form)) * 32 + vec) * 32 + stages;
 }
 
-std::string_view FormName(PoolingForm form) {
-  switch (form) {
-    case PoolingForm::kDense:
-      return "dense";
-    case PoolingForm::kMasked:
-      return "masked";
-    case PoolingForm::kVarlen:
-      return "varlen";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 absl::StatusOr<PoolingLaunchFn> SelectPoolingLaunch(DType dtype, PoolingForm form, int vec,
@@ -50,7 +38,7 @@ absl::StatusOr<PoolingLaunchFn> SelectPoolingLaunch(DType dtype, PoolingForm for
   }
   return absl::UnimplementedError(absl::StrCat(
       "mean pooling: no CUDA kernel compiled for dtype ", Sv(DTypeName(dtype)), ", form ",
-      Sv(FormName(form)), ", ", vec, " values per lane, num_stages ", stages,
+      Sv(PoolingFormName(form)), ", ", vec, " values per lane, num_stages ", stages,
       " (compiled: f32/f16/bf16, 16-byte or single-value lanes, num_stages 4 or 8)"));
 }
 

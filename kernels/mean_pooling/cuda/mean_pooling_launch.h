@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kernelserve::cuda {
+#include "kernels/mean_pooling/mean_pooling_form.h"
 
-enum class PoolingForm : int { kDense = 0, kMasked = 1, kVarlen = 2 };
+namespace kernelserve::cuda {
 
 // The kernel's launch bound: threads per block at most (equals kPoolMaxThreads).
 inline constexpr int kPoolingKernelMaxThreads = 256;

@@ -17,6 +17,10 @@ absl::Status CheckCpuPlatform(const KernelConfig& config) {
   return absl::OkStatus();
 }
 
+int HardwareThreads(const DeviceInfo& device) {
+  return std::clamp(device.num_threads, 1, kMaxCpuThreads);
+}
+
 int CpuWorkerCount(int requested, int64_t items) {
   // Read once: glibc answers hardware_concurrency from /sys, microseconds a call.
   static const unsigned hardware = std::thread::hardware_concurrency();

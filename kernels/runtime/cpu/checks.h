@@ -1,4 +1,4 @@
-// Argument checks shared by the CPU kernels' launch functions.
+// Argument checks and thread counts shared by the CPU kernels' platforms and launch functions.
 #ifndef KERNELSERVE_KERNELS_RUNTIME_CPU_CHECKS_H_
 #define KERNELSERVE_KERNELS_RUNTIME_CPU_CHECKS_H_
 
@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "core/device.h"
 #include "core/kernel_config.h"
 
 namespace kernelserve::cpu {
@@ -18,6 +19,10 @@ inline constexpr int kMaxCpuThreads = 1024;
 
 // OK for a config of platform "" or "cpu"; InvalidArgument otherwise.
 absl::Status CheckCpuPlatform(const KernelConfig& config);
+
+// The hardware threads of `device` (its num_threads) within [1, kMaxCpuThreads]: the thread
+// count the CPU platforms' heuristics and candidates name.
+int HardwareThreads(const DeviceInfo& device);
 
 // The threads a CPU kernel starts for `requested` (config num_warps) and `items` work items:
 // never more than the items or the hardware threads, at least 1.

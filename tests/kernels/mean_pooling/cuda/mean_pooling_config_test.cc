@@ -32,8 +32,7 @@ DeviceInfo Gpu(int sm_count) {
 
 std::vector<MeanPoolingShape> Shapes() {
   std::vector<MeanPoolingShape> shapes;
-  for (auto form : {MeanPoolingShape::Form::kDense, MeanPoolingShape::Form::kMasked,
-                    MeanPoolingShape::Form::kVarlen}) {
+  for (auto form : {PoolingForm::kDense, PoolingForm::kMasked, PoolingForm::kVarlen}) {
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int64_t hidden : {0, 1, 17, 1000, 1024, 4096, 8191, 65536}) {
         for (int64_t rows : {0, 1, 7, 129, 65536, 524288, 100000000}) {
@@ -94,16 +93,16 @@ TEST(MeanPoolingConfigTest, HeuristicIsACandidateAndCandidatesAreCompiled) {
 TEST(MeanPoolingConfigTest, HeuristicLanesCoverTheRowWithoutIdleLanes) {
   // bf16 H=4096: 512 vectors of 8 values -> 64 lanes; H=17 (no 16-byte rows) -> 32 lanes of
   // one value; H=1 -> one lane.
-  const MeanPoolingShape wide{MeanPoolingShape::Form::kDense, DType::kBF16, 32, 65536, 4096};
+  const MeanPoolingShape wide{PoolingForm::kDense, DType::kBF16, 32, 65536, 4096};
   EXPECT_EQ(MeanPoolingHeuristic(wide, Gpu(132)).block_d, 64);
-  const MeanPoolingShape odd{MeanPoolingShape::Form::kDense, DType::kF32, 3, 21, 17};
+  const MeanPoolingShape odd{PoolingForm::kDense, DType::kF32, 3, 21, 17};
   EXPECT_EQ(MeanPoolingHeuristic(odd, Gpu(132)).block_d, 32);
-  const MeanPoolingShape one{MeanPoolingShape::Form::kVarlen, DType::kF16, 3, 100, 1};
+  const MeanPoolingShape one{PoolingForm::kVarlen, DType::kF16, 3, 100, 1};
   EXPECT_EQ(MeanPoolingHeuristic(one, Gpu(132)).block_d, 1);
 }
 
 TEST(MeanPoolingConfigTest, HeuristicSplitsLongSequencesToFillTheChip) {
-  const MeanPoolingShape shape{MeanPoolingShape::Form::kDense, DType::kBF16, 32, 32 * 2048, 4096};
+  const MeanPoolingShape shape{PoolingForm::kDense, DType::kBF16, 32, 32 * 2048, 4096};
   const KernelConfig config = MeanPoolingHeuristic(shape, Gpu(132));
   const int64_t tiles = 4096 / 8 / config.block_d;
   const int64_t blocks = PoolCeilDiv(shape.total_rows, config.block_size) * tiles;
@@ -111,7 +110,7 @@ TEST(MeanPoolingConfigTest, HeuristicSplitsLongSequencesToFillTheChip) {
   EXPECT_LT(blocks, 132 * 7 * 2);      // the largest chunk that still fills the chip
   EXPECT_LT(config.block_size, 2048);  // each sequence is split over several blocks
   // A small problem gets the smallest chunk that still gives each thread a full round.
-  const MeanPoolingShape tiny{MeanPoolingShape::Form::kDense, DType::kF32, 1, 7, 1000};
+  const MeanPoolingShape tiny{PoolingForm::kDense, DType::kF32, 1, 7, 1000};
   const KernelConfig small = MeanPoolingHeuristic(tiny, Gpu(132));
   const int round = small.num_warps * 32 / small.block_d * small.num_stages;
   EXPECT_EQ(small.block_size, *std::find_if(kPoolBlockRows.begin(), kPoolBlockRows.end(),
@@ -138,7 +137,7 @@ TEST(MeanPoolingConfigTest, CudaPlatformConfigsComeFromTheConfigSpace) {
   }
   const TensorSpecMap varlen = {{"x", {DType::kBF16, {1, 5000, 768}}},
                                 {"cu_seqlens", {DType::kI64, {9}}}};
-  const MeanPoolingShape shape = {MeanPoolingShape::Form::kVarlen, DType::kBF16, 8, 5000, 768};
+  const MeanPoolingShape shape = {PoolingForm::kVarlen, DType::kBF16, 8, 5000, 768};
   auto problem = kernel->Analyze(varlen, {});
   ASSERT_TRUE(problem.ok());
   EXPECT_EQ(cuda.Heuristic(**problem, Gpu(132)), MeanPoolingHeuristic(shape, Gpu(132)));
