@@ -13,13 +13,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "core/kernel.h"
 #include "core/status_macros.h"
-#include "core/utils/string_view.h"
 #include "kernels/flash_attention/cuda/flash_attention_cudnn_plans.h"
 #include "kernels/flash_attention/cudnn/flash_attention_cudnn_config.h"
-#include "kernels/runtime/cuda/cuda_resources.h"
+#include "kernels/runtime/cuda/cuda_impl.h"
 
 namespace kernelserve::cuda {
 
@@ -59,10 +57,7 @@ class FlashGpuImpl final : public PlatformImpl {
   }
 
   absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda) {
-      return absl::UnimplementedError(absl::StrCat(Traits::kLabel, " (", Sv(Name()),
-                                                   "): the device is not a CUDA GPU"));
-    }
+    KS_RETURN_IF_ERROR(CheckCudaDevice(Traits::kLabel, platform(), device));
     const P& p = ProblemAs<P>(problem);
     if (mode_ == FlashGpuMode::kCudnn) return cudnn::CudnnSupports(p, device);
     absl::Status own = Traits::OwnSupports(p);
@@ -121,23 +116,10 @@ class FlashGpuImpl final : public PlatformImpl {
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
                                                        const TensorMap& inputs,
                                                        const DeviceInfo& device) const override {
-    if (device.platform != Platform::kCuda || device.ordinal < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Traits::kLabel, " (", Sv(Name()), "): expected a CUDA device, got ",
-          Sv(PlatformName(device.platform)), " ordinal ", device.ordinal));
-    }
-    KS_RETURN_IF_ERROR(Supports(problem, device));
-    KS_ASSIGN_OR_RETURN(DeviceThreadResources * resources, ThisThreadResources(device.ordinal));
-    auto run = std::make_unique<typename Traits::Run>(ProblemAs<P>(problem), device, resources);
-    KS_RETURN_IF_ERROR(run->Init(inputs));
-    return std::unique_ptr<PreparedRun>(std::move(run));
+    return PrepareCudaRun<typename Traits::Run, P>(*this, Traits::kLabel, problem, inputs, device);
   }
 
  private:
-  std::string_view Name() const {
-    return mode_ == FlashGpuMode::kBest ? std::string_view("auto") : PlatformName(platform());
-  }
-
   const FlashGpuMode mode_;
 };
 
