@@ -16,7 +16,8 @@ namespace kernelserve::wire {
 
 // Keeps protobuf from logging each request that fails to parse (its reason goes back to the
 // client in the INVALID_ARGUMENT instead, so a client cannot flood the server's log); other
-// protobuf messages still go to stderr. Call once, before serving (not thread-safe).
+// protobuf messages still go to the log (core/utils/log.h). Call once, before serving (not
+// thread-safe).
 void FilterParseLogs();
 
 // The INVALID_ARGUMENT for `buffer` failing to parse as `type` (buffer left unchanged).

@@ -12,6 +12,7 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/utils/log.h"
 #include "proto/parse.h"
 #include "proto/process_tuning.h"
 #include "server/options.h"
@@ -71,7 +72,7 @@ int RunServerMain(int argc, char** argv,
 
   // SIGTERM/SIGINT only write their number to a pipe (async-signal-safe); main waits on it.
   if (pipe(g_signal_pipe) != 0) {
-    std::fprintf(stderr, "kernelserve-server: cannot create the signal pipe\n");
+    KS_LOG(ERROR) << "kernelserve-server: cannot create the signal pipe";
     return 1;
   }
   struct sigaction action = {};
@@ -82,12 +83,13 @@ int RunServerMain(int argc, char** argv,
 
   absl::StatusOr<ServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {
-    std::fprintf(stderr, "kernelserve-server: %s\n", options.status().ToString().c_str());
+    KS_LOG(ERROR) << "kernelserve-server: " << options.status();
     return 2;
   }
+  logging::SetMinLevel(options->log_level);
   auto server = Server::Start(*options, extra_kernels);
   if (!server.ok()) {
-    std::fprintf(stderr, "kernelserve-server: %s\n", server.status().ToString().c_str());
+    KS_LOG(ERROR) << "kernelserve-server: " << server.status();
     return 1;
   }
   std::printf("%s\n", (*server)->StartupLine().c_str());
@@ -101,8 +103,7 @@ int RunServerMain(int argc, char** argv,
   std::fflush(stdout);
   const absl::Status flushed = (*server)->Shutdown();
   if (!flushed.ok()) {
-    std::fprintf(stderr, "kernelserve-server: flushing the store: %s\n",
-                 flushed.ToString().c_str());
+    KS_LOG(ERROR) << "kernelserve-server: flushing the store: " << flushed;
   }
   std::printf("kernelserve-server: stopped\n");
   return 0;
