@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "google/protobuf/descriptor.h"
 #include "kernelserve/v1/kernel_service.pb.h"
+#include "proto/tensor_wire.h"
 
 namespace kernelserve::wire {
 
