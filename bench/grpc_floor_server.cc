@@ -19,9 +19,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "core/dtype.h"
-#include "kernelserve/v1/kernel_service.grpc.pb.h"
 #include "proto/convert.h"
-#include "proto/process_tuning.h"
+#include "proto/kernel_service_grpc.h"
+#include "server/process_tuning.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50300", "address to listen on");
 

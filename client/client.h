@@ -26,7 +26,7 @@
 #include "core/tensor.h"
 #include "grpcpp/channel.h"
 #include "inference/grpc_service.grpc.pb.h"
-#include "kernelserve/v1/kernel_service.grpc.pb.h"
+#include "proto/kernel_service_grpc.h"
 
 namespace kernelserve {
 

@@ -1,8 +1,7 @@
 #include "proto/parse.h"
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
+#include "core/utils/log.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/wire_check.h"
 
@@ -10,13 +9,26 @@ namespace kernelserve::wire {
 
 namespace {
 
+logging::Level LevelOf(google::protobuf::LogLevel level) {
+  switch (level) {
+    case google::protobuf::LOGLEVEL_INFO:
+      return logging::Level::kInfo;
+    case google::protobuf::LOGLEVEL_WARNING:
+      return logging::Level::kWarning;
+    default:
+      return logging::Level::kError;
+  }
+}
+
+// Protobuf's own log lines, at protobuf's source location, but for a message that fails to
+// parse.
 void LogUnlessParseError(google::protobuf::LogLevel level, const char* filename, int line,
                          const std::string& message) {
   if (level < google::protobuf::LOGLEVEL_FATAL &&
       message.find("parsing a protocol buffer") != std::string::npos) {
     return;
   }
-  std::fprintf(stderr, "[libprotobuf %s:%d] %s\n", filename, line, message.c_str());
+  logging::Write(LevelOf(level), filename, line, absl::StrCat("libprotobuf: ", message));
 }
 
 }  // namespace

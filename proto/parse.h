@@ -11,12 +11,14 @@
 #include "absl/status/status.h"
 #include "google/protobuf/descriptor.h"
 #include "kernelserve/v1/kernel_service.pb.h"
+#include "proto/tensor_wire.h"
 
 namespace kernelserve::wire {
 
 // Keeps protobuf from logging each request that fails to parse (its reason goes back to the
 // client in the INVALID_ARGUMENT instead, so a client cannot flood the server's log); other
-// protobuf messages still go to stderr. Call once, before serving (not thread-safe).
+// protobuf messages still go to the log (core/utils/log.h). Call once, before serving (not
+// thread-safe).
 void FilterParseLogs();
 
 // The INVALID_ARGUMENT for `buffer` failing to parse as `type` (buffer left unchanged).

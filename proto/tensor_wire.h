@@ -19,11 +19,22 @@
 // the response object is left empty. Requests serialized through the traits are copied, as the
 // caller may reuse them; Client sends its own requests with SerializeShared.
 //
-// The generated kernel_service.pb.h includes this header at its end (proto/CMakeLists.txt
-// appends the include), so every translation unit that sees the message types also sees
-// these specializations, as C++ requires of an explicit specialization.
+// C++ requires an explicit specialization to be declared before any use that would instantiate
+// the primary template, in every translation unit that uses it. So a translation unit that
+// serializes or parses these messages through gRPC includes this header (or a header that
+// does: proto/parse.h, proto/convert.h) before it makes gRPC do so, and reaches the generated
+// service through proto/kernel_service_grpc.h, which includes this header before protoc's
+// kernel_service.grpc.pb.h; the generated kernel_service.grpc.pb.cc is compiled the same way
+// (proto/kernel_service_grpc.cc).
 #ifndef KERNELSERVE_PROTO_TENSOR_WIRE_H_
 #define KERNELSERVE_PROTO_TENSOR_WIRE_H_
+
+// protoc's include guard of kernel_service.grpc.pb.h: its templates may already have used the
+// generic traits of these messages.
+#ifdef GRPC_kernelserve_2fv1_2fkernel_5fservice_2eproto__INCLUDED
+#error \
+    "kernel_service.grpc.pb.h came before proto/tensor_wire.h: include proto/kernel_service_grpc.h"
+#endif
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>

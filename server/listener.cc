@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <utility>
@@ -28,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/status_macros.h"
+#include "core/utils/log.h"
 
 namespace kernelserve::server {
 namespace {
@@ -559,8 +559,7 @@ void Listener::NoteTrouble(absl::string_view what) {
   const absl::Time now = absl::Now();
   if (now - last_trouble_ > kQuiet) {
     ++bursts_;
-    std::fprintf(stderr, "kernelserve-server: listening on %s: %.*s\n", label_.c_str(),
-                 static_cast<int>(what.size()), what.data());
+    KS_LOG(WARNING) << "kernelserve-server: listening on " << label_ << ": " << what;
   }
   last_trouble_ = now;
 }

@@ -90,6 +90,8 @@ ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
 ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::ZeroDuration(),
           "after --max-connection-age, how long the connection's calls may take before it is "
           "closed under them; 0 = as long as they take");
+ABSL_FLAG(std::string, log_level, "info",
+          "least severe log lines written to stderr: info, warning or error");
 
 namespace kernelserve::server {
 namespace {
@@ -157,6 +159,12 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
   o.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   o.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
+  absl::StatusOr<logging::Level> log_level = logging::ParseLevel(absl::GetFlag(FLAGS_log_level));
+  if (!log_level.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-level=", absl::GetFlag(FLAGS_log_level),
+                                                   ": expected info, warning or error"));
+  }
+  o.log_level = *log_level;
   if (o.listen.empty()) {
     return absl::InvalidArgumentError("--listen: expected host:port or unix:PATH");
   }

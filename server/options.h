@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/utils/log.h"
 
 namespace kernelserve::server {
 
@@ -60,6 +61,7 @@ struct ServerOptions {
   absl::Duration max_connection_age = absl::ZeroDuration();  // this long after it opened
   // After max_connection_age, how long its calls in progress may take before it closes.
   absl::Duration max_connection_age_grace = absl::ZeroDuration();
+  logging::Level log_level = logging::Level::kInfo;  // least severe log lines written
 };
 
 // The options the flags hold. InvalidArgument naming the flag for out-of-range values.

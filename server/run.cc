@@ -7,14 +7,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/utils/log.h"
 #include "proto/parse.h"
-#include "proto/process_tuning.h"
 #include "server/options.h"
+#include "server/process_tuning.h"
 #include "server/server.h"
 #include "server/usage.h"
 
@@ -47,12 +49,28 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
 }  // namespace
 
 namespace kernelserve::server {
+namespace {
 
-int RunServerMain(int argc, char** argv,
-                  const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
-  kernelserve::TuneProcess();  // large tensors reuse freed memory (proto/process_tuning.h)
-  kernelserve::wire::FilterParseLogs();  // bad requests are answered, not logged
-  absl::SetProgramUsageMessage("Serves the registered kernels over gRPC.");
+// SIGTERM/SIGINT only write their number to a pipe (async-signal-safe); main waits on it.
+bool InstallSignalPipe() {
+  if (pipe(g_signal_pipe) != 0) return false;
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  return true;
+}
+
+int WaitForSignal() {
+  unsigned char signal_number = 0;
+  while (read(g_signal_pipe[0], &signal_number, 1) != 1) {
+  }
+  return signal_number;
+}
+
+// --help or --version answered: the exit code; else none.
+std::optional<int> AnswerUsageRequest(int argc, char** argv) {
   const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string()
                                        : std::string("kernelserve-server");
   switch (FindUsageRequest(std::vector<std::string>(argv + std::min(argc, 1), argv + argc))) {
@@ -65,45 +83,45 @@ int RunServerMain(int argc, char** argv,
     case UsageRequest::kNone:
       break;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int RunServerMain(int argc, char** argv,
+                  const std::vector<std::function<std::unique_ptr<Kernel>()>>& extra_kernels) {
+  TuneProcess();                         // large tensors reuse freed memory
+  kernelserve::wire::FilterParseLogs();  // bad requests are answered, not logged
+  absl::SetProgramUsageMessage("Serves the registered kernels over gRPC.");
+  if (std::optional<int> answered = AnswerUsageRequest(argc, argv)) return *answered;
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
-
-  // SIGTERM/SIGINT only write their number to a pipe (async-signal-safe); main waits on it.
-  if (pipe(g_signal_pipe) != 0) {
-    std::fprintf(stderr, "kernelserve-server: cannot create the signal pipe\n");
+  if (!InstallSignalPipe()) {
+    KS_LOG(ERROR) << "kernelserve-server: cannot create the signal pipe";
     return 1;
   }
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
 
   absl::StatusOr<ServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {
-    std::fprintf(stderr, "kernelserve-server: %s\n", options.status().ToString().c_str());
+    KS_LOG(ERROR) << "kernelserve-server: " << options.status();
     return 2;
   }
+  logging::SetMinLevel(options->log_level);
   auto server = Server::Start(*options, extra_kernels);
   if (!server.ok()) {
-    std::fprintf(stderr, "kernelserve-server: %s\n", server.status().ToString().c_str());
+    KS_LOG(ERROR) << "kernelserve-server: " << server.status();
     return 1;
   }
   std::printf("%s\n", (*server)->StartupLine().c_str());
   std::fflush(stdout);
 
-  unsigned char signal_number = 0;
-  while (read(g_signal_pipe[0], &signal_number, 1) != 1) {
-  }
+  const int signal_number = WaitForSignal();
   std::printf("kernelserve-server: signal %d, draining (grace period %s)\n", signal_number,
               absl::FormatDuration(options->grace_period).c_str());
   std::fflush(stdout);
   const absl::Status flushed = (*server)->Shutdown();
-  if (!flushed.ok()) {
-    std::fprintf(stderr, "kernelserve-server: flushing the store: %s\n",
-                 flushed.ToString().c_str());
-  }
+  if (!flushed.ok()) KS_LOG(ERROR) << "kernelserve-server: flushing the store: " << flushed;
   std::printf("kernelserve-server: stopped\n");
   return 0;
 }

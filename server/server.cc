@@ -25,11 +25,11 @@
 #include "kernels/register.h"
 #include "kernels/runtime/cpu/host_copy.h"
 #include "proto/parse_copy.h"
-#include "proto/process_tuning.h"
 #include "server/build_info.h"
 #include "server/device_memory.h"
 #include "server/listen_check.h"
 #include "server/listener.h"
+#include "server/process_tuning.h"
 
 namespace kernelserve::server {
 namespace {
@@ -356,7 +356,7 @@ absl::Status Server::StartGrpc() {
 }
 
 void Server::MaybeReleaseMemory() {
-  // main() keeps freed memory for reuse (proto/process_tuning.h). Once per idle time, 30 s with
+  // main() keeps freed memory for reuse (server/process_tuning.h). Once per idle time, 30 s with
   // nothing in the in-flight budget (no call in flight, and no stream answer waiting to be
   // written: those stay there as bytes), what grew past the RSS a release came back to goes
   // back to the kernel. The budget holds what the server keeps for its clients, so a release

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "core/status_macros.h"
-#include "kernelserve/v1/kernel_service.grpc.pb.h"
+#include "proto/kernel_service_grpc.h"
 #include "server/batch_call.h"
 #include "server/call.h"
 #include "server/call_tracker.h"

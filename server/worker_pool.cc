@@ -1,11 +1,11 @@
 #include "server/worker_pool.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/utils/log.h"
 
 namespace kernelserve::server {
 namespace {
@@ -30,9 +30,9 @@ void RunItem(WorkItem& item, absl::Status status, int64_t queue_us) {
   try {
     item.run(std::move(status), queue_us);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kernelserve-server: a work item threw: %s\n", e.what());
+    KS_LOG(ERROR) << "kernelserve-server: a work item threw: " << e.what();
   } catch (...) {
-    std::fprintf(stderr, "kernelserve-server: a work item threw a non-standard exception\n");
+    KS_LOG(ERROR) << "kernelserve-server: a work item threw a non-standard exception";
   }
 }
 

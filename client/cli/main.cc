@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "client/cli/cli.h"
-#include "proto/process_tuning.h"
+#include "server/process_tuning.h"
 
 int main(int argc, char** argv) {
-  kernelserve::TuneProcess();  // large tensors reuse freed memory (proto/process_tuning.h)
+  kernelserve::TuneProcess();  // large tensors reuse freed memory (server/process_tuning.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   return kernelserve::cli::RunCli(args, std::cout, std::cerr, isatty(STDERR_FILENO) == 1);
 }

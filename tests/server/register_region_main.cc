@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernelserve/v1/kernel_service.grpc.pb.h"
+#include "proto/kernel_service_grpc.h"
 
 int main(int argc, char** argv) {
   if (argc != 5) {

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
-#include "kernelserve/v1/kernel_service.grpc.pb.h"
+#include "proto/kernel_service_grpc.h"
 
 namespace kernelserve::testing {
 

@@ -1,4 +1,4 @@
-#include "proto/process_tuning.h"
+#include "server/process_tuning.h"
 
 #include <malloc.h>
 
