@@ -58,6 +58,14 @@ std::string LoadedCudnnVersion() {
   return "none";
 }
 
+std::string CudnnUnavailableReason() {
+#ifdef KERNELSERVE_WITH_CUDNN
+  absl::StatusOr<int64_t> version = cudnn::LoadCudnn();
+  if (!version.ok()) return std::string(version.status().message());
+#endif
+  return "";
+}
+
 bool BuiltWithCuda() {
 #ifdef KERNELSERVE_WITH_CUDA
   return true;

@@ -42,6 +42,10 @@ bool BuiltWithCuda();
 // "none" when the build has no cudnn platform or cuDNN did not load.
 std::string LoadedCudnnVersion();
 
+// Why this process has no cudnn platform where its build has one (cuDNN did not load: the
+// library's error); "" when it has one, or when the build has none.
+std::string CudnnUnavailableReason();
+
 }  // namespace kernelserve
 
 #endif  // KERNELSERVE_KERNELS_REGISTER_H_

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "core/config_tiers.h"
 #include "core/status_macros.h"
+#include "core/utils/log.h"
 #include "kernels/register.h"
 #include "kernels/runtime/cpu/host_copy.h"
 #include "proto/parse_copy.h"
@@ -173,6 +174,9 @@ absl::Status Server::Init(
   KS_ASSIGN_OR_RETURN(std::vector<int> gpus,
                       ParseDevices(options_.devices, static_cast<int>(detected.size())));
   if (gpus.empty()) detected.clear();  // CPU only: "auto" then resolves to the cpu
+  if (const std::string why = CudnnUnavailableReason(); !why.empty() && !detected.empty()) {
+    KS_LOG(WARNING) << "kernelserve-server: no cudnn platform: " << why;
+  }
 
   ExecutorOptions executor_options;
   executor_options.policy.allow_autotune = options_.autotune;

@@ -6,8 +6,6 @@
 #include "kernels/flash_attention/cuda/flash_attention_cuda.h"
 #endif
 #ifdef KERNELSERVE_WITH_CUDNN
-#include <cstdio>
-
 #include "kernels/runtime/cudnn/cudnn_library.h"
 #endif
 
@@ -20,16 +18,9 @@ std::unique_ptr<Kernel> MakeFlashAttention() {
   kernel->AddImpl(MakeFlashAttentionCuda());
 #endif
 #ifdef KERNELSERVE_WITH_CUDNN
-  // The cudnn platform exists where cuDNN loads; where it does not, one line (once) says why.
-  static const bool loaded = [] {
-    absl::StatusOr<int64_t> version = cudnn::LoadCudnn();
-    if (!version.ok()) {
-      std::fprintf(stderr, "kernelserve: no cudnn platform: %s\n",
-                   std::string(version.status().message()).c_str());
-    }
-    return version.ok();
-  }();
-  if (loaded) {
+  // The cudnn platform exists where cuDNN loads (the server logs why where it does not:
+  // CudnnUnavailableReason in kernels/register.h).
+  if (cudnn::LoadCudnn().ok()) {
     kernel->AddImpl(MakeFlashAttentionCudnn());
     kernel->SetGpuAutoImpl(MakeFlashAttentionGpuAuto());
   }

@@ -18,7 +18,7 @@ std::unique_ptr<Kernel> MakeFlashAttentionBwd() {
   kernel->AddImpl(MakeFlashAttentionBwdCuda());
 #endif
 #ifdef KERNELSERVE_WITH_CUDNN
-  // Where cuDNN loads (MakeFlashAttention logs once why it does not).
+  // Where cuDNN loads.
   if (cudnn::LoadCudnn().ok()) {
     kernel->AddImpl(MakeFlashAttentionBwdCudnn());
     kernel->SetGpuAutoImpl(MakeFlashAttentionBwdGpuAuto());
