@@ -1,7 +1,9 @@
 // A third kernel (tests/support/toy_kernel.cc) served by a binary that registers it: listed
 // with its schema, callable over the wire by its params, checked by its schema, and routed,
 // tuned and cached like the built-in ones, with no change to the server or the proto.
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -134,6 +136,51 @@ TEST_F(ToyKernelTest, TunedAndPinnedLikeTheOthers) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(tuned.candidates_size(), 1);
   EXPECT_EQ(tuned.config_source(), v1::CONFIG_SOURCE_AUTOTUNE);
+}
+
+// The example kernel of docs/ADDING_A_KERNEL.md (tests/support/example_kernel.cc), served next
+// to the toy kernel: its schema listed, its float64 reference met, a bad weight refused.
+TEST_F(ToyKernelTest, ExampleKernelServedByItsSchema) {
+  v1::ListKernelsResponse kernels;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->ListKernels(&context, v1::ListKernelsRequest(), &kernels).ok());
+  const v1::KernelInfo* rms = nullptr;
+  for (const v1::KernelInfo& k : kernels.kernels()) {
+    if (k.name() == "rms_norm") rms = &k;
+  }
+  ASSERT_NE(rms, nullptr);
+  EXPECT_EQ(rms->id(), "rms_norm@v1");
+  ASSERT_EQ(rms->param_schema_size(), 1);
+  EXPECT_EQ(rms->param_schema(0).name(), "eps");
+
+  const Tensor x = RandomTensor(DType::kF32, {3, 7}, 21);
+  const Tensor weight = RandomTensor(DType::kF32, {7}, 22);
+  v1::ExecuteRequest request;
+  request.set_kernel("rms_norm");
+  (*request.mutable_inputs())["x"] = ToWire(x);
+  (*request.mutable_inputs())["weight"] = ToWire(weight);
+  (*request.mutable_parameters())["eps"].set_double_value(0.25);
+  v1::ExecuteResponse response;
+  grpc::Status status = Execute(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::vector<double> out = WireDoubles(response.outputs().at("out"));
+  const std::vector<double> in = x.ToDoubles();
+  const std::vector<double> w = weight.ToDoubles();
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t row = 0; row < 3; ++row) {
+    double squares = 0;
+    for (size_t h = 0; h < 7; ++h) squares += in[row * 7 + h] * in[row * 7 + h];
+    const double inv = 1.0 / std::sqrt(squares / 7 + 0.25);
+    for (size_t h = 0; h < 7; ++h) {
+      EXPECT_NEAR(out[row * 7 + h], in[row * 7 + h] * inv * w[h], 1e-6);
+    }
+  }
+
+  (*request.mutable_inputs())["weight"] = ToWire(RandomTensor(DType::kF32, {6}, 23));
+  status = Execute(request, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("input 'weight': expected shape [H] = [7], got [6]"));
 }
 
 }  // namespace

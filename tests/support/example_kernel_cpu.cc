@@ -59,7 +59,7 @@ absl::Status RmsNormCpu(const RmsNormArgs& args, const KernelConfig& config) {
   const int64_t items = (args.rows + block_rows - 1) / block_rows;
   const int threads = cpu::CpuWorkerCount(config.num_warps, items);
   std::vector<std::vector<float>> rows(static_cast<size_t>(threads),
-                                      std::vector<float>(static_cast<size_t>(h_count)));
+                                       std::vector<float>(static_cast<size_t>(h_count)));
   return cpu::ParallelForInterruptible(
       items, threads, args.interrupt, [&](int worker, int64_t item) {
         float* row = rows[static_cast<size_t>(worker)].data();

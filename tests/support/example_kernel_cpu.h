@@ -17,13 +17,13 @@ namespace kernelserve::testing {
 
 // One rms_norm call. Pointers are borrowed; the caller keeps them alive for the call.
 struct RmsNormArgs {
-  DType dtype = DType::kF32;      // of x, weight and out: kF32, kF16 or kBF16
-  int64_t rows = 0;               // rows of x
-  int64_t hidden = 0;             // H
-  const void* x = nullptr;        // [rows, hidden], row-major
-  const void* weight = nullptr;   // [hidden], or null for ones
-  void* out = nullptr;            // [rows, hidden], written in full
-  double eps = 1e-6;              // added to the mean square (> 0)
+  DType dtype = DType::kF32;     // of x, weight and out: kF32, kF16 or kBF16
+  int64_t rows = 0;              // rows of x
+  int64_t hidden = 0;            // H
+  const void* x = nullptr;       // [rows, hidden], row-major
+  const void* weight = nullptr;  // [hidden], or null for ones
+  void* out = nullptr;           // [rows, hidden], written in full
+  double eps = 1e-6;             // added to the mean square (> 0)
   // Checked between work items when not null; its first non-OK status stops the call, which
   // then returns it (out is left partly written).
   const std::function<absl::Status()>* interrupt = nullptr;
