@@ -17,6 +17,14 @@ def mean_pooling(x, mask=None, cu_seqlens=None):
     return np.where(counts > 0, (x * weights).sum(axis=1) / np.maximum(counts, 1), 0.0)
 
 
+def rms_norm(x, weight=None, eps=1e-6):
+    """The example kernel (tests/support/example_kernel.h): each row of x [..., H] over its root
+    mean square plus eps, times weight [H] (ones when None)."""
+    x = np.asarray(x, dtype=np.float64)
+    weight = np.ones(x.shape[-1]) if weight is None else np.asarray(weight, dtype=np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
 def attention(q, k, v, causal=False, softmax_scale=0.0, window_left=None, window_right=None,
               logits_soft_cap=0.0):
     """q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] -> out [B,Sq,Hq,D], lse [B,Hq,Sq]. Query i sees key

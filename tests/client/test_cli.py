@@ -93,6 +93,29 @@ class CliToyKernelTest(CliTestBase):
                         code=INVALID_ARGUMENT)
         self.assertIn("not a param of toy_scale: expected factor", proc.stderr)
 
+    def test_example_kernel_matches_numpy(self):
+        """rms_norm, the example of docs/ADDING_A_KERNEL.md: .npy files in and out, its float
+        param, against the float64 reference, and a bad weight refused by its analysis."""
+        for dtype, tol in ((np.float32, 1e-5), (np.float16, 2e-3)):
+            x = uniform(self.rng, (2, 5, 33), dtype)
+            weight = uniform(self.rng, (33,), dtype)
+            out_dir = f"{self.out_dir()}-{np.dtype(dtype).name}"
+            result = self.cli_json("run", "rms_norm", f"--input=x={self.save('x', x)}",
+                                   f"--input=weight={self.save('w', weight)}",
+                                   "--param=eps=0.01", f"--output-dir={out_dir}")
+            self.assertEqual(result["platform"], "cpu")
+            out = np.load(os.path.join(out_dir, "out.npy"))
+            self.assertEqual((out.dtype, out.shape), (np.dtype(dtype), x.shape))
+            np.testing.assert_allclose(out.astype(np.float64),
+                                       references.rms_norm(x, weight, eps=0.01),
+                                       rtol=tol, atol=tol)
+        proc = self.cli("run", "rms_norm", "--values=x=f32:1,2,3", "--values=weight=f32:1,2",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("input 'weight': expected shape [H] = [3], got [2]", proc.stderr)
+        proc = self.cli("run", "rms_norm", "--values=x=f32:1,2,3", "--param=eps=0",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("param 'eps' = 0 is out of range: expected 1e-12..1", proc.stderr)
+
 class CliTest(CliTestBase):
     def test_health(self):
         self.assertEqual(self.cli("health").stdout.strip(), "SERVING")

@@ -27,6 +27,7 @@ import references
 from triton_fixture import TritonServer, free_port
 
 SERVER = os.environ.get("KERNELSERVE_SERVER", "")
+TOY_SERVER = os.environ.get("KERNELSERVE_TOY_SERVER", "")  # with the tests' extra kernels
 CLI = os.environ.get("KERNELSERVE_CLI", "")
 SOURCE = os.environ.get("KERNELSERVE_SOURCE_DIR", "")
 REQUIRED = {"mean_pooling": {"x"}, "flash_attention": {"q", "k", "v"},
@@ -327,6 +328,65 @@ class KServeV2Test(unittest.TestCase):
                 for method in service.method:
                     self.assertIn(method.name, published.methods_by_name)
         self.assertGreater(checked, 100)
+
+
+@unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")
+class KServeV2ExampleKernelTest(unittest.TestCase):
+    """rms_norm, the example kernel of docs/ADDING_A_KERNEL.md, which only the toy server
+    registers: a model of the v2 front door from its schema alone, against the float64
+    reference and bit for bit against the native API."""
+    uniform = KServeV2Test.uniform
+    native = KServeV2Test.native
+    infer = KServeV2Test.infer
+    assert_same_bits = KServeV2Test.assert_same_bits
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = TritonServer(TOY_SERVER, timeout=30)
+        cls.target, cls.client = cls.server.target, cls.server.client
+        cls.dir = tempfile.mkdtemp(prefix="kernelserve-v2-example-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def setUp(self):
+        self.rng = np.random.default_rng(41)
+
+    def test_model_from_the_schema(self):
+        self.assertTrue(self.client.is_model_ready("rms_norm"))
+        metadata = self.client.get_model_metadata("rms_norm")
+        self.assertEqual([t.name for t in metadata.inputs], ["x", "weight"])
+        self.assertEqual([t.name for t in metadata.outputs], ["out"])
+        config = self.client.get_model_config("rms_norm").config
+        self.assertEqual([t.optional for t in config.input], [False, True])
+
+    def test_rms_norm_in_every_dtype_with_eps(self):
+        for dtype, tol in TOLERANCE.items():
+            x = self.uniform((3, 9, 48), dtype)
+            weight = self.uniform((48,), dtype)
+            inputs = {"x": x, "weight": weight}
+            result = self.infer("rms_norm", inputs, {"eps": 0.05})
+            got = result.as_numpy("out")
+            self.assertEqual((got.dtype, got.shape), (x.dtype, x.shape))
+            np.testing.assert_allclose(got.astype(np.float64),
+                                       references.rms_norm(x.astype(np.float64),
+                                                           weight.astype(np.float64), 0.05),
+                                       rtol=tol, atol=tol)
+            self.assert_same_bits(result, self.native("rms_norm", inputs, {"eps": 0.05}))
+
+    def test_bad_requests(self):
+        x = self.uniform((2, 5))
+        cases = [({"x": x, "weight": self.uniform((4,))}, {},
+                  "input 'weight': expected shape [H] = [5], got [4]"),
+                 ({"x": x}, {"eps": 0.0}, "param 'eps' = 0 is out of range"),
+                 ({"x": x}, {"epsilon": 0.1}, "epsilon")]
+        for inputs, params, says in cases:
+            with self.assertRaises(InferenceServerException) as caught:
+                self.infer("rms_norm", inputs, params)
+            self.assertIn("INVALID_ARGUMENT", str(caught.exception.status()), says)
+            self.assertIn(says, caught.exception.message())
 
 
 class KServeV2TokenTest(unittest.TestCase):

@@ -961,5 +961,26 @@ class ToyKernelTest(unittest.TestCase):
             self.client.toy_scale(x, factor="big")
         self.assertIn("param 'factor': expected float", str(raised.exception))
 
+    def test_example_kernel_method(self):
+        """rms_norm, the example of docs/ADDING_A_KERNEL.md, as a method with its schema's
+        arguments, in every dtype against the float64 reference."""
+        rng = np.random.default_rng(31)
+        for dtype, tol in ((np.float32, 1e-5), (np.float16, 2e-3), (kernelserve.bfloat16, 2e-2)):
+            x = uniform(rng, (3, 4, 65)).astype(dtype)
+            weight = uniform(rng, (65,)).astype(dtype)
+            r = self.client.rms_norm(x, weight=weight, eps=1e-3)
+            self.assertEqual((r.out.dtype, r.out.shape), (x.dtype, x.shape))
+            np.testing.assert_allclose(r.out.astype(np.float64),
+                                       references.rms_norm(x.astype(np.float64),
+                                                           weight.astype(np.float64), 1e-3),
+                                       rtol=tol, atol=tol)
+        x = uniform(rng, (7,))
+        np.testing.assert_allclose(self.client.rms_norm(x).out, references.rms_norm(x),
+                                   rtol=1e-5, atol=1e-6)  # weight ones, eps the default
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            self.client.rms_norm(x, weight=uniform(rng, (6,)))
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("input 'weight': expected shape [H] = [7], got [6]", str(raised.exception))
+
 if __name__ == "__main__":
     unittest.main()
