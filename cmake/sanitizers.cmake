@@ -24,7 +24,9 @@ if(KERNELSERVE_SANITIZE)
   add_compile_options(-fsanitize=${KERNELSERVE_SANITIZE} -fno-omit-frame-pointer)
   add_link_options(-fsanitize=${KERNELSERVE_SANITIZE})
   if(KERNELSERVE_SANITIZE MATCHES "undefined")
-    add_compile_options(-fno-sanitize-recover=all)
+    # vptr off: UBSan checks a vtable's memory through a pipe it opens, so with the descriptors
+    # used up (the listener's tests do that on purpose) every virtual call "fails" the check.
+    add_compile_options(-fno-sanitize-recover=all -fno-sanitize=vptr)
   endif()
   if(KERNELSERVE_SANITIZE MATCHES "thread")
     # gRPC's header code stays uninstrumented like its libraries (see the list).

@@ -34,12 +34,7 @@ TuneOptions TuneOptionsOf(const CallPlan& plan) {
 // The host bytes of the tuner's copies of a call's outputs (core/tuner.h: the first launch's
 // outputs, kept to compare with, and a candidate's), saturating at INT64_MAX.
 int64_t TunerCopyBytes(const Kernel& kernel, const Problem& problem) {
-  int64_t total = 0;
-  for (const auto& [name, spec] : kernel.OutputSpecs(problem)) {
-    const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
-                          static_cast<int64_t>(ItemSize(spec.dtype));
-    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
-  }
+  const int64_t total = SpecsBytes(kernel.OutputSpecs(problem));
   return total > INT64_MAX / 2 ? INT64_MAX : 2 * total;
 }
 

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -12,14 +13,9 @@ namespace {
 
 // Byte count of a tensor; InvalidArgument on a negative dim or an overflow.
 absl::StatusOr<size_t> ByteCount(DType dtype, const Shape& shape) {
-  absl::StatusOr<int64_t> count = NumElements(shape);
-  if (!count.ok()) return count.status();
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(*count, static_cast<int64_t>(ItemSize(dtype)), &bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape ", ShapeString(shape), ": byte count overflows int64"));
-  }
-  return static_cast<size_t>(bytes);
+  absl::StatusOr<int64_t> bytes = SpecBytes(TensorSpec{dtype, shape});
+  if (!bytes.ok()) return bytes.status();
+  return static_cast<size_t>(*bytes);
 }
 
 }  // namespace
@@ -239,6 +235,26 @@ TensorSpecMap SpecsOf(const TensorMap& tensors) {
   TensorSpecMap specs;
   for (const auto& [name, tensor] : tensors) specs[name] = tensor.spec();
   return specs;
+}
+
+absl::StatusOr<int64_t> SpecBytes(const TensorSpec& spec) {
+  absl::StatusOr<int64_t> count = NumElements(spec.shape);
+  if (!count.ok()) return count.status();
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(*count, static_cast<int64_t>(ItemSize(spec.dtype)), &bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape ", ShapeString(spec.shape), ": byte count overflows int64"));
+  }
+  return bytes;
+}
+
+int64_t SpecsBytes(const TensorSpecMap& specs) {
+  int64_t total = 0;
+  for (const auto& [name, spec] : specs) {
+    const int64_t bytes = SpecBytes(spec).value_or(INT64_MAX);
+    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
+  }
+  return total;
 }
 
 }  // namespace kernelserve

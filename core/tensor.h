@@ -130,6 +130,13 @@ using TensorSpecMap = std::map<std::string, TensorSpec>;
 
 TensorSpecMap SpecsOf(const TensorMap& tensors);
 
+// prod(shape) * itemsize of a tensor of `spec`; InvalidArgument if a dim is negative or the
+// count overflows int64.
+absl::StatusOr<int64_t> SpecBytes(const TensorSpec& spec);
+// The sum of SpecBytes over `specs`, saturating at INT64_MAX (a spec that fails SpecBytes
+// counts as INT64_MAX).
+int64_t SpecsBytes(const TensorSpecMap& specs);
+
 }  // namespace kernelserve
 
 #endif  // KERNELSERVE_CORE_TENSOR_H_

@@ -35,16 +35,6 @@ int64_t TensorBytes(const TensorMap& tensors) {
   return bytes;
 }
 
-int64_t SpecsBytes(const TensorSpecMap& specs) {
-  int64_t total = 0;
-  for (const auto& [name, spec] : specs) {
-    const int64_t bytes = NumElements(spec.shape).value_or(INT64_MAX / 8) *
-                          static_cast<int64_t>(ItemSize(spec.dtype));
-    if (__builtin_add_overflow(total, bytes, &total)) return INT64_MAX;
-  }
-  return total;
-}
-
 int64_t OutputBytes(const CallPlan& plan) { return AnsweredOutputBytes(plan, nullptr); }
 
 int64_t AnsweredOutputBytes(const CallPlan& plan, const OutputSpans* spans,

@@ -102,8 +102,6 @@ absl::StatusOr<CallPlan> PlanCall(const Executor& executor, const WorkerPool& po
 std::string DeviceLabel(int device);
 // Bytes of the tensors' data.
 int64_t TensorBytes(const TensorMap& tensors);
-// Bytes of tensors of `specs`, saturating at INT64_MAX.
-int64_t SpecsBytes(const TensorSpecMap& specs);
 // Bytes of the outputs of the planned call, saturating at INT64_MAX.
 int64_t OutputBytes(const CallPlan& plan);
 // Bytes of the outputs of the planned call that its answer carries: all of them but those

@@ -15,10 +15,6 @@ absl::Status NoRegistry() {
   return absl::UnimplementedError("this server keeps no shared memory regions");
 }
 
-int64_t SpecBytes(const TensorSpec& spec) {
-  return NumElements(spec.shape).value_or(-1) * static_cast<int64_t>(ItemSize(spec.dtype));
-}
-
 // A tensor in a CUDA region, for a call on GPU `device`: a view of the GPU bytes for a
 // floating tensor, read in place by the kernel; a host copy for an index tensor (lengths,
 // segment ids, masks), which the server checks on the host.
@@ -55,7 +51,7 @@ absl::StatusOr<Tensor> TensorInGpuRegion(const SharedMemoryRegistry& registry,
 
 absl::StatusOr<Tensor> TensorInRegion(const SharedMemoryRegistry& registry, const TensorSpec& spec,
                                       RegionSpan span, int device, const std::string& what) {
-  const int64_t bytes = SpecBytes(spec);
+  const int64_t bytes = SpecBytes(spec).value_or(-1);
   if (bytes < 0 || static_cast<uint64_t>(bytes) != span.byte_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": byte_size ", span.byte_size, " in region '", span.region->name(),
@@ -113,7 +109,7 @@ absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
       return absl::InvalidArgumentError(
           absl::StrCat(what, " has a region but is not produced by this call"));
     }
-    const int64_t bytes = SpecBytes(spec->second);
+    const int64_t bytes = SpecBytes(spec->second).value_or(-1);
     if (bytes < 0 || static_cast<uint64_t>(bytes) > ref.byte_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": ", bytes, " bytes (", spec->second.DebugString(), ") do not fit byte_size ",
@@ -171,7 +167,7 @@ TensorMap OutputPlaces(const CallPlan& plan, const OutputSpans& spans) {
     auto spec = produced.find(name);
     const bool direct = span.region->device() >= 0 || span.region->pinned();
     if (!direct || spec == produced.end()) continue;
-    const int64_t bytes = SpecBytes(spec->second);  // OutputSpansOf checked the room
+    const int64_t bytes = SpecBytes(spec->second).value_or(-1);  // OutputSpansOf checked the room
     auto buffer = std::make_shared<HostBuffer>(
         span.data, static_cast<size_t>(bytes), /*pinned=*/false,
         [region = span.region](void* /*data*/) {}, /*view=*/true, span.region->device());

@@ -32,6 +32,19 @@ TEST(ShapeTest, OverflowIsInvalidArgument) {
   EXPECT_TRUE(NumElements({big, big / 4 - 1}).ok());
 }
 
+TEST(TensorSpecTest, BytesAreCountedAndOverflowsSaturate) {
+  EXPECT_EQ(*SpecBytes(TensorSpec{DType::kBF16, {3, 5, 7}}), 210);
+  EXPECT_EQ(*SpecBytes(TensorSpec{DType::kF32, {}}), 4);
+  const Shape huge = {int64_t{1} << 40, int64_t{1} << 22};
+  EXPECT_EQ(SpecBytes(TensorSpec{DType::kF32, huge}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SpecBytes(TensorSpec{DType::kF32, {2, -1}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SpecsBytes({{"a", {DType::kF16, {10}}}, {"b", {DType::kI64, {3}}}}), 44);
+  EXPECT_EQ(SpecsBytes({{"a", {DType::kF16, {10}}}, {"b", {DType::kF32, huge}}}), INT64_MAX);
+  EXPECT_EQ(SpecsBytes({}), 0);
+}
+
 TEST(TensorSpecTest, DebugString) {
   TensorSpec spec{DType::kBF16, {2, 3, 4}};
   EXPECT_EQ(spec.DebugString(), "bf16[2,3,4]");
