@@ -115,7 +115,8 @@ void AddCallFlags(CLI::App* app) {
   Repeated(app, "input", "NAME=[DTYPE:]FILE.npy", "input from a .npy file (bf16: '<u2' bits)");
   Repeated(app, "values", "NAME=DTYPE:V0,V1,...", "a short 1-D input, e.g. cu_seqlens=i32:0,3");
   Repeated(app, "param", "KEY=VALUE", "a kernel param, typed by its schema (see kernels)");
-  Value(app, "platform", "P", "run on this platform (cpu, cuda, ...)", kCallGroup);
+  Value(app, "platform", "P", "run on this platform: auto (default), cpu, cuda (own kernels), cudnn",
+        kCallGroup);
   Value(app, "device", "N", "run on this device", kCallGroup);
   Value(app, "seed", "N", "seed of the random inputs (0)", kCallGroup);
 }

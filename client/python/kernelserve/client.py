@@ -94,7 +94,8 @@ class Client:
                 request_id: str = "", timeout: Optional[float] = None,
                 outputs: Optional[Outputs] = None) -> results.Result:
         """Runs `kernel` on `inputs` (name -> array). params: the kernel's params by name.
-        config: an explicit KernelConfig (dict of its fields). platform: "", "cpu", "cuda", ...
+        config: an explicit KernelConfig (dict of its fields). platform: "" or "auto" (the best
+        that runs it), "cpu", "cuda" (the own kernels), "cudnn" (cuDNN's plans).
         allow_autotune: tune on a cache miss for this call. An input that is a view into a
         region of register_system_shm (or a RegionTensor, region.ref(view)) is sent as a
         reference, not its bytes. outputs: output name -> such a view (or RegionTensor), for the
