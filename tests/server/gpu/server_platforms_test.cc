@@ -157,7 +157,9 @@ TEST(ServerPlatformsTest, EachPlatformNameIsAnsweredByItsOwnImplementation) {
     }
   }
   std::printf("  cudnn ran %d of %d cases\n", cudnn_ran, cases);
-  if (cudnn) EXPECT_GE(cudnn_ran, cases / 2);
+  if (cudnn) {
+    EXPECT_GE(cudnn_ran, cases / 2);
+  }
 }
 
 // Tuned on "auto", the winner is the fastest candidate of either platform, and the calls after
@@ -195,7 +197,9 @@ TEST(ServerPlatformsTest, AutoTunesAcrossBothAndNamedPlatformsWithinTheirOwn) {
     EXPECT_EQ(tuned.platform(), fastest_platform);
     if (platform == "auto") {
       EXPECT_GT(timed["cuda"], 0);
-      if (cudnn) EXPECT_GT(timed["cudnn"], 0);
+      if (cudnn) {
+        EXPECT_GT(timed["cudnn"], 0);
+      }
     } else {
       EXPECT_EQ(timed.size(), 1u);
       EXPECT_GT(timed[platform], 0);
