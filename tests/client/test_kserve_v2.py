@@ -45,10 +45,14 @@ def make_input(name, array):
     return tensor
 
 
-class KServeV2Test(unittest.TestCase):
+class V2ServerCase(unittest.TestCase):
+    """A server of `binary` for the class's tests, Triton's client on it, and the helpers that
+    call it through both front doors."""
+    binary = SERVER
+
     @classmethod
     def setUpClass(cls):
-        cls.server = TritonServer(SERVER, timeout=30)
+        cls.server = TritonServer(cls.binary, timeout=30)
         cls.target, cls.client = cls.server.target, cls.server.client
         cls.dir = tempfile.mkdtemp(prefix="kernelserve-v2-")
 
@@ -95,6 +99,8 @@ class KServeV2Test(unittest.TestCase):
                 got = got.view(np.uint16)
             self.assertEqual(got.tobytes(), want.tobytes(), f"{name} differs from the native")
 
+
+class KServeV2Test(V2ServerCase):
     def test_live_ready_and_server_metadata(self):
         self.assertTrue(self.client.is_server_live())
         self.assertTrue(self.client.is_server_ready())
@@ -331,25 +337,11 @@ class KServeV2Test(unittest.TestCase):
 
 
 @unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")
-class KServeV2ExampleKernelTest(unittest.TestCase):
+class KServeV2ExampleKernelTest(V2ServerCase):
     """rms_norm, the example kernel of docs/ADDING_A_KERNEL.md, which only the toy server
     registers: a model of the v2 front door from its schema alone, against the float64
     reference and bit for bit against the native API."""
-    uniform = KServeV2Test.uniform
-    native = KServeV2Test.native
-    infer = KServeV2Test.infer
-    assert_same_bits = KServeV2Test.assert_same_bits
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = TritonServer(TOY_SERVER, timeout=30)
-        cls.target, cls.client = cls.server.target, cls.server.client
-        cls.dir = tempfile.mkdtemp(prefix="kernelserve-v2-example-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
+    binary = TOY_SERVER
 
     def setUp(self):
         self.rng = np.random.default_rng(41)

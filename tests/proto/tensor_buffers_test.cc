@@ -16,6 +16,7 @@
 #include "proto/parse.h"
 #include "proto/parse_copy.h"
 #include "proto/tensor_wire.h"
+#include "tests/proto/wire_test_data.h"
 
 namespace kernelserve {
 namespace {
@@ -24,22 +25,8 @@ using google::protobuf::util::MessageDifferencer;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(seed >> 24);
-  }
-  return s;
-}
-
-v1::Tensor MakeTensor(size_t bytes, uint32_t seed) {
-  v1::Tensor t;
-  t.set_dtype(v1::DTYPE_F32);
-  t.add_shape(static_cast<int64_t>(bytes / 4));
-  t.set_data(Bytes(bytes, seed));
-  return t;
-}
+using ::kernelserve::testing::WireBytes;
+using ::kernelserve::testing::WireTensor;
 
 // A pool over malloc (standing in for page-locked memory), 1 MiB minimum.
 HostPoolOptions HeapPool(size_t limit) {
@@ -69,9 +56,9 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
 v1::ExecuteRequest MakeRequest() {
   v1::ExecuteRequest r;
   r.set_kernel("flash_attention");
-  (*r.mutable_inputs())["q"] = MakeTensor(3 * kMiB, 1);
-  (*r.mutable_inputs())["k"] = MakeTensor(2 * kMiB + 12, 2);
-  (*r.mutable_inputs())["small"] = MakeTensor(4096, 3);
+  (*r.mutable_inputs())["q"] = WireTensor(3 * kMiB, 1);
+  (*r.mutable_inputs())["k"] = WireTensor(2 * kMiB + 12, 2);
+  (*r.mutable_inputs())["small"] = WireTensor(4096, 3);
   r.set_request_id("req-9");
   return r;
 }
@@ -106,7 +93,7 @@ TEST(TensorBuffersTest, LargeTensorsAreParsedIntoBuffersAndTakenWithoutACopy) {
 TEST(TensorBuffersTest, LargeTensorsGoThroughTheScatterCopy) {
   HostBufferPool pool(HeapPool(64 * kMiB));
   v1::ExecuteRequest sent = MakeRequest();
-  (*sent.mutable_inputs())["big"] = MakeTensor(9 * kMiB + 4, 4);
+  (*sent.mutable_inputs())["big"] = WireTensor(9 * kMiB + 4, 4);
   std::vector<size_t> calls;  // bytes per call
   wire::SetScatterCopy([&calls](const std::vector<CopyPiece>& pieces) {
     size_t bytes = 0;
@@ -144,9 +131,9 @@ TEST(TensorBuffersTest, ARepeatedDataFieldKeepsTheLastInBufferMode) {
   HostBufferPool pool(HeapPool(64 * kMiB));
   v1::ExecuteRequest first;
   first.set_kernel("k");
-  (*first.mutable_inputs())["x"] = MakeTensor(2 * kMiB, 5);
+  (*first.mutable_inputs())["x"] = WireTensor(2 * kMiB, 5);
   v1::ExecuteRequest second;
-  (*second.mutable_inputs())["x"] = MakeTensor(2 * kMiB, 6);
+  (*second.mutable_inputs())["x"] = WireTensor(2 * kMiB, 6);
   // Two entries of one key: protobuf keeps the last entry.
   const std::string wire = first.SerializeAsString() + second.SerializeAsString();
   grpc::Slice slice(wire);
@@ -194,7 +181,7 @@ v1::ExecuteResponse ExpectedResponse(const std::string& out_bytes) {
   out.set_dtype(v1::DTYPE_BF16);
   out.add_shape(static_cast<int64_t>(out_bytes.size() / 2));
   out.set_data(out_bytes);
-  (*r.mutable_outputs())["lse"] = MakeTensor(64, 9);
+  (*r.mutable_outputs())["lse"] = WireTensor(64, 9);
   r.set_platform("cuda");
   r.set_device(1);
   r.mutable_timing()->set_kernel_us(77);
@@ -205,7 +192,7 @@ v1::ExecuteResponse ExpectedResponse(const std::string& out_bytes) {
 TEST(TensorBuffersTest, ResponsesAreSentFromTheBuffersAndParseAsTheFullMessage) {
   for (size_t out_size : {size_t{2} * kMiB, size_t{3} * kMiB + 6}) {
     HostBufferPool pool(HeapPool(64 * kMiB));
-    const std::string out_bytes = Bytes(out_size, 11);
+    const std::string out_bytes = WireBytes(out_size, 11);
     std::shared_ptr<HostBuffer> held = pool.TryAllocate(out_bytes.size());
     ASSERT_NE(held, nullptr);
     std::memcpy(held->data(), out_bytes.data(), out_bytes.size());

@@ -12,35 +12,22 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/proto/wire_test_data.h"
 
 namespace kernelserve {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    s[i] = static_cast<char>(seed >> 24);
-  }
-  return s;
-}
-
-v1::Tensor MakeTensor(size_t bytes, uint32_t seed) {
-  v1::Tensor t;
-  t.set_dtype(v1::DTYPE_F32);
-  t.add_shape(static_cast<int64_t>(bytes / 4));
-  t.set_data(Bytes(bytes, seed));
-  return t;
-}
+using ::kernelserve::testing::WireBytes;
+using ::kernelserve::testing::WireTensor;
 
 v1::ExecuteRequest MakeRequest(size_t x_bytes) {
   v1::ExecuteRequest r;
   r.set_kernel("mean_pooling");
-  (*r.mutable_inputs())["x"] = MakeTensor(x_bytes, 1);
-  (*r.mutable_inputs())["cu_seqlens"] = MakeTensor(12, 2);
-  (*r.mutable_inputs())["mask"] = MakeTensor(200 << 10, 3);
+  (*r.mutable_inputs())["x"] = WireTensor(x_bytes, 1);
+  (*r.mutable_inputs())["cu_seqlens"] = WireTensor(12, 2);
+  (*r.mutable_inputs())["mask"] = WireTensor(200 << 10, 3);
   r.mutable_mean_pooling()->set_chunk_size(16);
   r.set_platform("cpu");
   r.mutable_policy()->set_allow_autotune(true);
@@ -92,7 +79,7 @@ TEST(TensorWireTest, BatchKeepsItemOrderWithLargeAndSmallItems) {
   sent.set_kernel("mean_pooling");
   for (size_t bytes : {size_t{2} << 20, size_t{100}, size_t{1} << 20, size_t{8}}) {
     v1::ExecuteRequest* item = sent.add_items();
-    (*item->mutable_inputs())["x"] = MakeTensor(bytes, static_cast<uint32_t>(bytes));
+    (*item->mutable_inputs())["x"] = WireTensor(bytes, static_cast<uint32_t>(bytes));
   }
   grpc::ByteBuffer buffer = Serialize(sent);
   v1::ExecuteBatchRequest extracted;
@@ -103,7 +90,7 @@ TEST(TensorWireTest, BatchKeepsItemOrderWithLargeAndSmallItems) {
 
 TEST(TensorWireTest, LargeResponseIsSentWithoutCopyAndLeavesTheResponseEmpty) {
   v1::ExecuteResponse response;
-  (*response.mutable_outputs())["out"] = MakeTensor(2 << 20, 9);
+  (*response.mutable_outputs())["out"] = WireTensor(2 << 20, 9);
   response.set_platform("cpu");
   response.set_cache_key("k");
   const v1::ExecuteResponse sent = response;
@@ -127,7 +114,7 @@ TEST(TensorWireTest, LargeResponseIsSentWithoutCopyAndLeavesTheResponseEmpty) {
 
 TEST(TensorWireTest, SmallResponseIsLeftAlone) {
   v1::ExecuteResponse response;
-  (*response.mutable_outputs())["out"] = MakeTensor(256, 9);
+  (*response.mutable_outputs())["out"] = WireTensor(256, 9);
   const v1::ExecuteResponse sent = response;
   grpc::ByteBuffer buffer = Serialize(response);
   EXPECT_TRUE(MessageDifferencer::Equals(response, sent));
@@ -205,7 +192,7 @@ void ExpectParsesAsProtobuf(const std::string& wire) {
 TEST(TensorWireTest, RepeatedDataFieldKeepsTheLastAsProtobufDoes) {
   // One Tensor whose data field comes twice, large then small: protobuf keeps the small one.
   const std::string tensor =
-      MakeTensor(2 << 20, 5).SerializeAsString() + MakeTensor(16, 6).SerializeAsString();
+      WireTensor(2 << 20, 5).SerializeAsString() + WireTensor(16, 6).SerializeAsString();
   const std::string wire = InputEntry("x", {tensor});
   v1::ExecuteRequest expected;
   ASSERT_TRUE(expected.ParseFromString(wire));
@@ -215,16 +202,16 @@ TEST(TensorWireTest, RepeatedDataFieldKeepsTheLastAsProtobufDoes) {
 
 TEST(TensorWireTest, RepeatedDataFieldSmallThenLargeKeepsTheLarge) {
   const std::string tensor =
-      MakeTensor(16, 6).SerializeAsString() + MakeTensor(2 << 20, 5).SerializeAsString();
+      WireTensor(16, 6).SerializeAsString() + WireTensor(2 << 20, 5).SerializeAsString();
   ExpectParsesAsProtobuf(InputEntry("x", {tensor}));
 }
 
 TEST(TensorWireTest, RepeatedMapValueFieldsMergeAsProtobufDoes) {
   // The value field of one map entry twice: the two Tensors merge, the later data wins.
   v1::Tensor second;
-  second.set_data(Bytes(24, 7));
+  second.set_data(WireBytes(24, 7));
   const std::string wire =
-      InputEntry("x", {MakeTensor(2 << 20, 5).SerializeAsString(), second.SerializeAsString()});
+      InputEntry("x", {WireTensor(2 << 20, 5).SerializeAsString(), second.SerializeAsString()});
   v1::ExecuteRequest expected;
   ASSERT_TRUE(expected.ParseFromString(wire));
   ASSERT_EQ(expected.inputs().at("x").data().size(), 24u);
@@ -234,11 +221,11 @@ TEST(TensorWireTest, RepeatedMapValueFieldsMergeAsProtobufDoes) {
 
 TEST(TensorWireTest, DuplicateMapKeysKeepTheLastEntryAsProtobufDoes) {
   v1::Tensor small;
-  small.set_data(Bytes(8, 3));
-  ExpectParsesAsProtobuf(InputEntry("x", {MakeTensor(2 << 20, 5).SerializeAsString()}) +
+  small.set_data(WireBytes(8, 3));
+  ExpectParsesAsProtobuf(InputEntry("x", {WireTensor(2 << 20, 5).SerializeAsString()}) +
                          InputEntry("x", {small.SerializeAsString()}));
   ExpectParsesAsProtobuf(InputEntry("x", {small.SerializeAsString()}) +
-                         InputEntry("x", {MakeTensor(2 << 20, 5).SerializeAsString()}));
+                         InputEntry("x", {WireTensor(2 << 20, 5).SerializeAsString()}));
 }
 
 TEST(TensorWireTest, OverlongLengthPrefixFailsAsProtobufDoes) {
@@ -247,7 +234,7 @@ TEST(TensorWireTest, OverlongLengthPrefixFailsAsProtobufDoes) {
   std::string tensor = "\x1a";  // field 3, length-delimited
   tensor += std::string("\x80\x80\x80\x80\x80\x00", 6);
   const std::string wire =
-      InputEntry("x", {tensor}) + InputEntry("y", {MakeTensor(2 << 20, 5).SerializeAsString()});
+      InputEntry("x", {tensor}) + InputEntry("y", {WireTensor(2 << 20, 5).SerializeAsString()});
   v1::ExecuteRequest expected;
   ASSERT_FALSE(expected.ParseFromString(wire));
   grpc::Slice slice(wire.data(), wire.size());
