@@ -42,7 +42,8 @@ constexpr int PoolVectorWidth(int64_t item_size, int64_t hidden) {
   return hidden % width == 0 ? static_cast<int>(width) : 1;
 }
 
-constexpr int64_t PoolCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, without overflow near INT64_MAX.
+constexpr int64_t PoolCeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // True when `config` lies in the compiled space: each field one of the values above, block_d
 // at most the block's threads, the fields this kernel does not use zero or empty, platform
