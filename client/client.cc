@@ -146,8 +146,8 @@ absl::StatusOr<RunResult> TakeRunResult(v1::ExecuteResponse* response) {
   result.device_fingerprint = response->device_fingerprint();
   result.cache_key = response->cache_key();
   const v1::Timing& t = response->timing();
-  result.timings = {t.queue_us(), t.select_us(), t.h2d_us(), t.kernel_us(),
-                    t.d2h_us(),   t.total_us(),  t.recv_us()};
+  result.timings = {t.queue_us(), t.select_us(), t.h2d_us(),  t.kernel_us(),
+                    t.d2h_us(),   t.total_us(),  t.recv_us(), t.launch_us()};
   result.request_id = response->request_id();
   result.warnings.assign(response->warnings().begin(), response->warnings().end());
   return result;

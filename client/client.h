@@ -95,7 +95,8 @@ struct ServerTimings {
   int64_t kernel_us = 0;
   int64_t d2h_us = 0;
   int64_t total_us = 0;
-  int64_t recv_us = 0;  // parsing the request on the server (before queue_us)
+  int64_t recv_us = 0;    // parsing the request on the server (before queue_us)
+  int64_t launch_us = 0;  // queuing the kernel on a GPU (before kernel_us)
 };
 
 // The answer to one kernel call. A value type.

@@ -135,8 +135,8 @@ absl::Status Executor::Finish(CallPlan& plan) const {
   }
   KS_RETURN_IF_ERROR(plan.impl->Supports(*plan.problem, *plan.device));
   plan.invocation.platform = plan.impl == plan.kernel->gpu_auto_impl()
-                                ? std::string("auto")
-                                : std::string(PlatformName(plan.platform));
+                                 ? std::string("auto")
+                                 : std::string(PlatformName(plan.platform));
   plan.invocation.device = plan.device->fingerprint;
   plan.cache_key = plan.invocation.CacheKey();
   return absl::OkStatus();
@@ -226,6 +226,7 @@ absl::StatusOr<ExecuteResult> Executor::Run(const CallPlan& plan, const TensorMa
   result.timings.h2d_us = Micros(run->upload_seconds());
   KS_ASSIGN_OR_RETURN(double kernel_seconds, run->Launch(selection.config));
   result.timings.kernel_us = Micros(kernel_seconds);
+  result.timings.launch_us = Micros(run->launch_seconds());
   const Clock::time_point fetch_start = Clock::now();
   KS_ASSIGN_OR_RETURN(result.outputs, run->TakeOutputs(output_places));
   result.timings.d2h_us = MicrosSince(fetch_start);

@@ -49,6 +49,9 @@ class PreparedRun {
   }
   // Seconds spent moving inputs to the device in Prepare (0 on the CPU).
   virtual double upload_seconds() const { return 0.0; }
+  // Seconds the host spent queuing the last Launch's kernel, which the time Launch returns
+  // leaves out (a GPU's events time the kernel alone); 0 where that time covers it (the CPU).
+  virtual double launch_seconds() const { return 0.0; }
 
   // Launches check `interrupt` as they go where the platform can stop part way (the CPU
   // kernels, between work items) and then fail with its status. Empty = never.
@@ -173,8 +176,9 @@ class Kernel {
   }
 
   // "auto"/"" -> cuda when a GPU is present and a cuda impl exists, else cpu (the detection
-  // order); the executor then runs gpu_auto_impl() where there is one. An explicit platform without an implementation -> Unimplemented naming the ones
-  // available; an unknown name -> InvalidArgument.
+  // order); the executor then runs gpu_auto_impl() where there is one. An explicit platform without
+  // an implementation -> Unimplemented naming the ones available; an unknown name ->
+  // InvalidArgument.
   absl::StatusOr<Platform> ResolvePlatform(std::string_view requested, bool gpu_present) const;
 
  protected:

@@ -244,6 +244,7 @@ PolicyPatch FromProto(const v1::TuningPolicy& policy) {
 void ToProto(const Timings& timings, v1::Timing* proto) {
   proto->set_select_us(timings.select_us);
   proto->set_h2d_us(timings.h2d_us);
+  proto->set_launch_us(timings.launch_us);
   proto->set_kernel_us(timings.kernel_us);
   proto->set_d2h_us(timings.d2h_us);
   proto->set_total_us(timings.total_us);

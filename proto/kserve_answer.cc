@@ -150,6 +150,7 @@ void PutParameters(const v1::ExecuteResponse& response, std::string* out) {
   PutInt64(kField, "queue_us", t.queue_us(), out);
   PutInt64(kField, "select_us", t.select_us(), out);
   PutInt64(kField, "h2d_us", t.h2d_us(), out);
+  PutInt64(kField, "launch_us", t.launch_us(), out);
   PutInt64(kField, "kernel_us", t.kernel_us(), out);
   PutInt64(kField, "d2h_us", t.d2h_us(), out);
   PutInt64(kField, "total_us", t.total_us(), out);

@@ -115,8 +115,8 @@ void AddCallFlags(CLI::App* app) {
   Repeated(app, "input", "NAME=[DTYPE:]FILE.npy", "input from a .npy file (bf16: '<u2' bits)");
   Repeated(app, "values", "NAME=DTYPE:V0,V1,...", "a short 1-D input, e.g. cu_seqlens=i32:0,3");
   Repeated(app, "param", "KEY=VALUE", "a kernel param, typed by its schema (see kernels)");
-  Value(app, "platform", "P", "run on this platform: auto (default), cpu, cuda (own kernels), cudnn",
-        kCallGroup);
+  Value(app, "platform", "P",
+        "run on this platform: auto (default), cpu, cuda (own kernels), cudnn", kCallGroup);
   Value(app, "device", "N", "run on this device", kCallGroup);
   Value(app, "seed", "N", "seed of the random inputs (0)", kCallGroup);
 }
@@ -154,6 +154,9 @@ void AddCallCommands(CLI::App* app) {
   Value(bench, "concurrency", "N", "calls in flight, 1..4096 (1)");
   Value(bench, "duration", "DURATION", "how long to send (5s)");
   Value(bench, "requests", "N", "stop after N calls; 0 = no limit (0)");
+  Value(bench, "pause", "DURATION",
+        "each thread waits this long between its calls, so that each finds the server and the "
+        "GPU idle (0)");
   Value(bench, "protocol", "native|v2", "kernelserve.v1 Execute, or KServe v2 ModelInfer (native)");
   Value(bench, "shared-memory", "off|system|cuda",
         "inputs and outputs in a shared-memory region or a GPU buffer; server on this host (off)");

@@ -4,11 +4,13 @@
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 
 namespace kernelserve::cli {
 namespace {
@@ -25,7 +27,7 @@ struct Totals {
 
 void AddServerTimings(const ServerTimings& t, std::array<double, kPhaseNames.size()>* sums) {
   const std::array<int64_t, kPhaseNames.size()> phases = {
-      t.recv_us, t.queue_us, t.select_us, t.h2d_us, t.kernel_us, t.d2h_us, t.total_us};
+      t.recv_us, t.queue_us, t.select_us, t.h2d_us, t.launch_us, t.kernel_us, t.d2h_us, t.total_us};
   for (size_t i = 0; i < phases.size(); ++i) (*sums)[i] += static_cast<double>(phases[i]);
 }
 
@@ -78,8 +80,12 @@ BenchReport RunBench(const BenchCall& call, const BenchOptions& options) {
   const absl::Time end = start + options.duration;
   auto worker = [&] {
     Totals mine;
+    bool first = true;
     while (!stop.load() && absl::Now() < end &&
            (options.max_requests == 0 || started.fetch_add(1) < options.max_requests)) {
+      if (!std::exchange(first, false) && options.pause > absl::ZeroDuration()) {
+        absl::SleepFor(options.pause);
+      }
       const absl::Time t0 = absl::Now();
       absl::StatusOr<ServerTimings> result = call();
       const double us = absl::ToDoubleMicroseconds(absl::Now() - t0);

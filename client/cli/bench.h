@@ -20,15 +20,16 @@ namespace kernelserve::cli {
 
 // Options of RunBench. Every field has a default.
 struct BenchOptions {
-  int concurrency = 1;                         // threads, each with one call in flight
-  absl::Duration duration = absl::Seconds(5);  // how long to send
-  int64_t max_requests = 0;                    // stop after this many calls; 0 = no limit
-  std::ostream* progress = nullptr;            // borrowed; a progress bar goes here; null = none
+  int concurrency = 1;                          // threads, each with one call in flight
+  absl::Duration duration = absl::Seconds(5);   // how long to send
+  int64_t max_requests = 0;                     // stop after this many calls; 0 = no limit
+  absl::Duration pause = absl::ZeroDuration();  // each thread's wait between its calls
+  std::ostream* progress = nullptr;             // borrowed; a progress bar goes here; null = none
 };
 
 // Names of the server phases, in the order of BenchReport::server_mean_us.
-inline constexpr std::array<const char*, 7> kPhaseNames = {"recv",   "queue", "select", "h2d",
-                                                           "kernel", "d2h",   "total"};
+inline constexpr std::array<const char*, 8> kPhaseNames = {"recv",   "queue",  "select", "h2d",
+                                                           "launch", "kernel", "d2h",    "total"};
 
 // The outcome of a run. A value type.
 struct BenchReport {

@@ -98,6 +98,7 @@ ServerTimings TimingsOf(const inference::ModelInferResponse& response) {
   t.queue_us = Param(response, "queue_us");
   t.select_us = Param(response, "select_us");
   t.h2d_us = Param(response, "h2d_us");
+  t.launch_us = Param(response, "launch_us");
   t.kernel_us = Param(response, "kernel_us");
   t.d2h_us = Param(response, "d2h_us");
   t.total_us = Param(response, "total_us");

@@ -89,6 +89,10 @@ absl::StatusOr<BenchOptions> OptionsFromArgs(const CommandContext& ctx) {
   if (options.max_requests < 0) {
     return absl::InvalidArgumentError("--requests: expected a count >= 0 (0 = no limit)");
   }
+  KS_ASSIGN_OR_RETURN(options.pause, ctx.args->GetDuration("pause", absl::ZeroDuration()));
+  if (options.pause < absl::ZeroDuration() || options.pause > absl::Hours(1)) {
+    return absl::InvalidArgumentError("--pause: expected a duration of 0 to 1h");
+  }
   if (ctx.err_is_tty) options.progress = ctx.err;
   return options;
 }

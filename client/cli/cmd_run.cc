@@ -45,9 +45,9 @@ absl::StatusOr<std::map<std::string, std::string>> WriteOutputs(const TensorMap&
 }
 
 nlohmann::json TimingsJson(const ServerTimings& t) {
-  return {{"recv_us", t.recv_us},  {"queue_us", t.queue_us},   {"select_us", t.select_us},
-          {"h2d_us", t.h2d_us},    {"kernel_us", t.kernel_us}, {"d2h_us", t.d2h_us},
-          {"total_us", t.total_us}};
+  return {{"recv_us", t.recv_us}, {"queue_us", t.queue_us},   {"select_us", t.select_us},
+          {"h2d_us", t.h2d_us},   {"launch_us", t.launch_us}, {"kernel_us", t.kernel_us},
+          {"d2h_us", t.d2h_us},   {"total_us", t.total_us}};
 }
 
 void PrintRunResult(const RunResult& r, const std::map<std::string, std::string>& files,
@@ -67,10 +67,10 @@ void PrintRunResult(const RunResult& r, const std::map<std::string, std::string>
                r.source ? std::string(ConfigSourceName(*r.source)) : "unspecified", r.platform,
                r.device < 0 ? "cpu" : absl::StrCat(r.device), r.cache_key});
   const ServerTimings& t = r.timings;
-  Table timings({"recv", "queue", "select", "h2d", "kernel", "d2h", "total"});
+  Table timings({"recv", "queue", "select", "h2d", "launch", "kernel", "d2h", "total"});
   timings.AddRow({FormatMicros(t.recv_us), FormatMicros(t.queue_us), FormatMicros(t.select_us),
-                  FormatMicros(t.h2d_us), FormatMicros(t.kernel_us), FormatMicros(t.d2h_us),
-                  FormatMicros(t.total_us)});
+                  FormatMicros(t.h2d_us), FormatMicros(t.launch_us), FormatMicros(t.kernel_us),
+                  FormatMicros(t.d2h_us), FormatMicros(t.total_us)});
   out << outputs.ToString() << "\n" << meta.ToString() << "\n" << timings.ToString();
   for (const std::string& w : r.warnings) out << "warning: " << w << "\n";
 }

@@ -4,10 +4,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "client/cli/bench.h"
 #include "client/cli/format.h"
@@ -108,6 +111,28 @@ TEST(BenchTest, OnlyLoadFailuresAreRetryable) {
   EXPECT_FALSE(IsRetryable(absl::StatusCode::kNotFound));
   EXPECT_FALSE(IsRetryable(absl::StatusCode::kUnauthenticated));
   EXPECT_FALSE(IsRetryable(absl::StatusCode::kInternal));
+}
+
+TEST(BenchTest, PauseWaitsBetweenEachThreadsCalls) {
+  std::vector<absl::Time> starts;  // one thread: no lock needed
+  BenchOptions options;
+  options.max_requests = 3;
+  options.duration = absl::Seconds(30);
+  options.pause = absl::Milliseconds(60);
+  const BenchReport report = RunBench(
+      [&]() -> absl::StatusOr<ServerTimings> {
+        starts.push_back(absl::Now());
+        return ServerTimings{.launch_us = 7};
+      },
+      options);
+  EXPECT_EQ(report.ok, 3);
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_GE(starts[1] - starts[0], absl::Milliseconds(60));
+  EXPECT_GE(starts[2] - starts[1], absl::Milliseconds(60));
+  // The server's launch phase is reported among the others.
+  const auto launch = std::find(kPhaseNames.begin(), kPhaseNames.end(), std::string_view("launch"));
+  ASSERT_NE(launch, kPhaseNames.end());
+  EXPECT_EQ(report.server_mean_us[launch - kPhaseNames.begin()], 7.0);
 }
 
 TEST(BenchStatsTest, ProgressBar) {

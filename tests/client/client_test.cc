@@ -93,6 +93,7 @@ TEST(TakeRunResultTest, ConvertsEveryField) {
   response.set_device(-1);
   response.set_cache_key("mean_pooling@v1:abc");
   response.mutable_timing()->set_kernel_us(7);
+  response.mutable_timing()->set_launch_us(3);
   response.mutable_timing()->set_total_us(11);
   response.add_warnings("slow");
   absl::StatusOr<RunResult> r = TakeRunResult(&response);
@@ -104,6 +105,7 @@ TEST(TakeRunResultTest, ConvertsEveryField) {
   EXPECT_EQ(r->platform, "cpu");
   EXPECT_EQ(r->cache_key, "mean_pooling@v1:abc");
   EXPECT_EQ(r->timings.kernel_us, 7);
+  EXPECT_EQ(r->timings.launch_us, 3);
   EXPECT_EQ(r->timings.total_us, 11);
   EXPECT_EQ(r->warnings, std::vector<std::string>{"slow"});
 }

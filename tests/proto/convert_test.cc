@@ -219,11 +219,13 @@ TEST(ConvertTest, PolicyAndSourcesAndTimings) {
   EXPECT_EQ(ToProto(ConfigSource::kOverride), v1::CONFIG_SOURCE_OVERRIDE);
   EXPECT_EQ(ToProto(ConfigSource::kOverlay), v1::CONFIG_SOURCE_OVERLAY);
 
-  Timings timings{1, 2, 3, 4, 15};
+  Timings timings{
+      .select_us = 1, .h2d_us = 2, .launch_us = 5, .kernel_us = 3, .d2h_us = 4, .total_us = 15};
   v1::Timing proto;
   ToProto(timings, &proto);
   EXPECT_EQ(proto.select_us(), 1);
   EXPECT_EQ(proto.h2d_us(), 2);
+  EXPECT_EQ(proto.launch_us(), 5);
   EXPECT_EQ(proto.kernel_us(), 3);
   EXPECT_EQ(proto.d2h_us(), 4);
   EXPECT_EQ(proto.total_us(), 15);

@@ -62,6 +62,7 @@ v1::ExecuteResponse Answer(size_t out_rows) {
   t->set_select_us(12);
   t->set_h2d_us(13);
   t->set_kernel_us(14);
+  t->set_launch_us(17);
   t->set_d2h_us(15);
   t->set_total_us(16);
   t->set_recv_us(17);
@@ -100,7 +101,7 @@ TEST(KServeAnswerTest, EveryFieldParsesAsTheProtocolsMessage) {
   EXPECT_EQ(r.raw_output_contents(1), sent.outputs().at("lse").data());
 
   const auto& p = r.parameters();
-  EXPECT_EQ(p.size(), 14u);
+  EXPECT_EQ(p.size(), 15u);
   auto string_of = [&p](const std::string& key) {
     EXPECT_EQ(p.at(key).parameter_choice_case(), InferParameter::kStringParam) << key;
     return p.at(key).string_param();
@@ -119,6 +120,7 @@ TEST(KServeAnswerTest, EveryFieldParsesAsTheProtocolsMessage) {
   EXPECT_EQ(int_of("select_us"), 12);
   EXPECT_EQ(int_of("h2d_us"), 13);
   EXPECT_EQ(int_of("kernel_us"), 14);
+  EXPECT_EQ(int_of("launch_us"), 17);
   EXPECT_EQ(int_of("d2h_us"), 15);
   EXPECT_EQ(int_of("total_us"), 16);
   EXPECT_EQ(int_of("recv_us"), 17);
@@ -138,7 +140,7 @@ TEST(KServeAnswerTest, OnlyTheOutputsAskedForAndNoIdWhenNoneWasGiven) {
   ASSERT_EQ(r.raw_output_contents_size(), 1);
   EXPECT_EQ(r.raw_output_contents(0), lse);
   EXPECT_FALSE(r.parameters().contains("warnings"));
-  EXPECT_EQ(r.parameters().size(), 13u);
+  EXPECT_EQ(r.parameters().size(), 14u);
 }
 
 TEST(KServeAnswerTest, AnOutputAskedForThatTheCallDidNotProduceIsInvalidArgument) {

@@ -14,7 +14,8 @@ from kernelserve.errors import ArgumentError, KernelserveError, error_of
 from kernelserve.shm import OutputPlace
 from kernelserve.v1 import kernel_service_pb2 as pb
 
-_TIMINGS = ("recv_us", "queue_us", "select_us", "h2d_us", "kernel_us", "d2h_us", "total_us")
+_TIMINGS = ("recv_us", "queue_us", "select_us", "h2d_us", "launch_us", "kernel_us", "d2h_us",
+            "total_us")
 
 
 @dataclasses.dataclass
@@ -25,7 +26,8 @@ class Result:
     # for an output placed in shared memory (outputs=) the writable view the server wrote; for
     # one placed in a CUDA region, the CUDA tensor (or RegionTensor) given for it.
     outputs: dict[str, Any]
-    timings: dict[str, int]  # recv_us, queue_us, select_us, h2d_us, kernel_us, d2h_us, total_us
+    timings: dict[str, int]  # recv_us, queue_us, select_us, h2d_us, launch_us, kernel_us, d2h_us,
+    #                          total_us
     config: dict[str, Union[int, str]]  # the KernelConfig that ran, by field name
     source: str  # "memory", "heuristic", "autotune", "override", ...
     platform: str

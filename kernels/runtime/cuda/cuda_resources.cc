@@ -111,6 +111,9 @@ absl::Status DeviceThreadResources::Init() {
   for (cudaEvent_t& event : half_free_) {
     KS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   }
+  absl::StatusOr<LaunchGate> gate = LaunchGate::Create();
+  if (!gate.ok()) return gate.status();
+  gate_ = *std::move(gate);
   return absl::OkStatus();
 }
 

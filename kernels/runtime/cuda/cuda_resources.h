@@ -10,12 +10,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/host_pool.h"
+#include "kernels/runtime/cuda/launch_gate.h"
 
 namespace kernelserve::cuda {
 
 // What one thread uses on one device: a non-blocking stream (the worker's stream: copies and
-// kernels of the thread's calls go there) and a pinned host buffer that stages copies between
-// pageable host memory and the device, reused across calls and grown as needed up to a cap.
+// kernels of the thread's calls go there) with its launch gate, and a pinned host buffer that
+// stages copies between pageable host memory and the device, reused across calls and grown as
+// needed up to a cap.
 // Made on a thread's first call for the device; destroyed when the thread exits.
 // Thread safety: used only by its own thread (the stream itself may be used from any thread).
 class DeviceThreadResources {
@@ -26,6 +28,8 @@ class DeviceThreadResources {
 
   int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return stream_; }
+  // The gate of the stream (CudaRun::TimedLaunch holds the stream there while it queues).
+  LaunchGate& gate() { return gate_; }
 
   // Copies `bytes` from `host` to `device` on `stream` and waits until the copy is done: one
   // DMA from page-locked memory; from pageable memory through the staging buffer, in pieces
@@ -50,6 +54,7 @@ class DeviceThreadResources {
   void* staging_ = nullptr;  // pinned (cudaMallocHost)
   size_t staging_bytes_ = 0;
   cudaEvent_t half_free_[2] = {nullptr, nullptr};  // each half's last copy out of it
+  LaunchGate gate_;
 };
 
 // Default of SetPinnedHostLimit.

@@ -27,6 +27,7 @@ class CudaRun : public PreparedRun {
   CudaRun& operator=(const CudaRun&) = delete;
 
   double upload_seconds() const override { return upload_seconds_; }
+  double launch_seconds() const override { return launch_seconds_; }
   // The outputs of the last successful launch, downloaded through the thread's staging
   // buffer. FailedPrecondition before a successful launch.
   absl::StatusOr<TensorMap> Fetch() override;
@@ -61,9 +62,11 @@ class CudaRun : public PreparedRun {
   absl::Status AddOutput(const std::string& name, DType dtype, const Shape& shape, T** address) {
     return AddOutputAt(name, dtype, shape, [address](void* p) { *address = static_cast<T*>(p); });
   }
-  // Records the start event, lets `enqueue` queue the launch on the stream (returning the
-  // first launch error), records the stop event, waits and returns the seconds between the
-  // events. The outputs are fetchable once it succeeds.
+  // Closes the stream's launch gate, records the start event, lets `enqueue` queue the launch
+  // on the stream (returning the first launch error), records the stop event, opens the gate,
+  // waits and returns the seconds between the events: the kernel's time on the GPU, without
+  // the host's time spent queuing it (launch_seconds). The outputs are fetchable once
+  // it succeeds.
   absl::StatusOr<double> TimedLaunch(absl::FunctionRef<cudaError_t(cudaStream_t)> enqueue);
 
   int ordinal() const { return ordinal_; }
@@ -90,6 +93,7 @@ class CudaRun : public PreparedRun {
   std::vector<Output> outputs_;
   bool launched_ = false;
   double upload_seconds_ = 0.0;
+  double launch_seconds_ = 0.0;
 };
 
 // PoisonOutputs of `run` when it is a CUDA run; InvalidArgument otherwise. For tests.

@@ -1,0 +1,55 @@
+// LaunchGate: holds a stream at a point until the host opens it, so that the work queued
+// behind the gate starts only once the host has queued all of it. CudaRun::TimedLaunch closes
+// the gate before its start event: the events then time the kernel alone, not the host's time
+// spent queuing it (a cuDNN plan's execute takes tens of microseconds of host time, which an
+// idle stream would otherwise count as kernel time).
+#ifndef KERNELSERVE_KERNELS_RUNTIME_CUDA_LAUNCH_GATE_H_
+#define KERNELSERVE_KERNELS_RUNTIME_CUDA_LAUNCH_GATE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace kernelserve::cuda {
+
+// The longest a closed gate holds its stream: a gate that its host never opens (a bug) lets
+// the stream go on after this instead of holding it for ever.
+inline constexpr uint64_t kLaunchGateTimeoutNs = uint64_t{2} * 1000 * 1000 * 1000;
+
+// Queues on `stream` a one-thread kernel that waits until `*flag - value`, as a signed 32-bit
+// difference, is >= 0, or until `timeout_ns` have passed. `flag` is page-locked host memory
+// mapped into the device's address space. The launcher of the project's convention: raw
+// pointers, sizes, the stream last.
+cudaError_t LaunchWaitForHost(const volatile uint32_t* flag, uint32_t value, uint64_t timeout_ns,
+                              cudaStream_t stream);
+
+// One gate for one thread's stream on one device.
+// Thread safety: used by one thread at a time (the stream's owner).
+class LaunchGate {
+ public:
+  // An open gate (its flag: 4 bytes of mapped page-locked memory, readable by every device).
+  static absl::StatusOr<LaunchGate> Create();
+  LaunchGate() = default;
+  LaunchGate(LaunchGate&& other) noexcept;
+  LaunchGate& operator=(LaunchGate&& other) noexcept;
+  LaunchGate(const LaunchGate&) = delete;
+  LaunchGate& operator=(const LaunchGate&) = delete;
+  ~LaunchGate();
+
+  // Queues the wait on `stream`: what is queued after it starts once Open is called.
+  // REQUIRES: the gate is open (every Close is followed by Open before the next Close).
+  cudaError_t Close(cudaStream_t stream);
+  // Lets the stream past the last Close. Call it on every path after a successful Close (an
+  // error path too), or the stream waits kLaunchGateTimeoutNs.
+  void Open();
+
+ private:
+  volatile uint32_t* flag_ = nullptr;  // cudaHostAlloc(mapped); the device reads it in place
+  uint32_t closed_at_ = 0;             // the value Open writes
+};
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_RUNTIME_CUDA_LAUNCH_GATE_H_
