@@ -50,6 +50,14 @@ HostBufferPool* ConfigureGpuHostMemory(size_t limit_bytes) {
 #endif
 }
 
+void SetGpuLaunchGate(bool on) {
+#ifdef KERNELSERVE_WITH_CUDA
+  cuda::SetLaunchGate(on);
+#else
+  (void)on;
+#endif
+}
+
 std::string LoadedCudnnVersion() {
 #ifdef KERNELSERVE_WITH_CUDNN
   absl::StatusOr<int64_t> version = cudnn::LoadCudnn();

@@ -42,6 +42,10 @@ bool BuiltWithCuda();
 // "none" when the build has no cudnn platform or cuDNN did not load.
 std::string LoadedCudnnVersion();
 
+// Whether GPU launches wait at a launch gate (cuda::SetLaunchGate; on by default). Call it
+// before the first GPU call. A no-op without CUDA.
+void SetGpuLaunchGate(bool on);
+
 // Why this process has no cudnn platform where its build has one (cuDNN did not load: the
 // library's error); "" when it has one, or when the build has none.
 std::string CudnnUnavailableReason();

@@ -80,8 +80,11 @@ absl::StatusOr<double> CudaRun::TimedLaunch(absl::FunctionRef<cudaError_t(cudaSt
   {
     // The stream waits at the gate while the host queues the events and the launch: the
     // events then time the kernel, not the host's queuing (launch_seconds).
-    KS_CUDA_RETURN_IF_ERROR(resources_->gate().Close(stream()));
-    const absl::Cleanup open = [this] { resources_->gate().Open(); };
+    const bool gated = LaunchGateOn();
+    if (gated) KS_CUDA_RETURN_IF_ERROR(resources_->gate().Close(stream()));
+    const absl::Cleanup open = [this, gated] {
+      if (gated) resources_->gate().Open();
+    };
     const auto started = std::chrono::steady_clock::now();
     KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream()));
     KS_CUDA_RETURN_IF_ERROR(enqueue(stream()));

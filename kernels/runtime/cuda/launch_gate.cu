@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -22,7 +23,15 @@ __global__ void WaitForHostKernel(const volatile uint32_t* flag, uint32_t value,
   }
 }
 
+std::atomic<bool>& GateSwitch() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 }  // namespace
+
+void SetLaunchGate(bool on) { GateSwitch().store(on, std::memory_order_relaxed); }
+bool LaunchGateOn() { return GateSwitch().load(std::memory_order_relaxed); }
 
 cudaError_t LaunchWaitForHost(const volatile uint32_t* flag, uint32_t value, uint64_t timeout_ns,
                               cudaStream_t stream) {

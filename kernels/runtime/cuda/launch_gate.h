@@ -14,9 +14,13 @@
 
 namespace kernelserve::cuda {
 
-// The longest a closed gate holds its stream: a gate that its host never opens (a bug) lets
-// the stream go on after this instead of holding it for ever.
-inline constexpr uint64_t kLaunchGateTimeoutNs = uint64_t{2} * 1000 * 1000 * 1000;
+// The longest a closed gate holds its stream, 1 ms: far more than a launch's host part takes
+// (tens of microseconds), and short because the host may itself wait for the GPU while the gate
+// is closed. CUDA loads a kernel's module on its first launch (lazy loading), and loading may
+// wait for the context's work, the gate kernel's included: that first launch then waits out the
+// timeout, once per kernel and process. A launch whose host part outlasts the timeout starts
+// its events early, and its kernel time then includes the rest, as it would without a gate.
+inline constexpr uint64_t kLaunchGateTimeoutNs = 1000 * 1000;
 
 // Queues on `stream` a one-thread kernel that waits until `*flag - value`, as a signed 32-bit
 // difference, is >= 0, or until `timeout_ns` have passed. `flag` is page-locked host memory
@@ -24,6 +28,12 @@ inline constexpr uint64_t kLaunchGateTimeoutNs = uint64_t{2} * 1000 * 1000 * 100
 // pointers, sizes, the stream last.
 cudaError_t LaunchWaitForHost(const volatile uint32_t* flag, uint32_t value, uint64_t timeout_ns,
                               cudaStream_t stream);
+
+// Whether CudaRun::TimedLaunch uses the gate (default true); false: its events also time the
+// host's queuing, and a call saves the gate's few microseconds. Thread-safe; set it once at
+// startup.
+void SetLaunchGate(bool on);
+bool LaunchGateOn();
 
 // One gate for one thread's stream on one device.
 // Thread safety: used by one thread at a time (the stream's owner).
@@ -42,7 +52,7 @@ class LaunchGate {
   // REQUIRES: the gate is open (every Close is followed by Open before the next Close).
   cudaError_t Close(cudaStream_t stream);
   // Lets the stream past the last Close. Call it on every path after a successful Close (an
-  // error path too), or the stream waits kLaunchGateTimeoutNs.
+  // error path too), or the stream waits out kLaunchGateTimeoutNs.
   void Open();
 
  private:

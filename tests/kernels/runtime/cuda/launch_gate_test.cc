@@ -33,7 +33,7 @@ TEST_F(GpuTest, ClosedGateHoldsTheStreamUntilOpened) {
   for (int round = 0; round < 3; ++round) {  // the gate closes again after each opening
     ASSERT_EQ((*resources)->gate().Close(stream), cudaSuccess);
     ASSERT_EQ(cudaEventRecord(behind, stream), cudaSuccess);
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    std::this_thread::sleep_for(std::chrono::microseconds(300));  // within the 1 ms timeout
     EXPECT_EQ(cudaEventQuery(behind), cudaErrorNotReady) << "round " << round;
     (*resources)->gate().Open();
     EXPECT_EQ(cudaEventSynchronize(behind), cudaSuccess);
@@ -66,14 +66,14 @@ TEST_F(GpuTest, TimedLaunchLeavesTheHostsQueuingOut) {
   ASSERT_TRUE(run.Init().ok());
   auto buffer = DeviceBuffer::Allocate(gpu().ordinal, 1 << 20, (*resources)->stream());
   ASSERT_TRUE(buffer.ok()) << buffer.status();
-  // The host takes 40 ms to queue a copy of a few microseconds.
+  // The host takes 500 us (within the gate's timeout) to queue a memset of a few microseconds.
   absl::StatusOr<double> seconds = run.TimedLaunch([&](cudaStream_t stream) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
     return cudaMemsetAsync(buffer->get(), 0x5a, buffer->size(), stream);
   });
   ASSERT_TRUE(seconds.ok()) << seconds.status();
-  EXPECT_LT(*seconds, 0.010);
-  EXPECT_GE(run.launch_seconds(), 0.040);
+  EXPECT_LT(*seconds, 300e-6);
+  EXPECT_GE(run.launch_seconds(), 500e-6);
 }
 
 TEST_F(GpuTest, TimedLaunchThatFailsToQueueStillOpensTheGate) {
@@ -84,10 +84,10 @@ TEST_F(GpuTest, TimedLaunchThatFailsToQueueStillOpensTheGate) {
   absl::StatusOr<double> failed =
       run.TimedLaunch([](cudaStream_t /*stream*/) { return cudaErrorInvalidValue; });
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
-  // The stream goes on at once, not after the gate's timeout.
+  // The stream goes on at once, not after the gate's 1 ms timeout.
   const auto started = std::chrono::steady_clock::now();
   ASSERT_EQ(cudaStreamSynchronize((*resources)->stream()), cudaSuccess);
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(500));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::microseconds(500));
 }
 
 }  // namespace
