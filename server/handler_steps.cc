@@ -22,13 +22,13 @@ std::string KernelLabel(const Executor& executor, const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
+absl::StatusOr<Caller> Authenticate(const AccessDeps& deps,
                                     const grpc::CallbackServerContext& context) {
   if (deps.auth == nullptr) return Caller();
   return deps.auth->Authenticate(context);
 }
 
-Caller CallerWithPeer(const ServiceDeps& deps, const grpc::CallbackServerContext& context,
+Caller CallerWithPeer(const AccessDeps& deps, const grpc::CallbackServerContext& context,
                       Caller caller) {
   if (!caller.peer.uid.has_value() && deps.peers != nullptr) {
     caller.peer = deps.peers->Find(context.peer());
@@ -36,7 +36,7 @@ Caller CallerWithPeer(const ServiceDeps& deps, const grpc::CallbackServerContext
   return caller;
 }
 
-absl::StatusOr<Admitted> Admit(const ServiceDeps& deps,
+absl::StatusOr<Admitted> Admit(const AccessDeps& deps,
                                const grpc::CallbackServerContext& context) {
   Admitted admitted;
   KS_ASSIGN_OR_RETURN(admitted.caller, Authenticate(deps, context));
@@ -46,7 +46,7 @@ absl::StatusOr<Admitted> Admit(const ServiceDeps& deps,
   return admitted;
 }
 
-absl::Status Admit(const ServiceDeps& deps, CallTracker& tracker) {
+absl::Status Admit(const AccessDeps& deps, CallTracker& tracker) {
   KS_ASSIGN_OR_RETURN(Admitted admitted, Admit(deps, *tracker.context()));
   tracker.set_caller(std::move(admitted.caller), std::move(admitted.tenant));
   return absl::OkStatus();
@@ -61,7 +61,7 @@ absl::Status RequireAdmin(const Caller& caller, std::string_view method) {
 }
 
 template <typename Request>
-absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& request,
+absl::StatusOr<CallPlan> PlanRequest(const CallDeps& deps, const Request& request,
                                      CallTracker& tracker) {
   tracker.kernel = KernelLabel(*deps.executor, request.kernel());
   KS_ASSIGN_OR_RETURN(CallParams params, ParamsOf(request));
@@ -85,14 +85,14 @@ absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& req
   return plan;
 }
 
-template absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps&, const v1::ExecuteRequest&,
+template absl::StatusOr<CallPlan> PlanRequest(const CallDeps&, const v1::ExecuteRequest&,
                                               CallTracker&);
-template absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps&, const v1::ExecuteBatchRequest&,
+template absl::StatusOr<CallPlan> PlanRequest(const CallDeps&, const v1::ExecuteBatchRequest&,
                                               CallTracker&);
-template absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps&, const v1::AutotuneRequest&,
+template absl::StatusOr<CallPlan> PlanRequest(const CallDeps&, const v1::AutotuneRequest&,
                                               CallTracker&);
 
-absl::Status Dispatch(const ServiceDeps& deps, grpc::CallbackServerContext* context, int worker,
+absl::Status Dispatch(WorkerPool& pool, grpc::CallbackServerContext* context, int worker,
                       std::function<void(absl::Status status, int64_t queue_us)> run,
                       bool may_run_inline, std::chrono::system_clock::time_point deadline) {
   WorkItem item;
@@ -100,7 +100,7 @@ absl::Status Dispatch(const ServiceDeps& deps, grpc::CallbackServerContext* cont
   item.cancelled = [context] { return context->IsCancelled(); };
   item.may_run_inline = may_run_inline;
   item.run = std::move(run);
-  return deps.pool->Submit(worker, std::move(item));
+  return pool.Submit(worker, std::move(item));
 }
 
 }  // namespace kernelserve::server

@@ -22,13 +22,13 @@ namespace kernelserve::server {
 
 // The caller of a call (deps.auth's Authenticate; the anonymous admin without one).
 // Unauthenticated when the server has tokens and the call carries none or a wrong one.
-absl::StatusOr<Caller> Authenticate(const ServiceDeps& deps,
+absl::StatusOr<Caller> Authenticate(const AccessDeps& deps,
                                     const grpc::CallbackServerContext& context);
 
 // `caller` with its peer credentials looked up (deps.peers) where Authenticate left them unknown:
 // the owner of a loopback TCP client's socket, read from the kernel's socket tables (for the
 // calls that need it: shared-memory registrations).
-Caller CallerWithPeer(const ServiceDeps& deps, const grpc::CallbackServerContext& context,
+Caller CallerWithPeer(const AccessDeps& deps, const grpc::CallbackServerContext& context,
                       Caller caller);
 
 // A call let in: its caller and the state of the caller's identity (null without deps.tenants).
@@ -38,9 +38,9 @@ struct Admitted {
 };
 // Authenticates the call and takes it from its identity's request rate: errors as Authenticate,
 // and ResourceExhausted naming the identity's rate quota.
-absl::StatusOr<Admitted> Admit(const ServiceDeps& deps, const grpc::CallbackServerContext& context);
+absl::StatusOr<Admitted> Admit(const AccessDeps& deps, const grpc::CallbackServerContext& context);
 // The same for a call that has a tracker: the tracker then knows its caller and tenant.
-absl::Status Admit(const ServiceDeps& deps, CallTracker& tracker);
+absl::Status Admit(const AccessDeps& deps, CallTracker& tracker);
 
 // OK for an admin; PermissionDenied naming `method`, the caller's identity and role otherwise.
 absl::Status RequireAdmin(const Caller& caller, std::string_view method);
@@ -52,7 +52,7 @@ absl::Status RequireAdmin(const Caller& caller, std::string_view method);
 // kernel and platform as far as it gets. Request: v1::ExecuteRequest, v1::ExecuteBatchRequest or
 // v1::AutotuneRequest.
 template <typename Request>
-absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& request,
+absl::StatusOr<CallPlan> PlanRequest(const CallDeps& deps, const Request& request,
                                      CallTracker& tracker);
 
 // Queues `run` on `worker`, to be dropped (DeadlineExceeded, Cancelled) when not started by the
@@ -60,7 +60,7 @@ absl::StatusOr<CallPlan> PlanRequest(const ServiceDeps& deps, const Request& req
 // ResourceExhausted when the queue is full, Unavailable when shutting down (run not called).
 // `run` must not throw. `may_run_inline`: see WorkItem::may_run_inline.
 absl::Status Dispatch(
-    const ServiceDeps& deps, grpc::CallbackServerContext* context, int worker,
+    WorkerPool& pool, grpc::CallbackServerContext* context, int worker,
     std::function<void(absl::Status status, int64_t queue_us)> run, bool may_run_inline = false,
     std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max());
 

@@ -268,7 +268,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
     const int worker = plan.ordinal();
     const auto deadline = reply.deadline;
     return Dispatch(
-        deps_, context, worker,
+        *deps_.pool, context, worker,
         [this, call, finish, reply = std::move(reply), plan = std::move(plan),
          inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
           v1::ExecuteResponse answer;
@@ -280,7 +280,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
           }
           answer.mutable_timing()->set_queue_us(queue_us);
           answer.mutable_timing()->set_recv_us(call->recv_us());
-          RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
+          RecordInference(deps_.stats, plan.kernel->name(), call->tracker().Outcome(status),
                           answer.timing(), call->tracker().seconds());
           if (status.ok()) {
             absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&answer, reply);

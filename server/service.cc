@@ -99,7 +99,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
     const bool small = TensorBytes(inputs) <= kInlineRunBytes;
     const int worker = plan.ordinal();
     return Dispatch(
-        deps_, context, worker,
+        *deps_.pool, context, worker,
         [this, call, plan = std::move(plan), inputs = std::move(inputs),
          spans = std::move(regions.outputs),
          held = std::move(regions.held)](absl::Status status, int64_t queue_us) {
@@ -111,7 +111,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
           }
           call->response().mutable_timing()->set_queue_us(queue_us);
           call->response().mutable_timing()->set_recv_us(call->recv_us());
-          RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
+          RecordInference(deps_.stats, plan.kernel->name(), call->tracker().Outcome(status),
                           call->response().timing(), call->tracker().seconds());
           call->Finish(status);
         },
@@ -149,7 +149,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
         CheckAnswerFits(*deps_.options, outputs, "the batch's answer", batch_request.items_size()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "the items' outputs"));
     const int worker = options.devices.empty() ? plan.ordinal() : options.devices.front();
-    return Dispatch(deps_, context, worker,
+    return Dispatch(*deps_.pool, context, worker,
                     [this, call, plan = std::move(plan), options = std::move(options),
                      items = std::move(items)](absl::Status status, int64_t queue_us) {
                       RunBatch(call, plan, items, options, std::move(status), queue_us);
@@ -186,7 +186,7 @@ void KernelServiceImpl::RunBatch(BatchCall* call, const CallPlan& plan, const Ba
     timing.set_d2h_us(timing.d2h_us() + item.timing().d2h_us());
     timing.set_total_us(timing.total_us() + item.timing().total_us());
   }
-  RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(batch.status()), timing,
+  RecordInference(deps_.stats, plan.kernel->name(), call->tracker().Outcome(batch.status()), timing,
                   call->tracker().seconds(), ran);
   call->Finish(batch.status());
 }
@@ -215,7 +215,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
     KS_RETURN_IF_ERROR(
         call->tracker().Hold(TuningOutputBytes(plan), "outputs and the tuner's copies of them"));
     const int worker = plan.ordinal();
-    return Dispatch(deps_, context, worker,
+    return Dispatch(*deps_.pool, context, worker,
                     [this, call, plan = std::move(plan), inputs = std::move(inputs)](
                         absl::Status status, int64_t /*queue_us*/) {
                       RunAutotune(call, plan, inputs ? &*inputs : nullptr, std::move(status));

@@ -192,7 +192,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       }
       const int worker = plan.ordinal();
       return Dispatch(
-          *deps_, context_, worker,
+          *deps_->pool, context_, worker,
           [this, reply, tracker, recv_us, counted, plan = std::move(plan),
            inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
             RunItem(plan, inputs, reply, *tracker, std::move(status), {queue_us, recv_us}, counted);
@@ -214,7 +214,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       });
     }
     response.mutable_timing()->set_queue_us(waits.queue_us);
-    RecordInference(*deps_, plan.kernel->name(), tracker.Outcome(status), response.timing(),
+    RecordInference(deps_->stats, plan.kernel->name(), tracker.Outcome(status), response.timing(),
                     tracker.seconds());
     Answer(std::move(response), std::move(buffers), status, reply, waits, tracker, counted);
   }
