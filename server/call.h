@@ -1,5 +1,6 @@
-// Planning and running one kernel call for the handlers: the request's fields converted, the
-// executor's plan with the worker chosen, the executor's run, and the response.
+// The pieces under the call pipeline's Plan, Reserve and Run steps (server/pipeline.h): the
+// request's fields converted, the executor's plan with the worker chosen, the answer's size, the
+// executor's run, and the response. Also used by ExecuteBatch, Autotune and PutConfig.
 #ifndef KERNELSERVE_SERVER_CALL_H_
 #define KERNELSERVE_SERVER_CALL_H_
 
