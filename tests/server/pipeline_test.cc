@@ -23,6 +23,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/shared_memory.h"
+#include "server/tenants.h"
 #include "server/worker_pool.h"
 #include "tests/support/fake_kernel.h"
 
@@ -261,6 +262,20 @@ TEST_F(PipelineTest, MayRunInlineForSmallInputsOnly) {
   EXPECT_TRUE(MayRunInline(call));
   call.inputs["x"] = Tensor::FromFloats(DType::kF32, {20000}, std::vector<float>(20000, 1.0f));
   EXPECT_FALSE(MayRunInline(call));
+}
+
+// A stream's later item takes its identity's rate like a call of its own.
+TEST(PipelineAdmitTest, AdmitItemTakesTheIdentitysRate) {
+  QuotaOptions quota;
+  quota.requests_per_second = 0.001;  // no refill within the test
+  quota.request_burst = 1;
+  Tenants tenants(quota, {"alice"});
+  Metrics metrics;
+  std::shared_ptr<Tenant> alice = tenants.Of("alice");
+  EXPECT_TRUE(AdmitItem(*alice, metrics).ok());
+  const absl::Status refused = AdmitItem(*alice, metrics);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("--quota-requests-per-second"));
 }
 
 }  // namespace
