@@ -96,9 +96,9 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response, wire::Ten
   for (std::string& warning : result.warnings) response->add_warnings(std::move(warning));
 }
 
-void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,
+void RecordInference(ModelStats* stats, const std::string& kernel, const absl::Status& status,
                      const v1::Timing& timing, double seconds, int64_t inferences) {
-  if (deps.stats != nullptr) deps.stats->Record(kernel, status, timing, seconds, inferences);
+  if (stats != nullptr) stats->Record(kernel, status, timing, seconds, inferences);
 }
 
 void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource source,
@@ -107,7 +107,7 @@ void RecordSelection(Metrics& metrics, const std::string& kernel, ConfigSource s
   if (source == ConfigSource::kAutotune) metrics.AutotuneRun(kernel, "ok", select_seconds);
 }
 
-absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
+absl::Status RunCall(const CallDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response, wire::TensorBuffers* buffers,
                      const OutputSpans* spans, const CallRegions* regions) {
   const TensorMap places = spans != nullptr ? OutputPlaces(plan, *spans) : TensorMap();

@@ -1,9 +1,9 @@
-// Planning and running one kernel call for the handlers: the request's fields converted, the
-// executor's plan with the worker chosen, the executor's run, and the response.
+// The pieces under the call pipeline's Plan, Reserve and Run steps (server/pipeline.h): the
+// request's fields converted, the executor's plan with the worker chosen, the answer's size, the
+// executor's run, and the response. Also used by ExecuteBatch, Autotune and PutConfig.
 #ifndef KERNELSERVE_SERVER_CALL_H_
 #define KERNELSERVE_SERVER_CALL_H_
 
-#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,47 +15,14 @@
 #include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/convert.h"
-#include "server/auth.h"
-#include "server/budget.h"
-#include "server/identity.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
 #include "server/region_tensors.h"
-#include "server/shared_memory.h"
-#include "server/tenants.h"
+#include "server/service_deps.h"
 #include "server/worker_pool.h"
 
 namespace kernelserve::server {
-
-// What every handler shares. The pointers are borrowed from the Server, which outlives the
-// service.
-struct ServiceDeps {
-  const Executor* executor = nullptr;      // REQUIRED
-  WorkerPool* pool = nullptr;              // REQUIRED
-  Metrics* metrics = nullptr;              // REQUIRED
-  InflightBudget* budget = nullptr;        // REQUIRED
-  const ServerOptions* options = nullptr;  // REQUIRED
-  // Who calls (identities and roles); nullptr = every caller is the anonymous admin.
-  const Authenticator* auth = nullptr;
-  // Per-identity quotas and metrics; nullptr = none.
-  Tenants* tenants = nullptr;
-  std::string store_location;          // for GetServerInfo ("memory (none)" without a store)
-  bool built_with_cuda = false;        // for GetServerInfo
-  std::string cudnn_version = "none";  // for GetServerInfo (LoadedCudnnVersion)
-  // Where the large tensor bytes of Execute and ExecuteStream requests are parsed into (the
-  // CUDA platform's pool of page-locked memory when serving GPUs); nullptr = the heap.
-  HostAllocator* host_allocator = nullptr;
-  // The inference statistics of ModelStatistics (RecordInference); nullptr = not kept.
-  ModelStats* stats = nullptr;
-  // The shared-memory regions clients registered; nullptr = none can be.
-  SharedMemoryRegistry* shared_memory = nullptr;
-  // True once the server drains (ServerReady answers false); nullptr = never.
-  const std::atomic<bool>* draining = nullptr;
-  // The process on the other end of a call, from its peer string (ServerContextBase::peer());
-  // nullptr = unknown.
-  const PeerLookup* peers = nullptr;
-};
 
 // The call-describing fields of a request, converted. A value type.
 struct CallParams {
@@ -132,14 +99,16 @@ void FillResponse(ExecuteResult result, v1::ExecuteResponse* response,
 
 // Runs `plan` on `inputs` through the executor (on the calling worker thread), fills
 // `response` (and `buffers` and `spans`, as FillResponse) and records the kernel, selection and
-// tuning metrics. `regions` (nullable): the shared-memory regions of the call's tensors; DataLoss
-// (CallRegions::CheckIntact) when one was damaged before the call was done with it.
-absl::Status RunCall(const ServiceDeps& deps, const CallPlan& plan, const TensorMap& inputs,
+// tuning metrics (deps.executor, deps.metrics). `regions` (nullable): the shared-memory regions of
+// the call's tensors; DataLoss (CallRegions::CheckIntact) when one was damaged before the call
+// was done with it.
+absl::Status RunCall(const CallDeps& deps, const CallPlan& plan, const TensorMap& inputs,
                      v1::ExecuteResponse* response, wire::TensorBuffers* buffers = nullptr,
                      const OutputSpans* spans = nullptr, const CallRegions* regions = nullptr);
 
-// Counts a kernel call that reached its worker in deps.stats (when kept): see ModelStats::Record.
-void RecordInference(const ServiceDeps& deps, const std::string& kernel, const absl::Status& status,
+// Counts a kernel call that reached its worker in `stats` (nullable: not kept): see
+// ModelStats::Record.
+void RecordInference(ModelStats* stats, const std::string& kernel, const absl::Status& status,
                      const v1::Timing& timing, double seconds, int64_t inferences = 1);
 
 // Records a tuning outcome from a selection that tuned (or not).

@@ -12,7 +12,7 @@
 #include "proto/kserve_convert.h"
 #include "proto/parse.h"
 #include "server/build_info.h"
-#include "server/handler_steps.h"
+#include "server/pipeline.h"
 #include "server/status.h"
 #include "server/unary_call.h"
 
@@ -21,10 +21,6 @@ namespace {
 
 // Answered with the ModelInferResponse's bytes (kserve::ToInferResponse writes them).
 using ModelInferCall = UnaryCall<inference::ModelInferRequest, grpc::ByteBuffer>;
-
-// An Execute with at most this many input bytes runs on the gRPC thread when the CPU worker is
-// idle (as the native Execute does).
-constexpr int64_t kInlineRunBytes = 64 << 10;
 
 std::vector<std::string> ModelNames(const Executor& executor) {
   std::vector<std::string> names;
@@ -55,64 +51,27 @@ absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_vi
   return *kernel;
 }
 
-absl::Status CheckOutputsProduced(const CallPlan& plan, const std::vector<std::string>& outputs) {
-  if (outputs.empty()) return absl::OkStatus();
-  const TensorSpecMap produced = plan.kernel->OutputSpecs(*plan.problem);
-  for (const std::string& name : outputs) {
-    if (produced.contains(name)) continue;
-    std::string when;
-    for (const OutputSchema& output : plan.kernel->schema().outputs) {
-      if (output.name == name) when = output.doc;
-    }
-    return absl::InvalidArgumentError(absl::StrCat("output '", name,
-                                                   "' is not produced by this call (", when,
-                                                   "): set the parameter that asks for it"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PrepareInfer(const ServiceDeps& deps, const Caller& caller,
-                          inference::ModelInferRequest* request, v1::ExecuteRequest* native,
+absl::Status PrepareInfer(const CallDeps& deps, const Caller& caller,
+                          inference::ModelInferRequest* request, CallRequest* call,
                           InferReply* reply) {
   reply->id = request->id();
   reply->model = request->model_name();
   KS_ASSIGN_OR_RETURN(const Kernel* kernel,
                       FindModel(*deps.executor, request->model_name(), request->model_version()));
   reply->schema = &kernel->schema();
-  KS_ASSIGN_OR_RETURN(kserve::InferCall call, kserve::FromInferRequest(request, *reply->schema));
-  reply->outputs = std::move(call.outputs);
-  reply->input_regions = std::move(call.input_regions);
-  reply->output_regions = std::move(call.output_regions);
-  if (call.timeout_us.has_value()) reply->deadline = DeadlineAfter(*call.timeout_us);
-  *native = std::move(call.request);
+  KS_ASSIGN_OR_RETURN(kserve::InferCall infer, kserve::FromInferRequest(request, *reply->schema));
+  reply->outputs = std::move(infer.outputs);
+  reply->output_regions = infer.output_regions;
+  if (infer.timeout_us.has_value()) reply->deadline = DeadlineAfter(*infer.timeout_us);
+  *call->request = std::move(infer.request);
+  call->regions.inputs = std::move(infer.input_regions);
+  call->regions.outputs = std::move(infer.output_regions);
+  call->outputs = reply->outputs;
   if (std::optional<int> gpu =
-          RegionsGpu(deps.shared_memory, caller, reply->input_regions, reply->output_regions)) {
-    native->set_device(*gpu);  // a call runs where its CUDA regions are
+          RegionsGpu(deps.shared_memory, caller, call->regions.inputs, call->regions.outputs)) {
+    call->request->set_device(*gpu);  // a call runs where its CUDA regions are
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const Caller& caller,
-                                         const CallPlan& plan, v1::ExecuteRequest* native,
-                                         InferReply* reply) {
-  KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, reply->outputs));
-  TensorSpecMap specs;
-  for (const auto& [name, ref] : reply->input_regions) {
-    auto proto = native->inputs().find(name);
-    KS_ASSIGN_OR_RETURN(specs[name],
-                        SpecFromProto(proto->second, absl::StrCat("input '", name, "'")));
-  }
-  if (!reply->input_regions.empty() || !reply->output_regions.empty()) {
-    reply->regions = std::make_shared<CallRegions>();
-  }
-  KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                      InputsFromRegions(deps.shared_memory, caller, reply->input_regions, specs,
-                                        plan.ordinal(), reply->regions.get()));
-  KS_ASSIGN_OR_RETURN(
-      reply->output_spans,
-      OutputSpansOf(deps.shared_memory, caller, plan, reply->output_regions, reply->regions.get()));
-  for (const auto& [name, ref] : reply->input_regions) native->mutable_inputs()->erase(name);
-  return inputs;
 }
 
 absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
@@ -247,41 +206,23 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
     done->Finish(status);
   };
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    deps_.metrics->Received(call->received_bytes());
-    KS_RETURN_IF_ERROR(Admit(deps_, call->tracker()));
-    KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
-    KS_RETURN_IF_ERROR(call->Parse());
+    KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
     v1::ExecuteRequest native;
+    CallRequest parsed{.request = &native};
     InferReply reply;
-    const Caller& caller = call->tracker().caller();
-    KS_RETURN_IF_ERROR(PrepareInfer(deps_, caller, &call->request(), &native, &reply));
-    KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, native, call->tracker()));
-    KS_ASSIGN_OR_RETURN(TensorMap inputs, ResolveRegions(deps_, caller, plan, &native, &reply));
-    KS_ASSIGN_OR_RETURN(TensorMap sent,
-                        TakeTensors(native.mutable_inputs(), nullptr, &plan.kernel->schema()));
-    inputs.merge(sent);
-    KS_RETURN_IF_ERROR(CheckAnswerFits(
-        *deps_.options, AnsweredOutputBytes(plan, &reply.output_spans, reply.outputs),
-        "the answer"));
-    KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
-    const bool small = TensorBytes(inputs) <= kInlineRunBytes;
-    const int worker = plan.ordinal();
+    KS_RETURN_IF_ERROR(
+        PrepareInfer(deps_, call->tracker().caller(), &call->request(), &parsed, &reply));
+    KS_ASSIGN_OR_RETURN(PreparedCall prepared, Prepare(deps_, parsed, call->tracker()));
+    const bool may_run_inline = MayRunInline(prepared);
+    const int worker = prepared.plan.ordinal();
     const auto deadline = reply.deadline;
     return Dispatch(
-        deps_, context, worker,
-        [this, call, finish, reply = std::move(reply), plan = std::move(plan),
-         inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
+        *deps_.pool, context, worker,
+        [this, call, finish, reply = std::move(reply), prepared = std::move(prepared)](
+            absl::Status status, int64_t queue_us) {
           v1::ExecuteResponse answer;
-          if (status.ok()) {
-            status = RunGuarded([&] {
-              return RunCall(deps_, plan, inputs, &answer, nullptr, &reply.output_spans,
-                             reply.regions.get());
-            });
-          }
-          answer.mutable_timing()->set_queue_us(queue_us);
-          answer.mutable_timing()->set_recv_us(call->recv_us());
-          RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
-                          answer.timing(), call->tracker().seconds());
+          status = Run(deps_, prepared, std::move(status), {queue_us, call->recv_us()},
+                       call->tracker(), &answer, /*buffers=*/nullptr);
           if (status.ok()) {
             absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&answer, reply);
             status = bytes.status();
@@ -289,7 +230,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
           }
           finish(call, status);
         },
-        /*may_run_inline=*/small, deadline);
+        may_run_inline, deadline);
   });
   if (!status.ok()) finish(call, status);
   return reactor;

@@ -1,8 +1,9 @@
 // InferenceServiceImpl: the Open Inference Protocol (KServe v2, inference.GRPCInferenceService)
 // on the same listener as kernelserve.v1, so that Triton's clients and tools call kernels as
-// models. Thin: each method authorizes, converts (proto/kserve_convert.h), and runs the call
-// through the same steps, limits, metrics and workers as the native service. One model per
-// kernel, named as the kernel, version "1".
+// models. Thin: each method admits the caller and converts (proto/kserve_convert.h); ModelInfer
+// and ModelStreamInfer are adapters over the call pipeline (server/pipeline.h), with the same
+// steps, limits, metrics and workers as the native service. One model per kernel, named as the
+// kernel, version "1".
 #ifndef KERNELSERVE_SERVER_KSERVE_SERVICE_H_
 #define KERNELSERVE_SERVER_KSERVE_SERVICE_H_
 
@@ -20,7 +21,8 @@
 #include "proto/kserve_convert.h"
 #include "server/call.h"
 #include "server/identity.h"
-#include "server/shared_memory.h"
+#include "server/pipeline.h"
+#include "server/service_deps.h"
 
 namespace kernelserve::server {
 
@@ -109,32 +111,18 @@ struct InferReply {
   std::vector<std::string> outputs;  // asked for; empty = all produced
   // The call's `timeout` parameter as a deadline (max = none).
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
-  RegionRefs input_regions;   // inputs in shared memory
-  RegionRefs output_regions;  // outputs for shared memory
-  // Where each output of output_regions goes, once checked against the plan (ResolveRegions).
-  OutputSpans output_spans;
-  // The regions of input_regions and output_regions, which the call holds until it ends
-  // (ResolveRegions; null = none).
-  std::shared_ptr<CallRegions> regions;
+  RegionRefs output_regions;  // outputs written into shared memory (answered without data)
 };
 
-// The native request of `request` (its bytes moved out) and its InferReply, the call placed on
-// the GPU of the caller's CUDA regions it names: NotFound for an unknown model or version,
-// InvalidArgument (kserve::FromInferRequest) for the rest.
-absl::Status PrepareInfer(const ServiceDeps& deps, const Caller& caller,
-                          inference::ModelInferRequest* request, v1::ExecuteRequest* native,
+// The pipeline's CallRequest of `request` (its bytes moved into *call->request, its region
+// refs and the outputs it asks for) and its InferReply, the call placed on the GPU of the
+// caller's CUDA regions it names: NotFound for an unknown model or version, InvalidArgument
+// (kserve::FromInferRequest) for the rest.
+absl::Status PrepareInfer(const CallDeps& deps, const Caller& caller,
+                          inference::ModelInferRequest* request, CallRequest* call,
                           InferReply* reply);
 
-// After planning: the inputs of reply->input_regions, in the caller's regions, as tensors
-// (InputsFromRegions; taken out of `native`), reply->output_spans for reply->output_regions and
-// reply->regions. Checks that every output asked for is produced (CheckOutputsProduced) and that
-// each region range fits its tensor: InvalidArgument naming the tensor and region, NotFound for
-// a region not registered, Unimplemented when the server keeps no regions.
-absl::StatusOr<TensorMap> ResolveRegions(const ServiceDeps& deps, const Caller& caller,
-                                         const CallPlan& plan, v1::ExecuteRequest* native,
-                                         InferReply* reply);
-
-// The answer of a call that ran (its outputs of reply.output_spans written there by RunCall):
+// The answer of a call that ran (its outputs of reply.output_regions written there by Run):
 // kserve::ToInferResponse, the serialized ModelInferResponse.
 absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
                                                 const InferReply& reply);
@@ -143,10 +131,6 @@ absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
 // are otherwise.
 absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_view name,
                                         std::string_view version);
-
-// InvalidArgument when the planned call will not produce an output of `outputs` (naming it and
-// what its schema says of when it is produced).
-absl::Status CheckOutputsProduced(const CallPlan& plan, const std::vector<std::string>& outputs);
 
 }  // namespace kernelserve::server
 

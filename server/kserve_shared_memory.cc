@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "server/handler_steps.h"
 #include "server/kserve_service.h"
+#include "server/pipeline.h"
 
 namespace kernelserve::server {
 namespace {

@@ -18,22 +18,11 @@ namespace {
 struct KServeStream {
   using Reply = InferReply;
 
-  static absl::Status Parse(const ServiceDeps& deps, const Caller& caller, grpc::ByteBuffer* read,
-                            v1::ExecuteRequest* request, wire::TensorBuffers* /*buffers*/,
-                            Reply* reply) {
+  static absl::Status Parse(const CallDeps& deps, const Caller& caller, grpc::ByteBuffer* read,
+                            CallRequest* call, Reply* reply) {
     inference::ModelInferRequest infer;
     KS_RETURN_IF_ERROR(wire::ParseRequest(read, &infer));
-    return PrepareInfer(deps, caller, &infer, request, reply);
-  }
-
-  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const Caller& caller,
-                                           const CallPlan& plan, v1::ExecuteRequest* request,
-                                           Reply* reply) {
-    return ResolveRegions(deps, caller, plan, request, reply);
-  }
-
-  static int64_t AnsweredOutputBytes(const CallPlan& plan, const Reply& reply) {
-    return server::AnsweredOutputBytes(plan, &reply.output_spans, reply.outputs);
+    return PrepareInfer(deps, caller, &infer, call, reply);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& reply) {
@@ -43,7 +32,7 @@ struct KServeStream {
   static constexpr bool kKeepBuffers = false;
 
   static absl::Status Serialize(v1::ExecuteResponse response, wire::TensorBuffers /*buffers*/,
-                                absl::Status outcome, const Reply& reply, StreamWaits waits,
+                                absl::Status outcome, const Reply& reply, CallWaits waits,
                                 grpc::ByteBuffer* out) {
     if (outcome.ok()) {
       response.mutable_timing()->set_queue_us(waits.queue_us);

@@ -129,36 +129,6 @@ absl::StatusOr<OutputSpans> OutputSpansOf(const SharedMemoryRegistry* registry,
   return spans;
 }
 
-absl::StatusOr<RequestRegions> TakeRequestRegions(const SharedMemoryRegistry* registry,
-                                                  const Caller& caller, const CallPlan& plan,
-                                                  v1::ExecuteRequest* request) {
-  RegionRefs inputs;
-  TensorSpecMap specs;
-  for (const auto& [name, tensor] : request->inputs()) {
-    if (!tensor.has_ref()) continue;
-    const std::string what = absl::StrCat("input '", name, "'");
-    if (!tensor.data().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": data and ref both set; send the bytes one way"));
-    }
-    KS_ASSIGN_OR_RETURN(specs[name], SpecFromProto(tensor, what));
-    inputs[name] = {tensor.ref().region(), tensor.ref().offset(), tensor.ref().byte_size()};
-  }
-  RegionRefs outputs;
-  for (const auto& [name, ref] : request->output_regions()) {
-    outputs[name] = {ref.region(), ref.offset(), ref.byte_size()};
-  }
-  RequestRegions regions;
-  if (inputs.empty() && outputs.empty()) return regions;
-  regions.held = std::make_shared<CallRegions>();
-  KS_ASSIGN_OR_RETURN(regions.inputs, InputsFromRegions(registry, caller, inputs, specs,
-                                                        plan.ordinal(), regions.held.get()));
-  KS_ASSIGN_OR_RETURN(regions.outputs,
-                      OutputSpansOf(registry, caller, plan, outputs, regions.held.get()));
-  for (const auto& [name, ref] : inputs) request->mutable_inputs()->erase(name);
-  return regions;
-}
-
 TensorMap OutputPlaces(const CallPlan& plan, const OutputSpans& spans) {
   TensorMap places;
   if (spans.empty() || plan.ordinal() < 0) return places;

@@ -1,5 +1,6 @@
-// Tensors that live in registered shared-memory regions, for the kernel call handlers of both
-// protocols: inputs read in place (index inputs copied), outputs written into their regions.
+// Tensors that live in registered shared-memory regions, for the call pipeline's TakeInputs
+// (server/pipeline.h) whichever the protocol: inputs read in place (index inputs copied),
+// outputs written into their regions.
 #ifndef KERNELSERVE_SERVER_REGION_TENSORS_H_
 #define KERNELSERVE_SERVER_REGION_TENSORS_H_
 
@@ -59,19 +60,6 @@ std::optional<int> RegionsGpu(const SharedMemoryRegistry* registry, const Caller
 // (copied on the GPU) and, when the plan runs on a GPU, those in pinned system regions (one
 // DMA). The rest FillResponse copies.
 TensorMap OutputPlaces(const CallPlan& plan, const OutputSpans& spans);
-
-// The shared-memory parts of a kernelserve.v1 request, after planning: its inputs that carry a
-// ref (taken out of the request; InvalidArgument for one with data as well), the spans of its
-// output_regions, and the regions they lie in, which the call holds until it ends (shared by
-// the copies of the work item that runs it).
-struct RequestRegions {
-  TensorMap inputs;
-  OutputSpans outputs;
-  std::shared_ptr<CallRegions> held;
-};
-absl::StatusOr<RequestRegions> TakeRequestRegions(const SharedMemoryRegistry* registry,
-                                                  const Caller& caller, const CallPlan& plan,
-                                                  v1::ExecuteRequest* request);
 
 }  // namespace kernelserve::server
 

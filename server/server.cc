@@ -276,17 +276,20 @@ absl::Status Server::Listen(std::shared_ptr<grpc::ServerCredentials> credentials
 absl::Status Server::StartGrpc() {
   KS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options_));
   KS_RETURN_IF_ERROR(Listen(credentials));
+  // What the handlers share (server/service_deps.h): the call part now, its shared memory and
+  // the access part once the listener and the registry exist.
   ServiceDeps deps;
   deps.executor = executor_.get();
   deps.pool = pool_.get();
   deps.metrics = &metrics_;
   deps.budget = budget_.get();
   deps.options = &options_;
+  deps.host_allocator = host_pool_;
+  deps.stats = &model_stats_;
   deps.store_location = tiers_.StoreLocation();
   deps.built_with_cuda = BuiltWithCuda();
   deps.cudnn_version = LoadedCudnnVersion();
-  deps.host_allocator = host_pool_;
-  deps.stats = &model_stats_;
+  deps.draining = &draining_;
   const std::string& mode = options_.shared_memory;
   const bool local = mode == "auto" && IsLocalListener(options_.listen);
   SharedMemoryOptions shared;
@@ -311,12 +314,11 @@ absl::Status Server::StartGrpc() {
   if (devices_.size() > 1) gpu_memory_ = RuntimeGpuMemoryAccess();
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
-  deps.draining = &draining_;
-  deps.peers = listener_.get();
   // The authenticator asks the listener who is on the other end of a connection.
   KS_ASSIGN_OR_RETURN(auth_, Authenticator::Create(std::move(auth_options_), listener_.get()));
   deps.auth = auth_.get();
   deps.tenants = tenants_.get();
+  deps.peers = listener_.get();
   kserve_service_ = std::make_unique<InferenceServiceImpl>(deps);
   service_ = std::make_unique<KernelServiceImpl>(std::move(deps));
 

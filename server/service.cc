@@ -10,15 +10,11 @@
 #include "core/batch.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
-#include "server/handler_steps.h"
+#include "server/pipeline.h"
 #include "server/status.h"
 
 namespace kernelserve::server {
 namespace {
-
-// An Execute with at most this many input bytes runs on the gRPC thread when the CPU worker is
-// idle: the hand-off to the worker thread was a tenth of a tiny call's latency.
-constexpr int64_t kInlineRunBytes = 64 << 10;
 
 // True when every input carries data (else the call is tuned on synthesized inputs).
 bool AllHaveData(const google::protobuf::Map<std::string, v1::Tensor>& inputs) {
@@ -69,53 +65,28 @@ int64_t TuningOutputBytes(const CallPlan& plan) {
 
 }  // namespace
 
-template <typename Call>
-absl::StatusOr<CallPlan> KernelServiceImpl::Begin(Call& call) {
-  deps_.metrics->Received(call.received_bytes());
-  KS_RETURN_IF_ERROR(Admit(deps_, call.tracker()));
-  KS_RETURN_IF_ERROR(call.tracker().Hold(call.received_bytes(), "request"));
-  KS_RETURN_IF_ERROR(call.Parse(deps_.host_allocator));
-  return PlanRequest(deps_, call.request(), call.tracker());
-}
-
 grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext* context,
                                                      const Raw* request, Raw* response) {
   auto* call = new ExecuteCall(deps_.budget, deps_.metrics, context, request, response,
                                /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
+    KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
     call->response().set_request_id(call->request().request_id());
-    KS_ASSIGN_OR_RETURN(
-        RequestRegions regions,
-        TakeRequestRegions(deps_.shared_memory, call->tracker().caller(), plan, &call->request()));
-    KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                        TakeTensors(call->request().mutable_inputs(), &call->request_buffers(),
-                                    &plan.kernel->schema()));
-    inputs.merge(regions.inputs);
-    KS_RETURN_IF_ERROR(
-        CheckAnswerFits(*deps_.options, AnsweredOutputBytes(plan, &regions.outputs), "the answer"));
-    KS_RETURN_IF_ERROR(call->tracker().Hold(OutputBytes(plan), "outputs"));
-    const bool small = TensorBytes(inputs) <= kInlineRunBytes;
-    const int worker = plan.ordinal();
+    const CallRequest parsed{.request = &call->request(),
+                             .buffers = &call->request_buffers(),
+                             .regions = RegionRefsOf(call->request())};
+    KS_ASSIGN_OR_RETURN(PreparedCall prepared, Prepare(deps_, parsed, call->tracker()));
+    const bool may_run_inline = MayRunInline(prepared);
+    const int worker = prepared.plan.ordinal();
     return Dispatch(
-        deps_, context, worker,
-        [this, call, plan = std::move(plan), inputs = std::move(inputs),
-         spans = std::move(regions.outputs),
-         held = std::move(regions.held)](absl::Status status, int64_t queue_us) {
-          if (status.ok()) {
-            status = RunGuarded([&] {
-              return RunCall(deps_, plan, inputs, &call->response(), &call->response_buffers(),
-                             &spans, held.get());
-            });
-          }
-          call->response().mutable_timing()->set_queue_us(queue_us);
-          call->response().mutable_timing()->set_recv_us(call->recv_us());
-          RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(status),
-                          call->response().timing(), call->tracker().seconds());
+        *deps_.pool, context, worker,
+        [this, call, prepared = std::move(prepared)](absl::Status status, int64_t queue_us) {
+          status = Run(deps_, prepared, std::move(status), {queue_us, call->recv_us()},
+                       call->tracker(), &call->response(), &call->response_buffers());
           call->Finish(status);
         },
-        /*may_run_inline=*/small);
+        may_run_inline);
   });
   if (!status.ok()) call->Finish(status);
   return reactor;
@@ -127,7 +98,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
                              /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
+    KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
+    KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, call->request(), call->tracker()));
     v1::ExecuteBatchRequest& batch_request = call->request();
     call->response().set_request_id(batch_request.request_id());
     if (batch_request.items().empty()) {
@@ -149,7 +121,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ExecuteBatch(grpc::CallbackServerCo
         CheckAnswerFits(*deps_.options, outputs, "the batch's answer", batch_request.items_size()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(outputs, "the items' outputs"));
     const int worker = options.devices.empty() ? plan.ordinal() : options.devices.front();
-    return Dispatch(deps_, context, worker,
+    return Dispatch(*deps_.pool, context, worker,
                     [this, call, plan = std::move(plan), options = std::move(options),
                      items = std::move(items)](absl::Status status, int64_t queue_us) {
                       RunBatch(call, plan, items, options, std::move(status), queue_us);
@@ -186,7 +158,7 @@ void KernelServiceImpl::RunBatch(BatchCall* call, const CallPlan& plan, const Ba
     timing.set_d2h_us(timing.d2h_us() + item.timing().d2h_us());
     timing.set_total_us(timing.total_us() + item.timing().total_us());
   }
-  RecordInference(deps_, plan.kernel->name(), call->tracker().Outcome(batch.status()), timing,
+  RecordInference(deps_.stats, plan.kernel->name(), call->tracker().Outcome(batch.status()), timing,
                   call->tracker().seconds(), ran);
   call->Finish(batch.status());
 }
@@ -197,7 +169,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
                                 /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::Status status = RunGuarded([&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(CallPlan plan, Begin(*call));
+    KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
+    KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, call->request(), call->tracker()));
     std::optional<TensorMap> inputs;
     if (AllHaveData(call->request().inputs())) {
       KS_ASSIGN_OR_RETURN(inputs, TakeTensors(call->request().mutable_inputs()));
@@ -215,7 +188,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
     KS_RETURN_IF_ERROR(
         call->tracker().Hold(TuningOutputBytes(plan), "outputs and the tuner's copies of them"));
     const int worker = plan.ordinal();
-    return Dispatch(deps_, context, worker,
+    return Dispatch(*deps_.pool, context, worker,
                     [this, call, plan = std::move(plan), inputs = std::move(inputs)](
                         absl::Status status, int64_t /*queue_us*/) {
                       RunAutotune(call, plan, inputs ? &*inputs : nullptr, std::move(status));

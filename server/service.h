@@ -1,6 +1,7 @@
 // KernelServiceImpl: the kernelserve.v1.KernelService handlers on gRPC's callback API. Thin:
-// each authorizes, parses, plans, hands the work to a device worker and finishes the call.
-// Every method is registered raw (gRPC hands over the received bytes; see UnaryCall).
+// the kernel calls are adapters over the call pipeline (server/pipeline.h), the admin and
+// shared-memory calls admit the caller and answer on gRPC's thread. Every method is registered
+// raw (gRPC hands over the received bytes; see UnaryCall).
 #ifndef KERNELSERVE_SERVER_SERVICE_H_
 #define KERNELSERVE_SERVER_SERVICE_H_
 
@@ -14,7 +15,8 @@
 #include "server/batch_call.h"
 #include "server/call.h"
 #include "server/call_tracker.h"
-#include "server/handler_steps.h"
+#include "server/pipeline.h"
+#include "server/service_deps.h"
 #include "server/unary_call.h"
 
 namespace kernelserve::server {
@@ -72,10 +74,6 @@ class KernelServiceImpl final : public RawKernelService {
   using BatchCall = UnaryCall<v1::ExecuteBatchRequest, v1::ExecuteBatchResponse>;
   using AutotuneCall = UnaryCall<v1::AutotuneRequest, v1::AutotuneResponse>;
 
-  // The first steps of a unary kernel call: counts the received bytes, authorizes, takes them
-  // from the in-flight budget, parses and plans (PlanRequest).
-  template <typename Call>
-  absl::StatusOr<CallPlan> Begin(Call& call);
   // The worker's part of ExecuteBatch and Autotune: run (unless `status` says the work was
   // dropped), fill the response, finish the call.
   void RunBatch(BatchCall* call, const CallPlan& plan, const BatchItems& items,

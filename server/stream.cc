@@ -15,31 +15,15 @@ namespace {
 
 struct NativeStream {
   struct Reply {
-    std::string id;                        // request_id
-    OutputSpans output_spans;              // the request's output_regions
-    std::shared_ptr<CallRegions> regions;  // the regions the item holds; null = none
+    std::string id;  // request_id
   };
 
-  static absl::Status Parse(const ServiceDeps& deps, const Caller& /*caller*/,
-                            grpc::ByteBuffer* read, v1::ExecuteRequest* request,
-                            wire::TensorBuffers* buffers, Reply* reply) {
-    KS_RETURN_IF_ERROR(wire::ParseRequest(read, request, deps.host_allocator, buffers));
-    reply->id = request->request_id();
+  static absl::Status Parse(const CallDeps& deps, const Caller& /*caller*/, grpc::ByteBuffer* read,
+                            CallRequest* call, Reply* reply) {
+    KS_RETURN_IF_ERROR(wire::ParseRequest(read, call->request, deps.host_allocator, call->buffers));
+    reply->id = call->request->request_id();
+    call->regions = RegionRefsOf(*call->request);
     return absl::OkStatus();
-  }
-
-  static absl::StatusOr<TensorMap> Resolve(const ServiceDeps& deps, const Caller& caller,
-                                           const CallPlan& plan, v1::ExecuteRequest* request,
-                                           Reply* reply) {
-    KS_ASSIGN_OR_RETURN(RequestRegions regions,
-                        TakeRequestRegions(deps.shared_memory, caller, plan, request));
-    reply->output_spans = std::move(regions.outputs);
-    reply->regions = std::move(regions.held);
-    return std::move(regions.inputs);
-  }
-
-  static int64_t AnsweredOutputBytes(const CallPlan& plan, const Reply& reply) {
-    return server::AnsweredOutputBytes(plan, &reply.output_spans);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& /*reply*/) {
@@ -49,7 +33,7 @@ struct NativeStream {
   static constexpr bool kKeepBuffers = true;
 
   static absl::Status Serialize(v1::ExecuteResponse response, wire::TensorBuffers buffers,
-                                absl::Status outcome, const Reply& reply, StreamWaits waits,
+                                absl::Status outcome, const Reply& reply, CallWaits waits,
                                 grpc::ByteBuffer* out) {
     if (!outcome.ok()) {
       response.Clear();

@@ -1,8 +1,8 @@
 // StreamReactor: a bidirectional stream of kernel calls, for any protocol whose requests map
 // onto ExecuteRequest (kernelserve.v1's ExecuteStream, the Open Inference Protocol's
-// ModelStreamInfer). Each request goes to a worker as it arrives; each answer (result or
-// in-band error) is written when ready. An item that does not parse is answered in-band and the
-// stream goes on.
+// ModelStreamInfer). Each request goes through the call pipeline (server/pipeline.h) as it
+// arrives; each answer (result or in-band error) is written when ready. An item that does not
+// parse is answered in-band and the stream goes on.
 #ifndef KERNELSERVE_SERVER_STREAM_REACTOR_H_
 #define KERNELSERVE_SERVER_STREAM_REACTOR_H_
 
@@ -20,16 +20,11 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/call.h"
-#include "server/handler_steps.h"
+#include "server/pipeline.h"
+#include "server/service_deps.h"
 #include "server/status.h"
 
 namespace kernelserve::server {
-
-// The times of an item spent outside its run.
-struct StreamWaits {
-  int64_t queue_us = 0;
-  int64_t recv_us = 0;
-};
 
 // How much one stream keeps in the server before it stops reading requests. gRPC writes an
 // answer only as fast as the client reads (HTTP/2 flow control); without a bound, a client that
@@ -47,25 +42,18 @@ inline constexpr int kMaxStreamItems = 64;
 inline constexpr int64_t kMinStreamBytes = int64_t{64} << 20;
 inline constexpr int64_t kStreamBudgetShare = 4;
 
-// Protocol provides:
-//   struct Reply: what an answer needs of its request (a value type; default = nothing known),
-//       with an OutputSpans output_spans (the outputs RunCall writes into shared memory) and a
-//       std::shared_ptr<CallRegions> regions (the regions the item holds until answered).
-//   static absl::Status Parse(const ServiceDeps&, const Caller&, grpc::ByteBuffer* read,
-//                             v1::ExecuteRequest*, wire::TensorBuffers*, Reply*): the request
-//       as the native one.
-//   static absl::StatusOr<TensorMap> Resolve(const ServiceDeps&, const Caller&, const CallPlan&,
-//       v1::ExecuteRequest*, Reply*): after planning, the inputs that the request holds no bytes
-//       of (taken out of it, from the caller's regions), and any checks before the call is
-//       queued.
-//   static int64_t AnsweredOutputBytes(const CallPlan&, const Reply&): the bytes of outputs its
-//       answer carries (checked against --max-message-bytes before the item runs).
+// Protocol provides the stream's front door, around the pipeline's Prepare and Run:
+//   struct Reply: what an answer needs of its request (a value type; default = nothing known).
+//   static absl::Status Parse(const CallDeps&, const Caller&, grpc::ByteBuffer* read,
+//                             CallRequest*, Reply*): the request as the native one, into
+//       *call->request (its large tensor bytes into *call->buffers), with its region refs and
+//       the outputs it asks for.
 //   static std::chrono::system_clock::time_point Deadline(const Reply&): the item's own
 //       deadline besides the stream's.
 //   static constexpr bool kKeepBuffers: outputs may stay in page-locked buffers (Serialize
 //       sends them from there); else they are copied into the response.
 //   static absl::Status Serialize(v1::ExecuteResponse, wire::TensorBuffers, const absl::Status&
-//       outcome, const Reply&, StreamWaits, grpc::ByteBuffer* out): the answer's bytes, an
+//       outcome, const Reply&, CallWaits, grpc::ByteBuffer* out): the answer's bytes, an
 //       in-band error when `outcome` is not OK; returns `outcome`, or Internal (with the error
 //       in `out`) when the answer could not be serialized.
 // Each item holds its bytes in the in-flight budget while it is in work, and its answer's bytes
@@ -146,7 +134,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     AnswerHold hold;
   };
 
-  // Parses and plans read_ and hands it to a worker; answers in-band when it cannot.
+  // Admits, parses and prepares read_ and hands it to a worker; answers in-band when it cannot.
   void Handle() {
     auto tracker = std::make_shared<CallTracker>(deps_->budget, deps_->metrics, context_);
     tracker->set_caller(caller_, tenant_);
@@ -162,40 +150,29 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       // Each item is a call of its own under the identity's request rate (the stream's
       // opening took the first).
       if (tenant_ != nullptr && items_++ > 0) {
-        if (absl::Status rate = tenant_->TakeRequest(); !rate.ok()) {
-          deps_->metrics->QuotaRefusal(tenant_->label(), "rate");
-          return rate;
-        }
+        KS_RETURN_IF_ERROR(AdmitItem(*tenant_, *deps_->metrics));
       }
       KS_RETURN_IF_ERROR(tracker->Hold(bytes, "request"));
       v1::ExecuteRequest request;
       wire::TensorBuffers request_buffers;
+      CallRequest parsed{.request = &request, .buffers = &request_buffers};
       const auto parse_started = std::chrono::steady_clock::now();
-      KS_RETURN_IF_ERROR(
-          Protocol::Parse(*deps_, caller_, &read_, &request, &request_buffers, &reply));
+      KS_RETURN_IF_ERROR(Protocol::Parse(*deps_, caller_, &read_, &parsed, &reply));
       const int64_t recv_us = std::chrono::duration_cast<std::chrono::microseconds>(
                                   std::chrono::steady_clock::now() - parse_started)
                                   .count();
-      KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(*deps_, request, *tracker));
-      KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                          Protocol::Resolve(*deps_, caller_, plan, &request, &reply));
-      KS_ASSIGN_OR_RETURN(TensorMap sent, TakeTensors(request.mutable_inputs(), &request_buffers,
-                                                      &plan.kernel->schema()));
-      inputs.merge(sent);
-      KS_RETURN_IF_ERROR(CheckAnswerFits(*deps_->options,
-                                         Protocol::AnsweredOutputBytes(plan, reply), "the answer"));
-      KS_RETURN_IF_ERROR(tracker->Hold(OutputBytes(plan), "outputs"));
+      KS_ASSIGN_OR_RETURN(PreparedCall prepared, Prepare(*deps_, parsed, *tracker));
       counted = tracker->held_bytes();
       {
         absl::MutexLock lock(&mu_);
         pending_bytes_ += counted;
       }
-      const int worker = plan.ordinal();
+      const int worker = prepared.plan.ordinal();
       return Dispatch(
-          *deps_, context_, worker,
-          [this, reply, tracker, recv_us, counted, plan = std::move(plan),
-           inputs = std::move(inputs)](absl::Status status, int64_t queue_us) {
-            RunItem(plan, inputs, reply, *tracker, std::move(status), {queue_us, recv_us}, counted);
+          *deps_->pool, context_, worker,
+          [this, reply, tracker, recv_us, counted, prepared = std::move(prepared)](
+              absl::Status status, int64_t queue_us) {
+            RunItem(prepared, reply, *tracker, std::move(status), {queue_us, recv_us}, counted);
           },
           /*may_run_inline=*/false, Protocol::Deadline(reply));
     });
@@ -203,26 +180,19 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
   // The worker's part of one item: run it (unless `status` says it was dropped) and answer.
-  void RunItem(const CallPlan& plan, const TensorMap& inputs, const Reply& reply,
-               CallTracker& tracker, absl::Status status, StreamWaits waits, int64_t counted) {
+  void RunItem(const PreparedCall& call, const Reply& reply, CallTracker& tracker,
+               absl::Status status, CallWaits waits, int64_t counted) {
     v1::ExecuteResponse response;
     wire::TensorBuffers buffers;
-    if (status.ok()) {
-      status = RunGuarded([&] {
-        return RunCall(*deps_, plan, inputs, &response, Protocol::kKeepBuffers ? &buffers : nullptr,
-                       &reply.output_spans, reply.regions.get());
-      });
-    }
-    response.mutable_timing()->set_queue_us(waits.queue_us);
-    RecordInference(*deps_, plan.kernel->name(), tracker.Outcome(status), response.timing(),
-                    tracker.seconds());
+    status = Run(*deps_, call, std::move(status), waits, tracker, &response,
+                 Protocol::kKeepBuffers ? &buffers : nullptr);
     Answer(std::move(response), std::move(buffers), status, reply, waits, tracker, counted);
   }
 
   // Completes one pending request: records it and queues its answer, whose bytes stay in the
   // budget in place of the item's (`counted` of them in pending_bytes_) until it is written.
   void Answer(v1::ExecuteResponse response, wire::TensorBuffers buffers, const absl::Status& status,
-              const Reply& reply, StreamWaits waits, CallTracker& tracker, int64_t counted) {
+              const Reply& reply, CallWaits waits, CallTracker& tracker, int64_t counted) {
     absl::Status outcome = tracker.Outcome(status);
     Queued answer;
     outcome = Protocol::Serialize(std::move(response), std::move(buffers), outcome, reply, waits,
