@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/attributes.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/kernel_config.h"
 #include "core/schema.h"
@@ -89,6 +90,10 @@ class PlatformImpl {
  public:
   virtual ~PlatformImpl() = default;
   virtual Platform platform() const = 0;
+
+  // The platform's config fields (core/config_schema.h): what CheckConfig checks first and
+  // what ListKernels, the CLI and the clients show. Lives as long as the implementation.
+  virtual const ConfigSchema& config_schema() const = 0;
 
   // OK when this platform can run `problem` on `device` at all; Unimplemented naming what it
   // lacks (a dtype, a head dim) otherwise. "auto" routing passes over a platform that refuses.
@@ -173,8 +178,9 @@ class Kernel {
   }
 
   // "auto"/"" -> cuda when a GPU is present and a cuda impl exists, else cpu (the detection
-  // order); the executor then runs gpu_auto_impl() where there is one. An explicit platform without an implementation -> Unimplemented naming the ones
-  // available; an unknown name -> InvalidArgument.
+  // order); the executor then runs gpu_auto_impl() where there is one. An explicit platform without
+  // an implementation -> Unimplemented naming the ones available; an unknown name ->
+  // InvalidArgument.
   absl::StatusOr<Platform> ResolvePlatform(std::string_view requested, bool gpu_present) const;
 
  protected:

@@ -75,6 +75,8 @@ absl::StatusOr<CallParams> ParamsOf(const Request& request) {
   params.kernel = request.kernel();
   KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request));
   params.platform = request.platform();
+  if constexpr (requires { request.config(); })
+    KS_RETURN_IF_ERROR(CheckConfigProto(request.config()));
   if constexpr (requires { request.has_device(); }) {
     if (request.has_device()) params.device = request.device();
   }

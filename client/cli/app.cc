@@ -115,14 +115,15 @@ void AddCallFlags(CLI::App* app) {
   Repeated(app, "input", "NAME=[DTYPE:]FILE.npy", "input from a .npy file (bf16: '<u2' bits)");
   Repeated(app, "values", "NAME=DTYPE:V0,V1,...", "a short 1-D input, e.g. cu_seqlens=i32:0,3");
   Repeated(app, "param", "KEY=VALUE", "a kernel param, typed by its schema (see kernels)");
-  Value(app, "platform", "P", "run on this platform: auto (default), cpu, cuda (own kernels), cudnn",
-        kCallGroup);
+  Value(app, "platform", "P",
+        "run on this platform: auto (default), cpu, cuda (own kernels), cudnn", kCallGroup);
   Value(app, "device", "N", "run on this device", kCallGroup);
   Value(app, "seed", "N", "seed of the random inputs (0)", kCallGroup);
 }
 
 void AddConfigFlag(CLI::App* app) {
-  Value(app, "config", "KEY=VALUE,...", "explicit config, e.g. block_size=64,num_warps=1");
+  Value(app, "config", "KEY=VALUE,...",
+        "explicit config, e.g. block_size=64,threads=1 (list shows the fields)");
 }
 
 void AddCacheVerbs(CLI::App* cache) {
