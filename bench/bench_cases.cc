@@ -136,7 +136,8 @@ absl::StatusOr<double> TimeConfig(const BenchCase& c, CaseBuffers& b, const Kern
   const int vec = cuda::PoolVectorWidth(static_cast<int64_t>(ItemSize(c.dtype)), c.hidden);
   KS_ASSIGN_OR_RETURN(const cuda::PoolingLaunchFn launch,
                       cuda::SelectPoolingLaunch(c.dtype, c.form, vec, config.num_stages));
-  const cuda::PoolingLaunchShape shape{config.num_warps * 32, config.block_d, config.block_size};
+  const cuda::PoolingLaunchShape shape{config.num_warps * 32, cuda::PoolLanes(config),
+                                       config.block_size};
   EventPair events;
   KS_RETURN_IF_ERROR(events.Init());
   std::vector<double> times;
@@ -226,7 +227,7 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const DeviceInfo& device,
     size_t workspace = 0;
     const int vec = cuda::PoolVectorWidth(static_cast<int64_t>(ItemSize(c.dtype)), c.hidden);
     for (const KernelConfig& k : candidates) {
-      const cuda::PoolingLaunchShape s{k.num_warps * 32, k.block_d, k.block_size};
+      const cuda::PoolingLaunchShape s{k.num_warps * 32, cuda::PoolLanes(k), k.block_size};
       workspace = std::max(workspace, cuda::PlanMeanPooling(sizes, s, vec).workspace_bytes);
     }
     KS_RETURN_IF_ERROR(MakeBuffers(c, result.buffers, workspace, stream, b));

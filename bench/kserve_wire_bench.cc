@@ -69,7 +69,7 @@ struct Setup {
     out.add_shape(64);
     out.set_data(RandomBytes(64 * 4));
     answer.mutable_config()->set_block_size(64);
-    answer.mutable_config()->set_num_warps(1);
+    (*answer.mutable_config()->mutable_fields())["threads"] = 1;
     answer.set_config_source(v1::CONFIG_SOURCE_MEMORY);
     answer.set_platform("cpu");
     answer.set_device(-1);

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/attributes.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/kernel_config.h"
 #include "core/schema.h"
@@ -92,6 +93,10 @@ class PlatformImpl {
  public:
   virtual ~PlatformImpl() = default;
   virtual Platform platform() const = 0;
+
+  // The platform's config fields (core/config_schema.h): what CheckConfig checks first and
+  // what ListKernels, the CLI and the clients show. Lives as long as the implementation.
+  virtual const ConfigSchema& config_schema() const = 0;
 
   // OK when this platform can run `problem` on `device` at all; Unimplemented naming what it
   // lacks (a dtype, a head dim) otherwise. "auto" routing passes over a platform that refuses.

@@ -29,11 +29,17 @@ constexpr IntField kIntFields[] = {
     {"num_stages", &KernelConfig::num_stages}, {"block_size", &KernelConfig::block_size},
     {"priority", &KernelConfig::priority},
 };
+constexpr FixedIntField kFixedIntFields[] = {
+    {"block_q", &KernelConfig::block_q},       {"block_k", &KernelConfig::block_k},
+    {"block_d", &KernelConfig::block_d},       {"num_warps", &KernelConfig::num_warps},
+    {"num_stages", &KernelConfig::num_stages}, {"block_size", &KernelConfig::block_size},
+};
 constexpr StringField kStringFields[] = {
     {"platform", &KernelConfig::platform},
-    {"backend", &KernelConfig::backend},
     {"algorithm", &KernelConfig::algorithm},
 };
+// The key of the named fields in the JSON form.
+constexpr char kNamedKey[] = "fields";
 
 // Reads an int field of `object` into `out` when present.
 absl::Status ReadInt(const Json& object, const char* name, int* out) {
@@ -68,13 +74,53 @@ absl::Status ReadString(const Json& object, const char* name, std::string* out) 
   return absl::OkStatus();
 }
 
+// Reads the named fields ("fields":{"threads":4}) of `object` into `out` when present.
+absl::Status ReadNamed(const Json& object, std::map<std::string, int64_t, std::less<>>* out) {
+  auto it = object.find(kNamedKey);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel config field '", kNamedKey,
+                                                   "': expected an object, got ", it->type_name()));
+  }
+  for (const auto& [name, value] : it->items()) {
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() &&
+         value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel config field '", name, "': expected a 64-bit integer, got ", value.dump()));
+    }
+    (*out)[name] = value.get<int64_t>();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Span<const FixedIntField> FixedIntFields() { return kFixedIntFields; }
+
+bool IsFixedConfigField(std::string_view name) {
+  if (name == "algorithm") return true;
+  for (const FixedIntField& field : kFixedIntFields) {
+    if (name == field.name) return true;
+  }
+  return false;
+}
+
+int64_t KernelConfig::Named(std::string_view name) const {
+  auto it = named.find(name);
+  return it == named.end() ? 0 : it->second;
+}
 
 std::string KernelConfig::ToJson() const {
   Json json = Json::object();  // std::map underneath: keys come out sorted
   json["schema"] = kKernelConfigSchemaVersion;
   for (const IntField& field : kIntFields) json[field.name] = this->*field.member;
   for (const StringField& field : kStringFields) json[field.name] = this->*field.member;
+  if (!named.empty()) {
+    Json fields = Json::object();
+    for (const auto& [name, value] : named) fields[name] = value;
+    json[kNamedKey] = std::move(fields);
+  }
   return json.dump();
 }
 
@@ -88,13 +134,17 @@ absl::StatusOr<KernelConfig> KernelConfig::FromJson(std::string_view text) {
         absl::StrCat("kernel config: expected a JSON object, got ", json.type_name()));
   }
   auto schema = json.find("schema");
-  if (schema == json.end() || !schema->is_number_integer() ||
-      schema->get<int64_t>() != kKernelConfigSchemaVersion) {
+  if (schema == json.end() || !schema->is_number_integer()) {
     return absl::InvalidArgumentError(
         absl::StrCat("kernel config: expected \"schema\":", kKernelConfigSchemaVersion, ", got ",
                      schema == json.end()      ? "none"
                      : schema->is_structured() ? schema->type_name()
                                                : schema->dump()));
+  }
+  if (schema->get<int64_t>() != kKernelConfigSchemaVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kernel config: config schema ", schema->dump(), " is not the current ",
+                     kKernelConfigSchemaVersion, " (written by another version)"));
   }
   KernelConfig config;
   for (const IntField& field : kIntFields) {
@@ -105,6 +155,8 @@ absl::StatusOr<KernelConfig> KernelConfig::FromJson(std::string_view text) {
     absl::Status status = ReadString(json, field.name, &(config.*field.member));
     if (!status.ok()) return status;
   }
+  absl::Status status = ReadNamed(json, &config.named);
+  if (!status.ok()) return status;
   return config;
 }
 
@@ -126,6 +178,18 @@ std::string ExplainNotAmong(const KernelConfig& config, absl::Span<const KernelC
     return absl::StrCat(field.name, "='", config.*field.member, "': expected one of '",
                         absl::StrJoin(values, "', '"), "'");
   }
+  std::set<std::string> names;
+  for (const KernelConfig& c : allowed) {
+    for (const auto& [name, value] : c.named) names.insert(name);
+  }
+  for (const auto& [name, value] : config.named) names.insert(name);
+  for (const std::string& name : names) {
+    std::set<int64_t> values;
+    for (const KernelConfig& c : allowed) values.insert(c.Named(name));
+    if (values.contains(config.Named(name))) continue;
+    return absl::StrCat(name, "=", config.Named(name), ": expected one of ",
+                        absl::StrJoin(values, ", "));
+  }
   constexpr size_t kListed = 12;
   std::vector<std::string> listed;
   for (size_t i = 0; i < allowed.size() && i < kListed; ++i) {
@@ -134,30 +198,6 @@ std::string ExplainNotAmong(const KernelConfig& config, absl::Span<const KernelC
   return absl::StrCat(
       "this combination is not compiled; expected one of ", absl::StrJoin(listed, ", "),
       allowed.size() > kListed ? absl::StrCat(" (", allowed.size(), " in all)") : std::string());
-}
-
-absl::Status CheckConfigFields(const KernelConfig& config, std::string_view what,
-                               absl::Span<const ConfigFieldRange> ranges) {
-  for (const IntField& field : kIntFields) {
-    if (field.member == &KernelConfig::priority) continue;
-    const int value = config.*field.member;
-    const ConfigFieldRange* range = nullptr;
-    for (const ConfigFieldRange& r : ranges) {
-      if (r.field == field.member) range = &r;
-    }
-    if (range == nullptr) {
-      if (value == 0) continue;
-      return absl::InvalidArgumentError(absl::StrCat("config ", field.name, "=", value, ": ",
-                                                     Sv(what), " does not use ", field.name,
-                                                     " (expected 0)"));
-    }
-    if (value < range->min || value > range->max) {
-      return absl::InvalidArgumentError(absl::StrCat("config ", field.name, "=", value,
-                                                     " is out of range for ", Sv(what),
-                                                     ": expected ", range->min, "..", range->max));
-    }
-  }
-  return absl::OkStatus();
 }
 
 std::string KernelConfig::DebugString() const {
@@ -172,6 +212,7 @@ std::string KernelConfig::DebugString() const {
       parts.push_back(absl::StrCat(field.name, "=", this->*field.member));
     }
   }
+  for (const auto& [name, value] : named) parts.push_back(absl::StrCat(name, "=", value));
   if (priority != 0) parts.push_back(absl::StrCat("priority=", priority));
   return absl::StrJoin(parts, " ");
 }

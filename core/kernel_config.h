@@ -2,6 +2,9 @@
 #ifndef KERNELSERVE_CORE_KERNEL_CONFIG_H_
 #define KERNELSERVE_CORE_KERNEL_CONFIG_H_
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -12,52 +15,59 @@
 namespace kernelserve {
 
 // The version written into every serialised config; a stored config of another version is a
-// cache miss.
-inline constexpr int kKernelConfigSchemaVersion = 1;
+// cache miss. 2: named fields ("fields"), no "backend"; the fixed fields mean one thing each.
+inline constexpr int kKernelConfigSchemaVersion = 2;
 
-// A value type. Fields a kernel does not use stay 0 or empty.
+// A value type. Which fields a platform uses, and their ranges, its ConfigSchema
+// (core/config_schema.h) declares; the others stay 0 or empty.
 struct KernelConfig {
+  // The fixed fields: each means one thing on every platform that uses it.
   int block_q = 0;        // query rows per tile (attention)
   int block_k = 0;        // key rows per tile (attention)
-  int block_d = 0;        // head-dim slice per tile (0 = whole head)
-  int num_warps = 0;      // warps per block (GPU) or worker threads (CPU); 0 = kernel default
+  int block_d = 0;        // head-dim slice per tile (attention; 0 = whole head)
+  int num_warps = 0;      // GPU warps per block
   int num_stages = 0;     // pipeline depth of the copies
   int block_size = 0;     // rows per chunk (pooling)
   std::string platform;   // "cpu", "cuda", "cudnn"; "" = whatever runs the call
-  std::string backend;    // free-form backend detail ("", "wmma", ...)
-  std::string algorithm;  // free-form variant name ("", "split", ...)
+  std::string algorithm;  // a named kernel variant ("" = the default one, "wgmma")
   int priority = 0;       // tie-break among equal-time candidates; higher wins
+  // The named fields of the platform's config schema ("threads", "lanes", "plan"); a field
+  // left out is 0. Sorted, so that equal configs compare and serialise equal.
+  std::map<std::string, int64_t, std::less<>> named;
 
   bool operator==(const KernelConfig& other) const = default;
 
-  // {"schema":1,"block_q":..,...} with keys sorted.
+  // The named field `name`, 0 when not set.
+  int64_t Named(std::string_view name) const;
+
+  // {"schema":2,"block_q":..,...,"fields":{"threads":4}} with keys sorted ("fields" only when
+  // a named field is set).
   std::string ToJson() const;
-  // Inverse of ToJson. InvalidArgument when the text is not JSON, the schema differs, or a
-  // field has the wrong type. Unknown keys are ignored.
+  // Inverse of ToJson. InvalidArgument when the text is not JSON or a field has the wrong
+  // type; FailedPrecondition when "schema" is not kKernelConfigSchemaVersion (a config written
+  // by another version: stores read it as a miss). Unknown keys are ignored.
   static absl::StatusOr<KernelConfig> FromJson(std::string_view json);
-  // "block_q=64 block_k=64 num_warps=4 platform=cuda" (zero and empty fields left out).
+  // "block_q=64 block_k=64 num_warps=4 platform=cuda threads=2" (zero and empty fields left
+  // out; named fields after the fixed ones).
   std::string DebugString() const;
 };
 
-// The values one int field of KernelConfig may take on a platform.
-struct ConfigFieldRange {
-  const char* name = "";               // "num_warps"
-  int KernelConfig::*field = nullptr;  // &KernelConfig::num_warps
-  int min = 0;                         // inclusive
-  int max = 0;                         // inclusive
+// One fixed int field of KernelConfig, by name.
+struct FixedIntField {
+  const char* name;           // "block_q"
+  int KernelConfig::*member;  // &KernelConfig::block_q
 };
+// The fixed int fields a platform's schema may declare (all but priority), in declaration
+// order.
+absl::Span<const FixedIntField> FixedIntFields();
+// True when `name` is a fixed field a schema may declare: one of FixedIntFields() or
+// "algorithm". (platform and priority are every platform's and never declared.)
+bool IsFixedConfigField(std::string_view name);
 
-// Why `config` is none of `allowed` (for error messages): the first int field whose value no
+// Why `config` is none of `allowed` (for error messages): the first field whose value no
 // allowed config has, with the values they have ("block_q=7: expected one of 64, 128"), or,
 // when each value occurs but not together, the allowed configs (at most a dozen listed).
 std::string ExplainNotAmong(const KernelConfig& config, absl::Span<const KernelConfig> allowed);
-
-// OK when every field listed in `ranges` lies in its range and every other int field but
-// priority is 0. InvalidArgument otherwise, naming `what` (e.g. "mean_pooling on cpu"), the
-// first offending field, its value and the allowed range. Configs are checked this way before
-// anything is sized from them.
-absl::Status CheckConfigFields(const KernelConfig& config, std::string_view what,
-                               absl::Span<const ConfigFieldRange> ranges);
 
 }  // namespace kernelserve
 

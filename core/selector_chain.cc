@@ -61,26 +61,19 @@ std::string ValuesOf(const std::vector<KernelConfig>& configs, std::string Kerne
   return out;
 }
 
-// OK when the free-form fields of `config` (algorithm, backend) are empty or name a variant that
-// some candidate of the platform has; InvalidArgument naming the field and the variants there
-// are otherwise, so that no text of a client's choosing is cached or stored.
+// OK when the algorithm of `config` is empty or names a variant that some candidate of the
+// platform has; InvalidArgument naming the variants there are otherwise, so that no text of a
+// client's choosing is cached or stored.
 absl::Status CheckVariants(const KernelConfig& config,
                            const std::vector<KernelConfig>& candidates) {
-  for (const auto& named : {std::pair{"algorithm", &KernelConfig::algorithm},
-                            std::pair{"backend", &KernelConfig::backend}}) {
-    const char* name = named.first;
-    std::string KernelConfig::*field = named.second;
-    const std::string& value = config.*field;
-    if (value.empty()) continue;
-    const bool known = std::any_of(candidates.begin(), candidates.end(),
-                                   [&](const KernelConfig& c) { return c.*field == value; });
-    if (!known) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " '", value.substr(0, 64), value.size() > 64 ? "..." : "",
-                       "' is not one of this platform's: ", ValuesOf(candidates, field)));
-    }
-  }
-  return absl::OkStatus();
+  const std::string& value = config.algorithm;
+  if (value.empty()) return absl::OkStatus();
+  const bool known = std::any_of(candidates.begin(), candidates.end(),
+                                 [&](const KernelConfig& c) { return c.algorithm == value; });
+  if (known) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "algorithm '", value.substr(0, 64), value.size() > 64 ? "..." : "",
+      "' is not one of this platform's: ", ValuesOf(candidates, &KernelConfig::algorithm)));
 }
 
 }  // namespace
@@ -104,7 +97,7 @@ absl::Status ConfigSelectorChain::CheckSupported(const SelectRequest& request,
                                                    platform, "'"));
   }
   absl::Status checked = request.impl->CheckConfig(config, *request.problem, *request.device);
-  if (checked.ok() && (!config.algorithm.empty() || !config.backend.empty())) {
+  if (checked.ok() && !config.algorithm.empty()) {
     checked = CheckVariants(config, request.impl->Candidates(*request.problem, *request.device));
   }
   if (!checked.ok()) {

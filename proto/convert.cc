@@ -190,9 +190,9 @@ KernelConfig FromProto(const v1::KernelConfig& proto) {
   config.num_stages = proto.num_stages();
   config.block_size = proto.block_size();
   config.platform = proto.platform();
-  config.backend = proto.backend();
   config.algorithm = proto.algorithm();
   config.priority = proto.priority();
+  for (const auto& [name, value] : proto.fields()) config.named[name] = value;
   return config;
 }
 
@@ -205,10 +205,31 @@ v1::KernelConfig ToProto(const KernelConfig& config) {
   proto.set_num_stages(config.num_stages);
   proto.set_block_size(config.block_size);
   proto.set_platform(config.platform);
-  proto.set_backend(config.backend);
   proto.set_algorithm(config.algorithm);
   proto.set_priority(config.priority);
+  for (const auto& [name, value] : config.named) (*proto.mutable_fields())[name] = value;
   return proto;
+}
+
+absl::Status CheckConfigProto(const v1::KernelConfig& proto) {
+  if (proto.backend().empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config backend '", Elide(proto.backend()),
+      "': backend is no longer a config field (config schema 2); a kernel variant is "
+      "'algorithm', a platform's own fields are named in 'fields' (ListKernels lists them)"));
+}
+
+v1::ConfigFieldInfo ToProto(const ConfigFieldSchema& field) {
+  v1::ConfigFieldInfo info;
+  info.set_name(field.name);
+  info.set_kind(std::string(ConfigFieldKindName(field.kind)));
+  info.set_min(field.min);
+  info.set_max(field.max);
+  for (const std::string& choice : field.choices) info.add_choices(choice);
+  info.set_default_value(field.default_value);
+  info.set_doc(field.doc);
+  info.set_named(!IsFixedConfigField(field.name));
+  return info;
 }
 
 bool IsSet(const v1::KernelConfig& proto) { return FromProto(proto) != KernelConfig{}; }

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/attributes.h"
+#include "core/config_schema.h"
 #include "core/config_source.h"
 #include "core/kernel_config.h"
 #include "core/policy.h"
@@ -46,6 +47,11 @@ absl::StatusOr<TensorSpecMap> SpecsFromProto(
 
 KernelConfig FromProto(const v1::KernelConfig& proto);
 v1::KernelConfig ToProto(const KernelConfig& config);
+// OK unless `proto` sets what is no longer a config field (backend); InvalidArgument naming it
+// otherwise. Servers check each request's config with it.
+absl::Status CheckConfigProto(const v1::KernelConfig& proto);
+// One field of a platform's config schema, for ListKernels.
+v1::ConfigFieldInfo ToProto(const ConfigFieldSchema& field);
 // True when any field of the wire config is set (an explicit override).
 bool IsSet(const v1::KernelConfig& proto);
 

@@ -35,13 +35,17 @@ struct CallParams {
 };
 
 // The CallParams of ExecuteRequest, ExecuteBatchRequest, AutotuneRequest, PutConfigRequest.
-// InvalidArgument for bad params or input specs, naming them.
+// InvalidArgument for bad params or input specs, naming them, or a config setting a retired
+// field (CheckConfigProto).
 template <typename Request>
 absl::StatusOr<CallParams> ParamsOf(const Request& request) {
   CallParams params;
   params.kernel = request.kernel();
   KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request));
   params.platform = request.platform();
+  if constexpr (requires { request.config(); }) {
+    KS_RETURN_IF_ERROR(CheckConfigProto(request.config()));  // a retired field (backend) set
+  }
   if constexpr (requires { request.has_device(); }) {
     if (request.has_device()) params.device = request.device();
   }

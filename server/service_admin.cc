@@ -61,7 +61,14 @@ grpc::ServerUnaryReactor* KernelServiceImpl::ListKernels(grpc::CallbackServerCon
           v1::KernelInfo* info = response->add_kernels();
           ToProto(kernel->schema(), info);
           info->set_id(kernel->id());
-          for (Platform p : kernel->platforms()) info->add_platforms(std::string(PlatformName(p)));
+          for (Platform p : kernel->platforms()) {
+            info->add_platforms(std::string(PlatformName(p)));
+            v1::PlatformConfigInfo* schema = info->add_config_schemas();
+            schema->set_platform(std::string(PlatformName(p)));
+            for (const ConfigFieldSchema& field : kernel->impl(p)->config_schema().fields) {
+              *schema->add_fields() = ToProto(field);
+            }
+          }
         }
         return absl::OkStatus();
       });

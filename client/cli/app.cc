@@ -122,7 +122,8 @@ void AddCallFlags(CLI::App* app) {
 }
 
 void AddConfigFlag(CLI::App* app) {
-  Value(app, "config", "KEY=VALUE,...", "explicit config, e.g. block_size=64,num_warps=1");
+  Value(app, "config", "KEY=VALUE,...",
+        "explicit config, e.g. block_size=64,threads=1 (list shows the fields)");
 }
 
 void AddCacheVerbs(CLI::App* cache) {

@@ -154,7 +154,6 @@ absl::StatusOr<KernelConfig> ParseConfigArg(const std::string& text) {
       {"num_stages", &config.num_stages}, {"block_size", &config.block_size},
       {"priority", &config.priority}};
   const std::map<absl::string_view, std::string*> strings = {{"platform", &config.platform},
-                                                             {"backend", &config.backend},
                                                              {"algorithm", &config.algorithm}};
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     KS_ASSIGN_OR_RETURN(auto kv, SplitNamed(absl::StripAsciiWhitespace(item), "KEY=VALUE"));
@@ -166,15 +165,19 @@ absl::StatusOr<KernelConfig> ParseConfigArg(const std::string& text) {
     } else if (auto st = strings.find(kv.first); st != strings.end()) {
       *st->second = kv.second;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--config: unknown field '", kv.first,
-          "': expected block_q, block_k, block_d, num_warps, num_stages, block_size, priority, "
-          "platform, backend or algorithm"));
+      // A platform's named field ("threads", "lanes", "plan"): the server checks the name.
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(kv.second, &value)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--config ", kv.first, "='", kv.second,
+            "': expected an integer (fields other than platform and algorithm are integers)"));
+      }
+      config.named[std::string(kv.first)] = value;
     }
   }
   if (config == KernelConfig{}) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--config '", text, "': sets no field (e.g. block_size=64,num_warps=1)"));
+        absl::StrCat("--config '", text, "': sets no field (e.g. block_size=64,threads=1)"));
   }
   return config;
 }

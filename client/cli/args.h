@@ -52,8 +52,9 @@ absl::StatusOr<InputArg> ParseInputArg(const std::string& text);
 
 // --param KEY=VALUE.
 absl::StatusOr<std::pair<std::string, std::string>> ParseParamArg(const std::string& text);
-// --config KEY=VALUE,KEY=VALUE,...  over the fields of KernelConfig, e.g.
-// "block_q=32,block_k=64,num_warps=1,platform=cpu".
+// --config KEY=VALUE,KEY=VALUE,...: the fixed fields of KernelConfig by their names, any other
+// name a platform's named field (an integer; the server checks the name), e.g.
+// "block_q=32,block_k=64,threads=1,platform=cpu".
 absl::StatusOr<KernelConfig> ParseConfigArg(const std::string& text);
 
 }  // namespace kernelserve::cli

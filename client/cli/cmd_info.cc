@@ -64,9 +64,16 @@ std::string ParamRange(const v1::ParamInfo& param) {
   return "-";
 }
 
-// One row per input, output and param: its name, kind, dtypes or type, shape or range; then
-// the kernel's VJP kernel or the forward it differentiates (kinds "vjp", "vjp of"). The
-// first row names the kernel.
+// "0..1024" for an int config field, "wgmma|(empty)" for a choice.
+std::string ConfigRange(const v1::ConfigFieldInfo& field) {
+  if (field.kind() == "choice")
+    return absl::StrCat(absl::StrJoin(field.choices(), "|"), "|(empty)");
+  return absl::StrCat(field.min(), "..", field.max());
+}
+
+// One row per input, output and param: its name, kind, dtypes or type, shape or range; one per
+// config field of each platform (kind "config PLATFORM"); then the kernel's VJP kernel or the
+// forward it differentiates (kinds "vjp", "vjp of"). The first row names the kernel.
 void AddKernelRows(const v1::KernelInfo& k, Table* table) {
   std::vector<std::vector<std::string>> rows;
   for (const v1::InputInfo& in : k.input_schema()) {
@@ -78,6 +85,12 @@ void AddKernelRows(const v1::KernelInfo& k, Table* table) {
   }
   for (const v1::ParamInfo& param : k.param_schema()) {
     rows.push_back({param.name(), "param", ParamType(param), ParamRange(param)});
+  }
+  for (const v1::PlatformConfigInfo& platform : k.config_schemas()) {
+    for (const v1::ConfigFieldInfo& field : platform.fields()) {
+      rows.push_back({field.name(), absl::StrCat("config ", platform.platform()), field.kind(),
+                      ConfigRange(field)});
+    }
   }
   if (!k.vjp().empty()) rows.push_back({k.vjp(), "vjp", "-", "-"});
   if (!k.vjp_of().empty()) rows.push_back({k.vjp_of(), "vjp of", "-", "-"});

@@ -252,6 +252,10 @@ absl::StatusOr<StoredConfig> FileStore::Get(const std::string& fingerprint_hash,
         absl::StrCat("file store: no config for '", cache_key, "' on device ", fingerprint_hash));
   }
   absl::StatusOr<StoredConfig> value = StoredConfig::FromJson(it->second);
+  if (absl::IsNotFound(value.status())) {  // a config of another config schema: a miss
+    return absl::NotFoundError(absl::StrCat("file store '", path_, "': entry '", it->first,
+                                            "': ", value.status().message()));
+  }
   if (!value.ok()) {
     return absl::DataLossError(absl::StrCat("file store '", path_, "': entry '", it->first,
                                             "' does not decode: ", value.status().message()));

@@ -68,7 +68,13 @@ absl::StatusOr<StoredConfig> StoredConfig::FromJson(std::string_view json) {
     return absl::InvalidArgumentError("stored config: expected a \"config\" object");
   }
   StoredConfig out;
-  KS_ASSIGN_OR_RETURN(out.config, KernelConfig::FromJson(config->dump()));
+  absl::StatusOr<KernelConfig> kernel_config = KernelConfig::FromJson(config->dump());
+  if (absl::IsFailedPrecondition(kernel_config.status())) {
+    // Written under another config schema (before named fields): a miss, not damage.
+    return absl::NotFoundError(absl::StrCat("stored config: ", kernel_config.status().message()));
+  }
+  KS_RETURN_IF_ERROR(kernel_config.status());
+  out.config = *std::move(kernel_config);
   using V = Json::value_t;
   KS_RETURN_IF_ERROR(ReadField(j, "kernel", V::string, true, &out.kernel_id));
   KS_RETURN_IF_ERROR(ReadField(j, "fingerprint", V::string, true, &out.fingerprint_hash));

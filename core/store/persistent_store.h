@@ -29,7 +29,8 @@ struct StoredConfig {
 
   // {"schema":1,"config":{..},"kernel":..,"origin":..,...}
   std::string ToJson() const;
-  // InvalidArgument when malformed or of another schema version.
+  // InvalidArgument when malformed or of another schema version; NotFound when its config is of
+  // another config schema (kKernelConfigSchemaVersion): stores read that as a miss.
   static absl::StatusOr<StoredConfig> FromJson(std::string_view json);
 };
 
@@ -45,8 +46,9 @@ class PersistentStore {
   // Where it lives ("/home/u/.cache/kernelserve/configs.json", "redis://host:6379/0").
   virtual std::string location() const = 0;
 
-  // NotFound when absent; Unavailable when the store cannot be reached; DataLoss when the
-  // stored value does not decode.
+  // NotFound when absent or stored under another config schema (kKernelConfigSchemaVersion);
+  // Unavailable when the store cannot be reached; DataLoss when the stored value does not
+  // decode.
   virtual absl::StatusOr<StoredConfig> Get(const std::string& fingerprint_hash,
                                            const std::string& cache_key) = 0;
   // Inserts or replaces. Unavailable when the store cannot be reached.

@@ -159,6 +159,10 @@ absl::StatusOr<StoredConfig> DecodeRedisGet(const redisReply& reply, std::string
         absl::StrCat("redis ", Av(location), ": key '", Av(key), "' does not hold a string"));
   }
   absl::StatusOr<StoredConfig> value = StoredConfig::FromJson(ReplyText(&reply));
+  if (absl::IsNotFound(value.status())) {  // a config of another config schema: a miss
+    return absl::NotFoundError(absl::StrCat("redis ", Av(location), ": key '", Av(key),
+                                            "': ", value.status().message()));
+  }
   if (!value.ok()) {
     return absl::DataLossError(absl::StrCat("redis ", Av(location), ": key '", Av(key),
                                             "' does not decode: ", value.status().message()));

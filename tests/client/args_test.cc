@@ -76,15 +76,33 @@ TEST(ValueSyntaxTest, Input) {
 }
 
 TEST(ValueSyntaxTest, Config) {
-  KernelConfig config = ParseConfigArg("block_q=32, block_k=64,num_warps=2,platform=cpu").value();
+  KernelConfig config =
+      ParseConfigArg("block_q=32, block_k=64,num_warps=2,platform=cpu,algorithm=wgmma").value();
   EXPECT_EQ(config.block_q, 32);
   EXPECT_EQ(config.block_k, 64);
   EXPECT_EQ(config.num_warps, 2);
   EXPECT_EQ(config.platform, "cpu");
+  EXPECT_EQ(config.algorithm, "wgmma");
   EXPECT_EQ(config.block_size, 0);
-  for (const char* bad : {"", "block_q=x", "blok_q=3", "block_q"}) {
+  EXPECT_TRUE(config.named.empty());
+  for (const char* bad : {"", "block_q=x", "threads=two", "block_q", "plan=1.5"}) {
     EXPECT_EQ(ParseConfigArg(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
+}
+
+// Names other than the fixed fields are a platform's named fields; the server checks them.
+TEST(ValueSyntaxTest, ConfigNamedFields) {
+  KernelConfig config = ParseConfigArg("block_size=64,threads=2,platform=cpu").value();
+  EXPECT_EQ(config.block_size, 64);
+  EXPECT_EQ(config.Named("threads"), 2);
+  EXPECT_EQ(config.named.size(), 1u);
+  config = ParseConfigArg("platform=cudnn,plan=3").value();
+  EXPECT_EQ(config.Named("plan"), 3);
+  EXPECT_EQ(ParseConfigArg("lanes=8589934592").value().Named("lanes"), int64_t{1} << 33);
+  const absl::Status bad = ParseConfigArg("threads=two").status();
+  EXPECT_EQ(bad.message(),
+            "--config threads='two': expected an integer (fields other than platform and "
+            "algorithm are integers)");
 }
 
 TEST(ValueSyntaxTest, Param) {

@@ -191,6 +191,12 @@ class CliTest(CliTestBase):
         chunk = {p["name"]: p for p in schema["param_schema"]}["chunk_size"]
         param = next(line for line in table.splitlines() if " chunk_size " in line)
         self.assertIn(f"{chunk['type']} = ", param)
+        # Each platform's config fields: the cpu platform's worker threads are "threads".
+        config = next(line for line in table.splitlines()
+                      if " threads " in line and " config cpu " in line)
+        self.assertIn("0..1024", config)
+        cpu = {c["platform"]: c for c in schema["config_schemas"]}["cpu"]
+        self.assertEqual([f["name"] for f in cpu["fields"]], ["block_size", "threads"])
 
     def test_run_mean_pooling_from_npy(self):
         x = uniform(self.rng, (3, 29, 16))
@@ -333,7 +339,7 @@ class CliTest(CliTestBase):
 
     def test_bench_v2_refuses_what_the_front_door_does_not_take(self):
         down = f"127.0.0.1:{free_port()}"  # refused before any call: no server needed
-        for flags in (["--autotune"], ["--config=block_size=64,num_warps=1"],
+        for flags in (["--autotune"], ["--config=block_size=64,threads=1"],
                       ["--platform=cuda"], ["--device=0"]):
             for target in (None, down):
                 proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64",
@@ -394,12 +400,13 @@ class CliTest(CliTestBase):
     def test_cache_put_ls_get_rm(self):
         shape = "--shape=x=f32:3,40,8"
         put = self.cli_json("cache", "put", "mean_pooling", shape,
-                            "--config=block_size=8,num_warps=1")
+                            "--config=block_size=8,threads=1")
         key = put["cache_key"]
         entries = self.cli_json("cache", "ls", "mean_pooling")
         self.assertIn(key, [e["cache_key"] for e in entries])
         [entry] = self.cli_json("cache", "get", key)
         self.assertEqual(entry["config"]["block_size"], 8)
+        self.assertEqual(int(entry["config"]["fields"]["threads"]), 1)  # a named field
         self.assertIn(key, self.cli("cache", "ls").stdout)
         run = self.cli_json("run", "mean_pooling", shape)
         self.assertEqual(run["cache_key"], key)
@@ -407,11 +414,16 @@ class CliTest(CliTestBase):
         self.cli("cache", "rm", key)
         self.cli("cache", "get", key, code=NOT_FOUND)
         self.cli("cache", "put", "mean_pooling", shape, code=INVALID_ARGUMENT)  # no --config
+        # A named field the platform does not declare: the server names the platform's fields.
+        proc = self.cli("cache", "put", "mean_pooling", shape, "--config=block_size=8,lanes=4",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("not a field of mean_pooling on cpu (its fields: block_size, threads)",
+                      proc.stderr)
         self.cli("cache", "frob", code=USAGE)
 
     def test_cache_rm_of_a_key_the_device_does_not_hold_is_not_found(self):
         put = self.cli_json("cache", "put", "mean_pooling", "--shape=x=f32:2,24,8",
-                            "--config=block_size=8,num_warps=1")
+                            "--config=block_size=8,threads=1")
         key = put["cache_key"]
         proc = self.cli("cache", "rm", key, "--fingerprint=WRONG", code=NOT_FOUND)
         self.assertIn(key, proc.stderr)
@@ -442,7 +454,7 @@ class CliFileStoreTest(CliTestBase):
 
     def test_cache_rm_with_a_wrong_fingerprint_keeps_the_stored_entry(self):
         put = self.cli_json("cache", "put", "mean_pooling", "--shape=x=f32:2,16,8",
-                            "--config=block_size=8,num_warps=1")
+                            "--config=block_size=8,threads=1")
         key, fingerprint = put["cache_key"], put["device_fingerprint"]
         proc = self.cli("cache", "rm", key, "--fingerprint=WRONG", code=NOT_FOUND)
         self.assertIn(key, proc.stderr)

@@ -187,9 +187,11 @@ class PythonClientTest(unittest.TestCase):
 
     def test_explicit_config_is_an_override(self):
         x = uniform(self.rng, (2, 64, 8))
-        r = self.client.mean_pooling(x, config={"block_size": 16, "num_warps": 1})
+        r = self.client.mean_pooling(x, config={"block_size": 16, "threads": 1})
         self.assertEqual(r.source, "override")
         self.assertEqual(r.config["block_size"], 16)
+        self.assertEqual(r.config["threads"], 1)  # a named field, flattened into the dict
+        self.assertNotIn("backend", r.config)
         np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
 
     def test_bad_inputs_are_invalid_argument(self):
@@ -250,6 +252,27 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn("num_warps", raised.exception.message)
         with self.assertRaises(kernelserve.ArgumentError):
             self.client.mean_pooling(x, config={"block_size": "sixteen"})
+
+    def test_config_named_fields_are_checked_by_the_server(self):
+        x = uniform(self.rng, (2, 8, 4))
+        # A field the cpu platform does not have: the server names it and the platform's fields.
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            self.client.mean_pooling(x, config={"lanes": 4})
+        self.assertIn("config 'lanes'=4: not a field of mean_pooling on cpu (its fields: "
+                      "block_size, threads)", raised.exception.message)
+        # num_warps meant the CPU's threads before config schema 2: refused, naming 'threads'.
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            self.client.mean_pooling(x, config={"num_warps": 2})
+        self.assertIn("is 'threads' (0..1024)", raised.exception.message)
+
+    def test_kernels_list_each_platforms_config_fields(self):
+        [pooling] = [k for k in self.client.kernels() if k.name == "mean_pooling"]
+        self.assertEqual([f.name for f in pooling.configs["cpu"]], ["block_size", "threads"])
+        threads = pooling.configs["cpu"][1]
+        self.assertEqual((threads.kind, threads.min, threads.max, threads.named),
+                         ("int", 0, 1024, True))
+        self.assertIsInstance(threads, kernelserve.ConfigFieldSchema)
+        self.assertEqual(sorted(pooling.configs), sorted(pooling.platforms))
 
     def test_errors_carry_the_status_code(self):
         err = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling,
@@ -356,13 +379,13 @@ class TuneAndCacheTest(unittest.TestCase):
 
     def test_put_list_delete_config(self):
         spec = {"x": kernelserve.TensorSpec((3, 40, 8), np.float32)}
-        pinned = {"block_size": 8, "num_warps": 1}
+        pinned = {"block_size": 8, "threads": 1}
         key, fingerprint = self.client.put_config("mean_pooling", spec, pinned)
         self.assertTrue(key.startswith("mean_pooling@v1:"), key)
         self.assertTrue(fingerprint)
         [entry] = self.entries("mean_pooling", key)
         self.assertEqual(entry.tier, "memory")
-        self.assertEqual((entry.config["block_size"], entry.config["num_warps"]), (8, 1))
+        self.assertEqual((entry.config["block_size"], entry.config["threads"]), (8, 1))
         self.assertEqual(self.entries("flash_attention", key), [])  # filtered by kernel
 
         x = np.random.default_rng(7).uniform(-1, 1, (3, 40, 8)).astype(np.float32)

@@ -158,6 +158,23 @@ class ArgumentCheckTest(unittest.TestCase):
             calls.kernel_config({"block_size": "big"})
         self.assertEqual(calls.kernel_config({"block_size": 64}).block_size, 64)
 
+    def test_config_dict_named_fields(self):
+        # Names other than the fixed fields go into `fields`; results flatten them back.
+        proto = calls.kernel_config({"block_size": 64, "threads": 2, "platform": "cpu"})
+        self.assertEqual((proto.block_size, proto.platform), (64, "cpu"))
+        self.assertEqual(dict(proto.fields), {"threads": 2})
+        config = results.config_dict(proto)
+        self.assertEqual((config["block_size"], config["threads"]), (64, 2))
+        self.assertNotIn("fields", config)
+        self.assertNotIn("backend", config)
+        self.assertEqual(dict(calls.kernel_config({"plan": 1 << 40}).fields), {"plan": 1 << 40})
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "'threads': expected an int"):
+            calls.kernel_config({"threads": "2"})
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "'threads': expected an int"):
+            calls.kernel_config({"threads": True})
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "'backend' is no longer"):
+            calls.kernel_config({"backend": "wmma"})
+
     def test_dtype_and_param_type(self):
         with self.assertRaisesRegex(kernelserve.ArgumentError,
                                     "input 'x': dtype float64 is not sent"):

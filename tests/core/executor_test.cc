@@ -92,6 +92,7 @@ TEST_F(ExecutorTest, BadCallsGetTheirCodes) {
 class NothingOnGpu : public PlatformImpl {
  public:
   Platform platform() const override { return Platform::kCuda; }
+  const ConfigSchema& config_schema() const override { return schema_; }
   absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::UnimplementedError("no GPU kernel for these inputs");
   }
@@ -106,6 +107,9 @@ class NothingOnGpu : public PlatformImpl {
                                                        const DeviceInfo&) const override {
     return absl::UnimplementedError("no GPU kernel for these inputs");
   }
+
+ private:
+  const ConfigSchema schema_;
 };
 
 TEST(ExecutorRoutingTest, AutoFallsBackToTheCpuWhenTheGpuCannotRunTheInputs) {

@@ -17,6 +17,7 @@ class FakeImpl : public PlatformImpl {
  public:
   explicit FakeImpl(Platform platform, int tag = 0) : platform_(platform), tag_(tag) {}
   Platform platform() const override { return platform_; }
+  const ConfigSchema& config_schema() const override { return schema_; }
   absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::OkStatus();
   }
@@ -36,6 +37,7 @@ class FakeImpl : public PlatformImpl {
  private:
   Platform platform_;
   int tag_;
+  const ConfigSchema schema_;
 };
 
 // A kernel named mean_pooling taking x (f32, rank 1) and one int param `n` (>= 1).

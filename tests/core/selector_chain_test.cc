@@ -247,14 +247,22 @@ TEST_F(ChainTest, PinnedAndOverrideConfigsNameOnlyThePlatformsVariants) {
   junk.algorithm = "junk";
   absl::Status pinned = chain.Pin(Request(), junk);
   EXPECT_EQ(pinned.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(pinned.message().find("algorithm 'junk' is not one of this platform's: (none)"),
+  EXPECT_NE(pinned.message().find("algorithm='junk': algorithm is not a field of fake"),
             std::string::npos)
       << pinned;
   KernelConfig huge = FakeConfig(2);
-  huge.backend = std::string(1 << 20, 'x');
+  huge.algorithm = std::string(1 << 20, 'x');
   absl::Status refused = chain.Pin(Request(), huge);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("backend '" + std::string(64, 'x') + "...'"), std::string::npos);
+  EXPECT_NE(refused.message().find("algorithm='" + std::string(64, 'x') + "...'"),
+            std::string::npos);
+  KernelConfig named = FakeConfig(2);
+  named.named[std::string(1 << 20, 'y')] = 1;
+  refused = chain.Pin(Request(), named);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("config '" + std::string(64, 'y') + "...'=1: not a field"),
+            std::string::npos)
+      << refused.message().substr(0, 300);
   EXPECT_EQ(memory.size(), 0u);
   EXPECT_FALSE(store_->Get(device_.fingerprint.Hash(), invocation_.CacheKey()).ok());
   SelectRequest r = Request(true);

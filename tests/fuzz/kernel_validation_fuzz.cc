@@ -5,10 +5,10 @@
 // found: Kernel::OutputSpecs, the CPU platform's Heuristic, Candidates and CheckConfig, the
 // CUDA config code (plain C++, in every build) on a GPU read from the input, and
 // Kernel::ValidateData; and the chain's check of the config with the input's algorithm and
-// backend strings (Pin, as PutConfig and overrides meet it). Must never crash, hang or allocate
+// named fields (Pin, as PutConfig and overrides meet it). Must never crash, hang or allocate
 // much, and each platform must keep the promises of PlatformImpl: the heuristic is one of the
 // candidates, every candidate passes CheckConfig; and Pin takes a config exactly when its
-// platform runs it and its free-form fields name a candidate's variant (CheckPin).
+// platform runs it and its algorithm names a candidate's variant (CheckPin).
 //
 // Shapes keep the invariant every caller in the server guarantees (proto/convert.cc checks
 // it): dims >= 0 and prod(dims) * itemsize fits in int64. Data is made only for calls of at
@@ -114,8 +114,9 @@ AttrValue ReadAttr(ByteReader& in) {
 }
 
 // A config; its platform is also the platform the call asks for. `variants` gets the byte that
-// says which free-form fields follow: bit 0 an algorithm, bit 1 a backend (strings of the
-// input); bits 2 and 3 make them a candidate's instead (CheckPin), bits 4 to 7 which one.
+// says which other fields follow: bit 0 an algorithm (a string of the input), bit 1 a named
+// field (a name and an int of the input); bits 2 and 3 make them a candidate's instead
+// (CheckPin), bits 4 to 7 which one.
 KernelConfig ReadConfig(ByteReader& in, uint8_t* variants) {
   KernelConfig config;
   config.block_q = in.Int();
@@ -127,7 +128,7 @@ KernelConfig ReadConfig(ByteReader& in, uint8_t* variants) {
   config.platform = Name(in, kPlatforms);
   *variants = in.U8();
   if (*variants & 1) config.algorithm = in.String();
-  if (*variants & 2) config.backend = in.String();
+  if (*variants & 2) config.named[in.String()] = in.Int();
   return config;
 }
 
@@ -198,17 +199,18 @@ void CheckPlatform(const CallPlan& plan, const KernelConfig& config) {
 }
 
 // The chain's check of a config, the one an override and PutConfig go through
-// (ConfigSelectorChain::Pin): it takes `config` (its algorithm and backend made a candidate's by
-// `variants`, see ReadConfig) exactly when the platform runs it (CheckConfig) and its algorithm
-// and backend are empty or a candidate's, so that no text of a client's choosing is cached; what
-// it takes is then in memory under the plan's key. A refusal is InvalidArgument.
+// (ConfigSelectorChain::Pin): it takes `config` (its algorithm and named fields made a
+// candidate's by `variants`, see ReadConfig) exactly when the platform runs it (CheckConfig: its
+// schema declares each named field) and its algorithm is empty or a candidate's, so that no text
+// of a client's choosing is cached; what it takes is then in memory under the plan's key. A
+// refusal is InvalidArgument.
 void CheckPin(Engine& engine, const CallPlan& plan, KernelConfig config, uint8_t variants) {
   const PlatformImpl& impl = *plan.impl;
   const std::vector<KernelConfig> candidates = impl.Candidates(*plan.problem, *plan.device);
   if (!candidates.empty()) {
     const KernelConfig& pick = candidates[(variants >> 4) % candidates.size()];
     if (variants & 4) config.algorithm = pick.algorithm;
-    if (variants & 8) config.backend = pick.backend;
+    if (variants & 8) config.named = pick.named;
   }
   auto named = [&](std::string KernelConfig::*field) {
     return (config.*field).empty() ||
@@ -217,7 +219,7 @@ void CheckPin(Engine& engine, const CallPlan& plan, KernelConfig config, uint8_t
   };
   const bool runs = impl.RunsConfigsOf(config.platform) &&
                     impl.CheckConfig(config, *plan.problem, *plan.device).ok();
-  const bool takes = runs && named(&KernelConfig::algorithm) && named(&KernelConfig::backend);
+  const bool takes = runs && named(&KernelConfig::algorithm);
   const absl::Status pinned = engine.executor->Pin(plan, config);
   if (pinned.ok() != takes) {
     Fail(plan.kernel->name(),

@@ -102,7 +102,7 @@ def requests(pb):
     r = pb.ExecuteRequest(kernel="mean_pooling@v1", platform="cpu")
     r.inputs["x"].CopyFrom(tensor(pb, F32, [1, 2, 3]))
     r.config.block_size = 16
-    r.config.num_warps = 1
+    r.config.fields["threads"] = 1
     r.config.platform = "cpu"
     r.policy.allow_autotune = False
     r.policy.persist = False
@@ -176,7 +176,7 @@ def wire_corpus(pb):
     pin = pb.PutConfigRequest(kernel="mean_pooling", platform="cpu")
     pin.inputs["x"].CopyFrom(pb.Tensor(dtype=F32, shape=[4, 8, 16]))
     pin.config.block_size = 32
-    pin.config.num_warps = 2
+    pin.config.fields["threads"] = 2
     write("wire_fuzz", "put_config_request", bytes([5, 2]) + pin.SerializeToString())
 
 
@@ -184,12 +184,13 @@ def request_corpus(pb):
     """request_fuzz: an ExecuteRequest as sent."""
     for name, r in requests(pb).items():
         write("request_fuzz", name, r.SerializeToString())
-    # Overrides whose algorithm or backend no CPU candidate has: INVALID_ARGUMENT.
+    # Overrides with an algorithm no CPU candidate has, or a backend (no longer a config
+    # field): INVALID_ARGUMENT.
     for field, value in (("algorithm", "wgmma"), ("backend", "b" * 300)):
         r = pb.ExecuteRequest(kernel="mean_pooling", platform="cpu")
         r.inputs["x"].CopyFrom(tensor(pb, F32, [1, 2, 3]))
         r.config.block_size = 32
-        r.config.num_warps = 1
+        r.config.fields["threads"] = 1
         r.config.platform = "cpu"
         setattr(r.config, field, value)
         write("request_fuzz", f"mean_pooling_config_{field}", r.SerializeToString())
@@ -223,7 +224,7 @@ DTYPE = {"f32": 0, "f16": 1, "bf16": 2, "i32": 3, "i64": 4, "bool": 5}
 
 
 def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=(), variants=0,
-                 strings=()):
+                 strings=(), named_value=0):
     """kernel_validation_fuzz: see Run() in kernel_validation_fuzz.cc for the order."""
     out = u8(0 if kernel == "mean_pooling" else 1, len(inputs))
     for name, dtype, shape in inputs:
@@ -237,9 +238,12 @@ def kernel_input(kernel, inputs, attrs=(), config=(0,) * 6, gpu=False, data=(), 
             out += u8(1) + zigzag(value)
         else:
             out += u8(2) + struct.pack("<d", value)
-    # The platform ("cpu" or ""), then which free-form fields follow (see ReadConfig).
+    # The platform ("cpu" or ""), then which fields follow (see ReadConfig): an algorithm, a
+    # named field (its name, then `named_value`).
     out += b"".join(zigzag(v) for v in config) + u8(1 if config[0] else 0, variants)
     out += b"".join(string(text) for text in strings)
+    if variants & 2:
+        out += zigzag(named_value)
     out += u8(1, 0, 0) + zigzag(132) + zigzag(232448) + zigzag(0) if gpu else u8(0)
     return out + b"".join(zigzag(v) for v in data)
 
@@ -256,7 +260,7 @@ def kernel_corpus():
         "flash_dense_cpu_config": kernel_input(
             "flash_attention", [("q", "f32", [1, 4, 2, 8]), ("k", "f32", [1, 5, 1, 8]),
                                 ("v", "f32", [1, 5, 1, 8])],
-            [("causal", True), ("return_lse", True)], config=(16, 32, 0, 1, 0, 0)),
+            [("causal", True), ("return_lse", True)], config=(16, 32, 0, 0, 0, 0)),
         "flash_varlen_gpu": kernel_input(
             "flash_attention", [("cu_seqlens_k", "i32", [3]), ("cu_seqlens_q", "i32", [3]),
                                 ("k", "bf16", [7, 2, 64]), ("q", "bf16", [6, 2, 64]),
@@ -268,14 +272,14 @@ def kernel_corpus():
                                 ("kv_segment_ids", "i64", [2, 3]), ("q", "f32", [2, 3, 2, 4]),
                                 ("q_segment_ids", "i64", [2, 3]), ("v", "f32", [2, 3, 2, 4])],
             [("softmax_scale", 0.5), ("logits_soft_cap", 30.0)]),
-        # An algorithm and a backend no CPU candidate has: the chain refuses them.
+        # An algorithm and a named field the CPU platform does not have: refused.
         "mean_pooling_config_strings": kernel_input(
-            "mean_pooling", [("x", "f32", [2, 3, 4])], config=(0, 0, 0, 1, 0, 32), variants=3,
-            strings=("wgmma", "cutlass")),
+            "mean_pooling", [("x", "f32", [2, 3, 4])], config=(0, 0, 0, 0, 0, 32), variants=3,
+            strings=("wgmma", "lanes"), named_value=4),
         # The first candidate's variants (none on the CPU): taken.
         "flash_config_candidate_variants": kernel_input(
             "flash_attention", [("q", "f32", [1, 4, 2, 8]), ("k", "f32", [1, 5, 1, 8]),
-                                ("v", "f32", [1, 5, 1, 8])], config=(16, 32, 0, 1, 0, 0),
+                                ("v", "f32", [1, 5, 1, 8])], config=(16, 32, 0, 0, 0, 0),
             variants=12),
     }
     for name, data in seeds.items():
@@ -283,7 +287,7 @@ def kernel_corpus():
 
 
 def stored(kernel="mean_pooling@v1"):
-    return {"schema": 1, "config": {"schema": 1, "block_size": 32, "num_warps": 2,
+    return {"schema": 1, "config": {"schema": 2, "block_size": 32, "fields": {"threads": 2},
                                     "platform": "cpu"},
             "kernel": kernel, "fingerprint": "0123456789abcdef", "key": kernel + ":00ff",
             "measured_seconds": 1.5e-05, "origin": "autotune", "host": "h",
@@ -303,7 +307,7 @@ def store_corpus():
     value = json.dumps(stored())
     seeds = {
         "kernel_config": u8(0) + json.dumps(
-            {"schema": 1, "block_q": 64, "block_k": 64, "num_warps": 4, "num_stages": 2,
+            {"schema": 2, "block_q": 64, "block_k": 64, "num_warps": 4, "num_stages": 2,
              "platform": "cuda", "algorithm": "wgmma", "priority": 1}).encode(),
         "stored_config": u8(1) + value.encode(),
         "file_store": u8(2) + string("0123456789abcdef") + string("mean_pooling@v1:00ff") +

@@ -4,8 +4,8 @@
 // as an override), the tensors taken by TakeTensors, then Executor::Run (the override checked
 // against the platform's limits, or the heuristic; prepare, launch, fetch) with an in-memory
 // config cache, no persistent store and no autotuning. Must never crash, hang or allocate
-// much. A call that runs with the request's config ran it as given, and its algorithm and
-// backend strings were empty or a candidate's (CheckOverride).
+// much. A call that runs with the request's config ran it as given, and its algorithm string
+// was empty or a candidate's (CheckOverride).
 //
 // Budgets as the server's in-flight budget would apply them: requests whose tensors declare
 // more than kMaxRequestBytes are skipped, and so are calls whose outputs would (OutputBytes).
@@ -63,7 +63,7 @@ int64_t DeclaredBytes(const v1::ExecuteRequest& request) {
 }
 
 // A call that ran with the request's config: the chain took the override as it is, and its
-// free-form fields (algorithm, backend: client text) are empty or a candidate's.
+// algorithm (client text) is empty or a candidate's.
 void CheckOverride(const CallPlan& plan, const KernelConfig& override,
                    const ExecuteResult& result) {
   if (result.source != ConfigSource::kOverride || result.config != override) {
@@ -72,7 +72,7 @@ void CheckOverride(const CallPlan& plan, const KernelConfig& override,
     std::abort();
   }
   const std::vector<KernelConfig> candidates = plan.impl->Candidates(*plan.problem, *plan.device);
-  for (std::string KernelConfig::*field : {&KernelConfig::algorithm, &KernelConfig::backend}) {
+  for (std::string KernelConfig::*field : {&KernelConfig::algorithm}) {
     if ((override.*field).empty()) continue;
     if (std::none_of(candidates.begin(), candidates.end(),
                      [&](const KernelConfig& c) { return c.*field == override.*field; })) {

@@ -119,15 +119,55 @@ TEST(ConvertTest, KernelConfigRoundTrips) {
   config.num_stages = 2;
   config.block_size = 128;
   config.platform = "cuda";
-  config.backend = "wmma";
   config.algorithm = "split";
   config.priority = 3;
-  EXPECT_EQ(FromProto(ToProto(config)), config);
-  EXPECT_TRUE(IsSet(ToProto(config)));
+  config.named["lanes"] = 64;
+  config.named["plan"] = int64_t{1} << 40;
+  const v1::KernelConfig proto = ToProto(config);
+  EXPECT_EQ(proto.fields().at("lanes"), 64);
+  EXPECT_EQ(proto.fields().size(), 2u);
+  EXPECT_EQ(FromProto(proto), config);
+  EXPECT_TRUE(IsSet(proto));
   EXPECT_FALSE(IsSet(v1::KernelConfig()));
   v1::KernelConfig only_platform;
   only_platform.set_platform("cpu");
   EXPECT_TRUE(IsSet(only_platform));
+  v1::KernelConfig only_named;
+  (*only_named.mutable_fields())["threads"] = 2;
+  EXPECT_TRUE(IsSet(only_named));
+  EXPECT_EQ(FromProto(only_named).Named("threads"), 2);
+}
+
+// backend is no longer a config field: a request setting it is refused, naming what replaced it.
+TEST(ConvertTest, ConfigWithABackendIsRefused) {
+  v1::KernelConfig proto;
+  proto.set_block_size(8);
+  EXPECT_TRUE(CheckConfigProto(proto).ok());
+  proto.set_backend("wmma");
+  const absl::Status status = CheckConfigProto(proto);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "config backend 'wmma': backend is no longer a config field (config schema 2); a "
+            "kernel variant is 'algorithm', a platform's own fields are named in 'fields' "
+            "(ListKernels lists them)");
+}
+
+TEST(ConvertTest, ConfigFieldSchemaToProto) {
+  ConfigFieldSchema threads =
+      IntConfigField("threads", 0, 1024, "0: one per hardware thread", "worker threads");
+  v1::ConfigFieldInfo info = ToProto(threads);
+  EXPECT_EQ(info.name(), "threads");
+  EXPECT_EQ(info.kind(), "int");
+  EXPECT_EQ(info.min(), 0);
+  EXPECT_EQ(info.max(), 1024);
+  EXPECT_EQ(info.default_value(), "0: one per hardware thread");
+  EXPECT_EQ(info.doc(), "worker threads");
+  EXPECT_TRUE(info.named());
+  info = ToProto(ChoiceConfigField("algorithm", {"wgmma"}, "mma.sync", "the variant"));
+  EXPECT_EQ(info.kind(), "choice");
+  ASSERT_EQ(info.choices_size(), 1);
+  EXPECT_EQ(info.choices(0), "wgmma");
+  EXPECT_FALSE(info.named());
 }
 
 // Typed params become attributes by field name; zero (unset) fields without presence are left

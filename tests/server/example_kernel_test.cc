@@ -125,7 +125,7 @@ TEST(ExampleKernelTest, HeuristicIsAPureCandidate) {
       EXPECT_TRUE(cpu.IsCandidate(heuristic, **problem, CpuDevice(threads)))
           << heuristic.DebugString();
       EXPECT_TRUE(cpu.CheckConfig(heuristic, **problem, CpuDevice(threads)).ok());
-      EXPECT_EQ(heuristic.num_warps, shape.size() == 1 ? 1 : threads);
+      EXPECT_EQ(heuristic.Named("threads"), shape.size() == 1 ? 1 : threads);
     }
   }
 }
@@ -150,7 +150,11 @@ TEST(ExampleKernelTest, BadCallsAreInvalidArgumentNamingWhatIsWrong) {
   KernelConfig cuda;
   cuda.platform = "cuda";
   KernelConfig too_many_threads;
-  too_many_threads.num_warps = 5000;
+  too_many_threads.named["threads"] = 5000;
+  KernelConfig old_threads;  // num_warps meant the CPU's threads before config schema 2
+  old_threads.num_warps = 2;
+  KernelConfig unknown;
+  unknown.named["lanes"] = 4;
   struct Case {
     TensorMap inputs;
     Attributes params;
@@ -174,11 +178,21 @@ TEST(ExampleKernelTest, BadCallsAreInvalidArgumentNamingWhatIsWrong) {
       {{{"x", x}},
        {},
        gpu_field,
-       "config block_q=64: rms_norm on cpu does not use block_q (expected 0)"},
+       "config block_q=64: block_q is not a field of rms_norm on cpu (its fields: block_size, "
+       "threads)"},
       {{{"x", x}},
        {},
        too_many_threads,
-       "config num_warps=5000 is out of range for rms_norm on cpu: expected 0..1024"},
+       "config threads=5000 is out of range for rms_norm on cpu: expected 0..1024"},
+      {{{"x", x}},
+       {},
+       old_threads,
+       "config num_warps=2: num_warps is not a field of rms_norm on cpu; the field for the cpu "
+       "platform's worker threads is 'threads' (0..1024)"},
+      {{{"x", x}},
+       {},
+       unknown,
+       "config 'lanes'=4: not a field of rms_norm on cpu (its fields: block_size, threads)"},
       {{{"x", x}}, {}, cuda, "config platform 'cuda': expected \"cpu\" or \"\""},
   };
   for (const Case& c : cases) {

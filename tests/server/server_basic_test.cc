@@ -247,7 +247,7 @@ TEST_F(ServerTest, PinnedConfigIsUsedListedAndDeleted) {
   spec.set_dtype(v1::DTYPE_F32);
   for (int64_t d : x.shape()) spec.add_shape(d);
   put.mutable_config()->set_block_size(128);
-  put.mutable_config()->set_num_warps(1);
+  (*put.mutable_config()->mutable_fields())["threads"] = 1;
   put.mutable_config()->set_platform("cpu");
   v1::PutConfigResponse pinned;
   {
@@ -306,6 +306,74 @@ TEST_F(ServerTest, PinnedConfigIsUsedListedAndDeleted) {
   EXPECT_EQ(after.config_source(), v1::CONFIG_SOURCE_HEURISTIC);
 }
 
+// Each kernel lists one config schema per platform, in the order of its platforms; the cpu
+// platform's worker threads are the named field "threads".
+void ExpectConfigSchemasListed(const v1::ListKernelsResponse& kernels) {
+  for (const v1::KernelInfo& k : kernels.kernels()) {
+    ASSERT_EQ(k.config_schemas_size(), k.platforms_size()) << k.name();
+    for (int i = 0; i < k.platforms_size(); ++i) {
+      EXPECT_EQ(k.config_schemas(i).platform(), k.platforms(i)) << k.name();
+    }
+    const v1::PlatformConfigInfo& cpu = k.config_schemas(0);
+    ASSERT_EQ(cpu.platform(), "cpu") << k.name();
+    std::vector<std::string> names;
+    for (const v1::ConfigFieldInfo& field : cpu.fields()) names.push_back(field.name());
+    const bool attention = k.name().starts_with("flash_attention");
+    const std::vector<std::string> expected =
+        attention ? std::vector<std::string>{"block_q", "block_k", "threads"}
+                  : std::vector<std::string>{"block_size", "threads"};
+    EXPECT_EQ(names, expected) << k.name();
+    const v1::ConfigFieldInfo& threads = cpu.fields(cpu.fields_size() - 1);
+    EXPECT_EQ(threads.kind(), "int");
+    EXPECT_EQ(threads.min(), 0);
+    EXPECT_EQ(threads.max(), 1024);
+    EXPECT_TRUE(threads.named());
+    EXPECT_EQ(threads.default_value(), "0: one per hardware thread");
+    EXPECT_EQ(threads.doc(), "the cpu platform's worker threads");
+    EXPECT_FALSE(cpu.fields(0).named());
+  }
+}
+
+// A config names the cpu platform's threads as the named field "threads"; the fields that meant
+// other things before config schema 2 are refused, naming what replaced them.
+TEST_F(ServerTest, ConfigNamedFieldsAreTakenAndOldMeaningsRefused) {
+  const Tensor x = RandomTensor(DType::kF32, {2, 6, 8}, 61);
+  v1::ExecuteRequest request = MeanPoolingRequest(x);
+  request.mutable_config()->set_block_size(2);
+  (*request.mutable_config()->mutable_fields())["threads"] = 2;
+  v1::ExecuteResponse response;
+  ASSERT_TRUE(Execute(request, &response).ok());
+  EXPECT_EQ(response.config_source(), v1::CONFIG_SOURCE_OVERRIDE);
+  EXPECT_EQ(response.config().fields().at("threads"), 2);
+
+  v1::ExecuteRequest old = MeanPoolingRequest(x);
+  old.mutable_config()->set_num_warps(2);
+  grpc::Status status = Execute(old, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("num_warps is not a field of mean_pooling on cpu; the "
+                                        "field for the cpu platform's worker threads is "
+                                        "'threads' (0..1024)"),
+            std::string::npos)
+      << status.error_message();
+
+  v1::ExecuteRequest backend = MeanPoolingRequest(x);
+  backend.mutable_config()->set_backend("wmma");
+  status = Execute(backend, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("backend is no longer a config field"), std::string::npos)
+      << status.error_message();
+
+  v1::ExecuteRequest unknown = MeanPoolingRequest(x);
+  (*unknown.mutable_config()->mutable_fields())["lanes"] = 4;
+  status = Execute(unknown, &response);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find(
+                "config 'lanes'=4: not a field of mean_pooling on cpu (its fields: block_size, "
+                "threads)"),
+            std::string::npos)
+      << status.error_message();
+}
+
 TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   v1::ListKernelsResponse kernels;
   {
@@ -336,6 +404,7 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
     ASSERT_TRUE(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   }
   ASSERT_GE(info.devices_size(), 1);
+  ExpectConfigSchemasListed(kernels);
   EXPECT_EQ(info.devices(0).device(), -1);
   EXPECT_EQ(info.devices(0).fingerprint().size(), 16u);
   EXPECT_GT(info.devices(0).memory_total_bytes(), 0);

@@ -22,7 +22,9 @@ constexpr char kExecute[] = "/kernelserve.v1.KernelService/Execute";
 constexpr char kStream[] = "/kernelserve.v1.KernelService/ExecuteStream";
 
 // mean_pooling, x f32 [1,1,1], config num_warps = 1e9: the probe's request that hung the
-// server for good (scratch sized from the config threw std::bad_alloc on gRPC's thread).
+// server for good (scratch sized from the config threw std::bad_alloc on gRPC's thread; then
+// num_warps was the CPU's threads, now refused as not a field of the cpu platform, naming the
+// new field and its range).
 constexpr char kHugeWarpsHex[] =
     "0a0c6d65616e5f706f6f6c696e6712120a0178120d080112030101011a04000000002a06208094ebdc03";
 
@@ -77,12 +79,13 @@ TEST_F(RobustnessTest, HugeConfigFieldIsInvalidArgumentNamingTheFieldAndRange) {
 
   // Over 64 KiB of input (the worker thread's path, where the exception aborted the process).
   v1::ExecuteRequest large = MeanPoolingRequest(RandomTensor(DType::kF32, {4, 64, 128}, 9));
-  large.mutable_config()->set_num_warps(1000000000);
+  (*large.mutable_config()->mutable_fields())["threads"] = 1000000000;
   v1::ExecuteResponse response;
   grpc::ClientContext context;
   grpc::Status status = stub_->Execute(&context, large, &response);
   EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("num_warps"));
+  EXPECT_THAT(status.error_message(), HasSubstr("threads=1000000000"));
+  EXPECT_THAT(status.error_message(), HasSubstr("0..1024"));
 
   // Attention tiles of 2^31-1 rows.
   grpc::ClientContext attention_context;
@@ -108,7 +111,7 @@ TEST_F(RobustnessTest, PutConfigRefusesAConfigOutsideTheLimits) {
 
 TEST_F(RobustnessTest, StreamItemWithAHugeConfigIsAnsweredInBand) {
   v1::ExecuteRequest bad = MeanPoolingRequest(RandomTensor(DType::kF32, {4, 64, 128}, 5), "bad");
-  bad.mutable_config()->set_num_warps(1000000000);
+  (*bad.mutable_config()->mutable_fields())["threads"] = 1000000000;
   const v1::ExecuteRequest good = MeanPoolingRequest(RandomTensor(DType::kF32, {2, 3, 4}, 6), "ok");
   RawResult result = RawStream(server_->address(), kStream, {Bytes(bad), Bytes(good)});
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
@@ -118,7 +121,7 @@ TEST_F(RobustnessTest, StreamItemWithAHugeConfigIsAnsweredInBand) {
     ASSERT_TRUE(answer.ParseFromString(bytes));
     if (answer.request_id() == "bad") {
       EXPECT_EQ(answer.status().code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
-      EXPECT_THAT(answer.status().message(), HasSubstr("num_warps"));
+      EXPECT_THAT(answer.status().message(), HasSubstr("threads=1000000000"));
     } else {
       EXPECT_EQ(answer.request_id(), "ok");
       EXPECT_EQ(answer.status().code(), 0);

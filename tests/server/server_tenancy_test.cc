@@ -66,7 +66,7 @@ class TenancyTest : public ::testing::Test {
     spec.set_dtype(v1::DTYPE_F32);
     for (int64_t d : {2, 8, 16}) spec.add_shape(d);
     put.mutable_config()->set_block_size(64);
-    put.mutable_config()->set_num_warps(1);
+    (*put.mutable_config()->mutable_fields())["threads"] = 1;
     put.mutable_config()->set_platform("cpu");
     return put;
   }
@@ -291,7 +291,7 @@ TEST(TenancyUnixTest, EachLocalUserIsAnIdentityOfItsOwn) {
   const std::string cli = PublicCopy(KERNELSERVE_CLI_BINARY);
   const std::vector<std::string> pin = {
       cli,       "--target",    "unix:" + socket, "cache", "put",      "mean_pooling",
-      "--shape", "x=f32:1,4,8", "--platform",     "cpu",   "--config", "block_size=64,num_warps=1"};
+      "--shape", "x=f32:1,4,8", "--platform",     "cpu",   "--config", "block_size=64,threads=1"};
   std::string output;
   absl::StatusOr<int> nobody = RunAs(65534, 65534, pin, &output);
   ASSERT_TRUE(nobody.ok()) << nobody.status();

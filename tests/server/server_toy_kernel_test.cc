@@ -66,6 +66,10 @@ TEST_F(ToyKernelTest, ListedWithItsSchema) {
   ASSERT_EQ(toy->input_schema_size(), 1);
   EXPECT_EQ(toy->input_schema(0).dtypes(0), v1::DTYPE_F32);
   EXPECT_EQ(toy->platforms(0), "cpu");
+  // A platform without config fields lists an empty config schema.
+  ASSERT_EQ(toy->config_schemas_size(), 1);
+  EXPECT_EQ(toy->config_schemas(0).platform(), "cpu");
+  EXPECT_EQ(toy->config_schemas(0).fields_size(), 0);
 }
 
 TEST_F(ToyKernelTest, CallableByItsParams) {

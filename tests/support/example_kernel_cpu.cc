@@ -57,7 +57,7 @@ absl::Status RmsNormCpu(const RmsNormArgs& args, const KernelConfig& config) {
   if (args.weight != nullptr) cpu::LoadAsFloat(args.dtype, args.weight, 0, h_count, weight.data());
   const int64_t block_rows = config.block_size > 0 ? config.block_size : kDefaultBlockRows;
   const int64_t items = (args.rows + block_rows - 1) / block_rows;
-  const int threads = cpu::CpuWorkerCount(config.num_warps, items);
+  const int threads = cpu::CpuWorkerCount(cpu::RequestedThreads(config), items);
   std::vector<std::vector<float>> rows(static_cast<size_t>(threads),
                                        std::vector<float>(static_cast<size_t>(h_count)));
   return cpu::ParallelForInterruptible(
@@ -72,10 +72,15 @@ absl::Status RmsNormCpu(const RmsNormArgs& args, const KernelConfig& config) {
 
 absl::Status CheckRmsNormCpuConfig(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(cpu::CheckCpuPlatform(config));
-  static constexpr ConfigFieldRange kRanges[] = {
-      {"block_size", &KernelConfig::block_size, 0, kMaxRmsNormBlockRows},
-      {"num_warps", &KernelConfig::num_warps, 0, cpu::kMaxCpuThreads}};
-  return CheckConfigFields(config, "rms_norm on cpu", kRanges);
+  return RmsNormCpuConfigSchema().Check(config, "rms_norm on cpu");
+}
+
+const ConfigSchema& RmsNormCpuConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("block_size", 0, kMaxRmsNormBlockRows, "0: 16", "rows per work item"),
+      cpu::CpuThreadsField(),
+  }};
+  return *kSchema;
 }
 
 namespace {
@@ -83,7 +88,7 @@ namespace {
 KernelConfig RmsNormCpuConfig(int block_size, int threads) {
   KernelConfig config;
   config.block_size = block_size;
-  config.num_warps = threads;
+  cpu::SetRequestedThreads(&config, threads);
   config.platform = "cpu";
   return config;
 }
@@ -129,6 +134,7 @@ struct RmsNormCpuTraits {
     }
     return configs;
   }
+  static const ConfigSchema& ConfigFields() { return RmsNormCpuConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config) {
     return CheckRmsNormCpuConfig(config);
   }

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/dtype.h"
 #include "core/kernel.h"
 #include "core/kernel_config.h"
@@ -32,7 +33,7 @@ struct RmsNormArgs {
 // out[r, h] = x[r, h] * (1 / sqrt(ss_r / hidden + eps)) * weight[h], ss_r the sum of the
 // squares of row r in float in column order; every step in float, rounded once to `dtype`.
 // Rows are independent: every config gives the same bits.
-// config.block_size: rows per work item (0 = 16). config.num_warps: worker threads (0 = one
+// config.block_size: rows per work item (0 = 16). config "threads": worker threads (0 = one
 // per hardware thread). InvalidArgument for negative sizes, a dtype that is not floating, eps
 // <= 0, or a config that CheckRmsNormCpuConfig refuses.
 absl::Status RmsNormCpu(const RmsNormArgs& args, const KernelConfig& config);
@@ -40,13 +41,15 @@ absl::Status RmsNormCpu(const RmsNormArgs& args, const KernelConfig& config);
 // The largest block_size a config may ask for.
 inline constexpr int kMaxRmsNormBlockRows = 1 << 20;
 // OK when `config` can drive RmsNormCpu: platform "" or "cpu", block_size in
-// 0..kMaxRmsNormBlockRows, num_warps in 0..kMaxCpuThreads, the other fields 0.
+// 0..kMaxRmsNormBlockRows, threads in 0..kMaxCpuThreads, the other fields 0.
 // InvalidArgument naming the field and range otherwise.
 absl::Status CheckRmsNormCpuConfig(const KernelConfig& config);
+// The cpu platform's config schema: the fields above and "threads" (worker threads).
+const ConfigSchema& RmsNormCpuConfigSchema();
 
-// The cpu platform of rms_norm. Configs: block_size (rows per work item) and num_warps
+// The cpu platform of rms_norm. Configs: block_size (rows per work item) and threads
 // (threads). Heuristic: 16 rows per item; one thread below 2^18 elements of x, else every
-// hardware thread. Candidates: block_size in {16, 64, 256} x num_warps in {1, 2, hardware
+// hardware thread. Candidates: block_size in {16, 64, 256} x threads in {1, 2, hardware
 // threads}. Runs every problem of the contract.
 // Thread safety: stateless; every method may run on many threads at once.
 std::unique_ptr<PlatformImpl> MakeRmsNormCpu();

@@ -41,6 +41,12 @@ class FakeImpl : public PlatformImpl {
   FakeImpl(std::shared_ptr<FakeCounters> counters, Platform platform)
       : counters_(std::move(counters)), platform_(platform) {}
   Platform platform() const override { return platform_; }
+  const ConfigSchema& config_schema() const override {
+    static const ConfigSchema* const kSchema = new ConfigSchema{{
+        IntConfigField("block_size", 1, 5, "none: always set", "the fake's variant"),
+    }};
+    return *kSchema;
+  }
   absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::OkStatus();
   }
@@ -50,8 +56,7 @@ class FakeImpl : public PlatformImpl {
   }
   absl::Status CheckConfig(const KernelConfig& config, const Problem&,
                            const DeviceInfo&) const override {
-    static constexpr ConfigFieldRange kRanges[] = {{"block_size", &KernelConfig::block_size, 1, 5}};
-    return CheckConfigFields(config, "fake", kRanges);
+    return config_schema().Check(config, "fake");
   }
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem&, const TensorMap& inputs,
                                                        const DeviceInfo&) const override {
@@ -75,6 +80,7 @@ class FakeGpuAutoImpl : public PlatformImpl {
   explicit FakeGpuAutoImpl(std::shared_ptr<FakeCounters> counters)
       : cuda_(counters, Platform::kCuda), cudnn_(std::move(counters), Platform::kCudnn) {}
   Platform platform() const override { return Platform::kCuda; }
+  const ConfigSchema& config_schema() const override { return cuda_.config_schema(); }
   bool RunsConfigsOf(std::string_view config_platform) const override {
     return cuda_.RunsConfigsOf(config_platform) || cudnn_.RunsConfigsOf(config_platform);
   }

@@ -18,6 +18,7 @@ StoredConfig SampleStoredConfig(std::mt19937& rng, const std::string& kernel_id,
   value.config.block_size = small(rng);
   value.config.platform = rng() % 2 ? "cpu" : "cuda";
   value.config.algorithm = rng() % 2 ? "split" : "";
+  if (rng() % 2) value.config.named["threads"] = small(rng);
   value.kernel_id = kernel_id;
   value.fingerprint_hash = fingerprint_hash;
   value.cache_key = absl::StrFormat("%s:%016x", kernel_id, static_cast<uint64_t>(rng()));

@@ -66,6 +66,10 @@ class ToyRun : public PreparedRun {
 class ToyCpu : public PlatformImpl {
  public:
   Platform platform() const override { return Platform::kCpu; }
+  const ConfigSchema& config_schema() const override {
+    static const ConfigSchema* const kSchema = new ConfigSchema();  // no fields
+    return *kSchema;
+  }
   absl::Status Supports(const Problem&, const DeviceInfo&) const override {
     return absl::OkStatus();
   }
@@ -78,7 +82,7 @@ class ToyCpu : public PlatformImpl {
     if (!config.platform.empty() && config.platform != "cpu") {
       return absl::InvalidArgumentError("toy_scale runs on the cpu only");
     }
-    return CheckConfigFields(config, "toy_scale on cpu", {});
+    return config_schema().Check(config, "toy_scale on cpu");
   }
   absl::StatusOr<std::unique_ptr<PreparedRun>> Prepare(const Problem& problem,
                                                        const TensorMap& inputs,

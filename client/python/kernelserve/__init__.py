@@ -14,8 +14,8 @@ from kernelserve.calls import Request
 from kernelserve.client import Client
 from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeError,
                                 UnknownKernelError)
-from kernelserve.info import (DeviceInfo, InputSchema, KernelSchema, OutputSchema, ParamSchema,
-                              ServerInfo)
+from kernelserve.info import (ConfigFieldSchema, DeviceInfo, InputSchema, KernelSchema,
+                              OutputSchema, ParamSchema, ServerInfo)
 from kernelserve.results import (Candidate, ConfigEntry, ItemResult, RegionStatus, Result,
                                  TuneResult)
 from kernelserve.shm import (AsyncCudaSharedMemory, AsyncSystemSharedMemory, CudaSharedMemory,
@@ -23,7 +23,7 @@ from kernelserve.shm import (AsyncCudaSharedMemory, AsyncSystemSharedMemory, Cud
 from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
 
 __all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncSystemSharedMemory", "Candidate",
-           "Client", "ConfigEntry", "CudaSharedMemory", "DeviceInfo", "InputSchema", "ItemResult",
+           "Client", "ConfigEntry", "ConfigFieldSchema", "CudaSharedMemory", "DeviceInfo", "InputSchema", "ItemResult",
            "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema", "ParamSchema",
            "RegionStatus", "RegionTensor", "Request", "Result", "ServerInfo", "SystemSharedMemory",
            "TensorSpec", "TuneResult", "UnknownKernelError", "aio", "bfloat16", "cuda", "from_bf16",

@@ -29,11 +29,13 @@ from kernelserve.v1 import kernel_service_pb2 as pb
 # Keyword arguments of every kernel method that are not the kernel's: how the call runs.
 RUN_OPTIONS = ("config", "platform", "device", "allow_autotune", "request_id", "timeout",
                "outputs")
-_CONFIG_FIELDS = tuple(f.name for f in pb.KernelConfig.DESCRIPTOR.fields)
+# The fixed fields of KernelConfig (a config dict's other names are named fields).
+_CONFIG_FIELDS = tuple(f.name for f in pb.KernelConfig.DESCRIPTOR.fields if f.name != "fields")
 
 Inputs = Mapping[str, TensorLike]  # input name -> array (or TensorSpec where shapes suffice)
 Params = Mapping[str, ParamValue]  # param name -> value
-Config = Mapping[str, Union[int, str]]  # KernelConfig field -> value: an explicit config
+# KernelConfig field (fixed or a platform's named field) -> value: an explicit config.
+Config = Mapping[str, Union[int, str]]
 # Output name -> where the server writes it: a view into a shared-memory region the client
 # registered (region.ndarray), a CUDA tensor in a CUDA region it registered, or a RegionTensor
 # (region.ref(view)).
@@ -87,14 +89,33 @@ def param_value(name: str, value: ParamValue) -> pb.ParamValue:
 
 
 def kernel_config(config: Config) -> pb.KernelConfig:
-    """A pb.KernelConfig of a dict of its fields; ArgumentError naming a field it does not have
-    (and those it has) or a value of the wrong type."""
-    for name in config:
-        if name not in _CONFIG_FIELDS:
-            raise ArgumentError(f"config has no field {name!r}; {_hint(name, _CONFIG_FIELDS)}"
-                                f"its fields are {', '.join(_CONFIG_FIELDS)}")
+    """A pb.KernelConfig of a dict of fields: the fixed fields of KernelConfig by their names,
+    any other name a platform's named field (an int, sent in `fields`; the server checks the
+    name against the platform's config schema, see kernels()). ArgumentError for `backend`
+    (no longer a config field), a name close to a fixed field's (a typo), a value of the wrong
+    type, or a named field that is not an int."""
+    fixed = {name: value for name, value in config.items() if name in _CONFIG_FIELDS}
+    named = {name: value for name, value in config.items() if name not in _CONFIG_FIELDS}
+    if fixed.get("backend"):
+        raise ArgumentError("config field 'backend' is no longer a config field; a kernel "
+                            "variant is 'algorithm', a platform's own fields go by their names "
+                            "(kernels() lists each platform's config fields)")
+    listed = [name for name in _CONFIG_FIELDS if name != "backend"]
+    for name, value in named.items():
+        hint = _hint(name, listed)
+        if hint:  # a near miss of a fixed field's name: a typo, not a named field
+            raise ArgumentError(f"config has no field {name!r}; {hint}its fixed fields are "
+                                f"{', '.join(listed)}; other names are a platform's named "
+                                f"fields (kernels() lists them)")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentError(f"config field {name!r}: expected an int, got "
+                                f"{type(value).__name__} (fields other than platform and "
+                                f"algorithm are ints)")
     try:
-        return pb.KernelConfig(**config)  # type: ignore[arg-type]  # checked by protobuf
+        proto = pb.KernelConfig(**fixed)  # type: ignore[arg-type]  # checked by protobuf
+        for name, value in named.items():
+            proto.fields[name] = value
+        return proto
     except (TypeError, ValueError) as error:  # protobuf's, for a value of the wrong type
         raise ArgumentError(f"config: {error}") from None
 

@@ -81,6 +81,21 @@ class ParamSchema:
 
 
 @dataclasses.dataclass
+class ConfigFieldSchema:
+    """One config field of a platform: a fixed field of KernelConfig or a named one (set in a
+    config dict by its name all the same)."""
+
+    name: str  # "threads"
+    kind: str  # "int" or "choice"
+    min: int  # inclusive bounds of an "int" field
+    max: int
+    choices: list[str]  # of a "choice" field ("" is always allowed)
+    default: str  # what leaving the field out (0 or "") means, for people
+    doc: str
+    named: bool  # True: sent in KernelConfig.fields; False: a fixed field
+
+
+@dataclasses.dataclass
 class KernelSchema:
     """A kernel the server serves: its inputs, outputs and params (from ListKernels)."""
 
@@ -94,6 +109,8 @@ class KernelSchema:
     params: list[ParamSchema]
     vjp: str = ""  # the kernel computing this one's VJP ("mean_pooling_bwd"), "" when none
     vjp_of: str = ""  # on a backward kernel: the forward whose VJP it computes
+    # Each platform's config fields: platform -> fields ({"cpu": [block_size, threads], ...}).
+    configs: dict[str, list[ConfigFieldSchema]] = dataclasses.field(default_factory=dict)
 
     def input(self, name: str) -> Optional[InputSchema]:
         """The input called `name`, or None."""
@@ -139,7 +156,12 @@ def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
                           min=p.min if p.HasField("min") else None,
                           max=p.max if p.HasField("max") else None, doc=p.doc)
               for p in kernel.param_schema]
+    configs = {c.platform: [ConfigFieldSchema(name=f.name, kind=f.kind, min=f.min, max=f.max,
+                                              choices=list(f.choices), default=f.default_value,
+                                              doc=f.doc, named=f.named)
+                            for f in c.fields]
+               for c in kernel.config_schemas}
     return KernelSchema(name=kernel.name, version=kernel.version, id=kernel.id,
                         platforms=list(kernel.platforms), doc=kernel.doc, inputs=inputs,
                         outputs=outputs, params=params, vjp=kernel.vjp,
-                        vjp_of=kernel.vjp_of)
+                        vjp_of=kernel.vjp_of, configs=configs)

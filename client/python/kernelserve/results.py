@@ -117,8 +117,13 @@ class RegionStatus:
 
 
 def config_dict(config: pb.KernelConfig) -> dict[str, Union[int, str]]:
-    """A pb.KernelConfig as a dict of every field."""
-    return {f.name: getattr(config, f.name) for f in config.DESCRIPTOR.fields}
+    """A pb.KernelConfig as a dict: every fixed field but the retired `backend`, then the named
+    fields (`fields`) by their names ({"block_size": 64, ..., "threads": 2})."""
+    out: dict[str, Union[int, str]] = {
+        f.name: getattr(config, f.name) for f in config.DESCRIPTOR.fields
+        if f.name not in ("fields", "backend")}
+    out.update(sorted(config.fields.items()))
+    return out
 
 
 def source_name(source: int) -> str:

@@ -270,8 +270,8 @@ absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfi
   }
   ClearUncoveredRows(args);
 
-  const int threads =
-      CpuWorkerCount(config.num_warps, static_cast<int64_t>(tiles.size()) * args.num_heads_q);
+  const int threads = CpuWorkerCount(RequestedThreads(config),
+                                     static_cast<int64_t>(tiles.size()) * args.num_heads_q);
   const auto bq = static_cast<size_t>(plan.block_q);
   const auto bk = static_cast<size_t>(plan.block_k);
   const auto d = static_cast<size_t>(args.head_dim);
@@ -295,13 +295,20 @@ absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfi
                                   });
 }
 
+const ConfigSchema& FlashAttentionCpuConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("block_q", 0, kMaxCpuAttentionTile, "0: the kernel's tile",
+                     "query rows per tile"),
+      IntConfigField("block_k", 0, kMaxCpuAttentionTile, "0: the kernel's tile",
+                     "key rows per tile"),
+      CpuThreadsField(),
+  }};
+  return *kSchema;
+}
+
 absl::Status CheckFlashAttentionCpuConfig(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
-  static constexpr ConfigFieldRange kRanges[] = {
-      {"block_q", &KernelConfig::block_q, 0, kMaxCpuAttentionTile},
-      {"block_k", &KernelConfig::block_k, 0, kMaxCpuAttentionTile},
-      {"num_warps", &KernelConfig::num_warps, 0, kMaxCpuThreads}};
-  return CheckConfigFields(config, "flash_attention on cpu", kRanges);
+  return FlashAttentionCpuConfigSchema().Check(config, "flash_attention on cpu");
 }
 
 }  // namespace kernelserve::cpu

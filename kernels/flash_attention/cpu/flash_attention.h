@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
 
@@ -60,7 +61,7 @@ struct FlashAttentionArgs {
 // h of q reading kv head h / (Hq / Hkv). Online softmax over key tiles, float accumulation,
 // one rounding to `dtype` at the end. A query row that sees no key gives zeros (lse -inf).
 // config.block_q / block_k: query rows per work item and key rows per tile (0 = 32 / 64).
-// config.num_warps: worker threads (0 = hardware threads).
+// config "threads": worker threads (0 = hardware threads).
 // InvalidArgument for inconsistent sizes or offsets, or a config with negative fields or a
 // platform other than "" or "cpu".
 absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfig& config);
@@ -68,9 +69,11 @@ absl::Status FlashAttentionCpu(const FlashAttentionArgs& args, const KernelConfi
 // The largest block_q and block_k a config may ask for (0 = the default tile).
 inline constexpr int kMaxCpuAttentionTile = 1024;
 // OK when `config` can drive FlashAttentionCpu: platform "" or "cpu", block_q and block_k in
-// 0..kMaxCpuAttentionTile, num_warps in 0..kMaxCpuThreads, the other fields 0.
+// 0..kMaxCpuAttentionTile, threads in 0..kMaxCpuThreads, the other fields 0.
 // InvalidArgument naming the field and range otherwise.
 absl::Status CheckFlashAttentionCpuConfig(const KernelConfig& config);
+// The cpu platform's config schema: the fields above and "threads" (worker threads).
+const ConfigSchema& FlashAttentionCpuConfigSchema();
 
 }  // namespace kernelserve::cpu
 

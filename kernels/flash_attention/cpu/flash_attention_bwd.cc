@@ -146,7 +146,7 @@ absl::Status FlashAttentionBwdCpu(const FlashAttentionBwdArgs& args, const Kerne
   const int64_t dbias_rows = DbiasRows(args);
   const int64_t most = std::max(
       {static_cast<int64_t>(dq_items.size()), static_cast<int64_t>(dkdv_items.size()), dbias_rows});
-  const int threads = CpuWorkerCount(config.num_warps, most);
+  const int threads = CpuWorkerCount(RequestedThreads(config), most);
   std::vector<Scratch> scratch(static_cast<size_t>(threads));
   for (Scratch& w : scratch) {
     attention_bwd::ResizeScratch(plan, dbias_rows > 0 ? a.seq_len_k : 0, w);
@@ -165,13 +165,20 @@ absl::Status FlashAttentionBwdCpu(const FlashAttentionBwdArgs& args, const Kerne
   return run(dbias_rows, [&](int64_t i, Scratch& w) { attention_bwd::RunDbiasRow(plan, i, w); });
 }
 
+const ConfigSchema& FlashAttentionBwdCpuConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("block_q", 0, kMaxCpuAttentionTile, "0: the kernel's tile",
+                     "query rows per tile"),
+      IntConfigField("block_k", 0, kMaxCpuAttentionTile, "0: the kernel's tile",
+                     "key rows per tile"),
+      CpuThreadsField(),
+  }};
+  return *kSchema;
+}
+
 absl::Status CheckFlashAttentionBwdCpuConfig(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
-  static constexpr ConfigFieldRange kRanges[] = {
-      {"block_q", &KernelConfig::block_q, 0, kMaxCpuAttentionTile},
-      {"block_k", &KernelConfig::block_k, 0, kMaxCpuAttentionTile},
-      {"num_warps", &KernelConfig::num_warps, 0, kMaxCpuThreads}};
-  return CheckConfigFields(config, "flash_attention_bwd on cpu", kRanges);
+  return FlashAttentionBwdCpuConfigSchema().Check(config, "flash_attention_bwd on cpu");
 }
 
 }  // namespace kernelserve::cpu

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/kernel_config.h"
 #include "kernels/flash_attention/cpu/flash_attention.h"
 
@@ -40,15 +41,17 @@ struct FlashAttentionBwdArgs {
 // rows; dbias over sequences, then heads), so results are the same bits for every tile size
 // and thread count. Rows no sequence covers get zeros.
 // config.block_q / block_k: query and key rows per work item and tile (0 = 32 / 64).
-// config.num_warps: worker threads (0 = hardware threads).
+// config "threads": worker threads (0 = hardware threads).
 // InvalidArgument for inconsistent sizes or offsets, a missing buffer, or a config that
 // CheckFlashAttentionBwdCpuConfig refuses.
 absl::Status FlashAttentionBwdCpu(const FlashAttentionBwdArgs& args, const KernelConfig& config);
 
 // OK when `config` can drive FlashAttentionBwdCpu: platform "" or "cpu", block_q and block_k
-// in 0..kMaxCpuAttentionTile, num_warps in 0..kMaxCpuThreads, the other fields 0.
+// in 0..kMaxCpuAttentionTile, threads in 0..kMaxCpuThreads, the other fields 0.
 // InvalidArgument naming the field and range otherwise.
 absl::Status CheckFlashAttentionBwdCpuConfig(const KernelConfig& config);
+// The cpu platform's config schema: the fields above and "threads" (worker threads).
+const ConfigSchema& FlashAttentionBwdCpuConfigSchema();
 
 }  // namespace kernelserve::cpu
 

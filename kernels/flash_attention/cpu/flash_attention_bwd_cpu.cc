@@ -59,6 +59,7 @@ struct FlashAttentionBwdCpuTraits {
                                               const DeviceInfo& device) {
     return cpu::FlashCpuCandidates(device);
   }
+  static const ConfigSchema& ConfigFields() { return cpu::FlashAttentionBwdCpuConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckFlashAttentionBwdCpuConfig(config);
   }

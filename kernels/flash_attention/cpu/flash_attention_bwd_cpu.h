@@ -9,13 +9,12 @@
 
 namespace kernelserve {
 
-// Configs: block_q, block_k (tiles; 0 = the default) and num_warps (threads, 0 = one per
-// hardware thread), within the limits of cpu/flash_attention_bwd.h. None changes the results'
-// bits.
-// Heuristic: query tiles of 16 rows for sequences up to 16, else 32; key tiles of 64 up to
-// D = 64, else 32; one thread below 2^22 multiply-adds (about 7 per query, key and dim), else
+// Configs: block_q, block_k (tiles; 0 = the default) and threads (the named field: worker threads,
+// 0 = one per hardware thread), within the limits of cpu/flash_attention_bwd.h. None changes the
+// results' bits. Heuristic: query tiles of 16 rows for sequences up to 16, else 32; key tiles of 64
+// up to D = 64, else 32; one thread below 2^22 multiply-adds (about 7 per query, key and dim), else
 // every hardware thread.
-// Candidates: block_q in {16, 32, 64} x block_k in {32, 64, 128} x num_warps in {1, 2,
+// Candidates: block_q in {16, 32, 64} x block_k in {32, 64, 128} x threads in {1, 2,
 // hardware threads}. Runs every problem of the contract.
 // Thread safety: stateless; every method may run on many threads at once.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCpu();

@@ -27,7 +27,7 @@ KernelConfig CpuConfig(int block_q, int block_k, int threads) {
   KernelConfig config;
   config.block_q = block_q;
   config.block_k = block_k;
-  config.num_warps = threads;
+  SetRequestedThreads(&config, threads);
   config.platform = "cpu";
   return config;
 }
@@ -147,6 +147,7 @@ struct FlashAttentionCpuTraits {
                                               const DeviceInfo& device) {
     return cpu::FlashCpuCandidates(device);
   }
+  static const ConfigSchema& ConfigFields() { return cpu::FlashAttentionCpuConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckFlashAttentionCpuConfig(config);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <utility>
 
 #include "kernels/flash_attention/cuda/flash_attention_bwd_instances.h"
 #include "kernels/flash_attention/cuda/flash_attention_bwd_launch.h"
@@ -36,7 +37,24 @@ KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k) {
   return config;
 }
 
+ConfigFieldSchema CompiledField(const char* name, int CompiledShape::*field, std::string doc) {
+  auto [lo, hi] = std::minmax_element(
+      std::begin(kCompiled), std::end(kCompiled),
+      [&](const CompiledShape& a, const CompiledShape& b) { return a.*field < b.*field; });
+  return IntConfigField(name, (*lo).*field, (*hi).*field, "none: always set", std::move(doc));
+}
+
 }  // namespace
+
+const ConfigSchema& FlashAttentionBwdCudaConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      CompiledField("block_q", &CompiledShape::block_q, "query rows per block"),
+      CompiledField("block_k", &CompiledShape::block_k, "key rows per block"),
+      ChoiceConfigField("algorithm", {std::string(kFlashWgmmaAlgorithm)}, "the mma.sync kernels",
+                        "the kernel variant (wgmma: Hopper, compute capability 9.0)"),
+  }};
+  return *kSchema;
+}
 
 bool IsFlashBwdHeadDimCompiled(int64_t head_dim) {
   return std::any_of(std::begin(kCompiled), std::end(kCompiled),

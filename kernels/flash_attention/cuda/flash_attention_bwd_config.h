@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/kernel_config.h"
 #include "kernels/flash_attention/flash_attention_bwd_kernel.h"
@@ -26,6 +27,10 @@ namespace kernelserve::cuda {
 
 // True for the head dims with compiled backward kernels (64 and 128).
 bool IsFlashBwdHeadDimCompiled(int64_t head_dim);
+
+// The cuda platform's config schema: block_q and block_k within the bounds of the compiled
+// instances, algorithm "" or "wgmma" (the compiled combinations are checked after it).
+const ConfigSchema& FlashAttentionBwdCudaConfigSchema();
 
 // Every compiled config of `head_dim` (empty when none), in a fixed order.
 std::vector<KernelConfig> FlashAttentionBwdCompiledConfigs(int64_t head_dim);

@@ -185,6 +185,7 @@ struct BackwardTraits {
                                                  const DeviceInfo& device) {
     return cuda::FlashAttentionBwdCandidates(p, device);
   }
+  static const ConfigSchema& OwnConfigFields() { return cuda::FlashAttentionBwdCudaConfigSchema(); }
   static absl::Status CheckOwnConfig(const KernelConfig& config, const FlashAttentionBwdProblem& p,
                                      const DeviceInfo& device) {
     return CheckFlashBwdConfig(config, p, device);

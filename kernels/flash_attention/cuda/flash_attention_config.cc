@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <utility>
 
 #include "kernels/flash_attention/cuda/flash_attention_instances.h"
 #include "kernels/flash_attention/cuda/flash_attention_launch.h"
@@ -45,7 +46,33 @@ KernelConfig ConfigOf(const CompiledShape& s) {
   return MakeConfig(s.algorithm, s.block_q, s.block_k, s.num_warps, s.num_stages);
 }
 
+// The least and the most of `field` over the compiled instances.
+template <typename Field>
+std::pair<int, int> CompiledRange(Field field) {
+  auto [lo, hi] = std::minmax_element(
+      std::begin(kCompiled), std::end(kCompiled),
+      [&](const CompiledShape& a, const CompiledShape& b) { return a.*field < b.*field; });
+  return {(*lo).*field, (*hi).*field};
+}
+
+ConfigFieldSchema CompiledField(const char* name, int CompiledShape::*field, std::string doc) {
+  auto [lo, hi] = CompiledRange(field);
+  return IntConfigField(name, lo, hi, "none: always set", std::move(doc));
+}
+
 }  // namespace
+
+const ConfigSchema& FlashAttentionCudaConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      CompiledField("block_q", &CompiledShape::block_q, "query rows per block"),
+      CompiledField("block_k", &CompiledShape::block_k, "key rows per K/V tile"),
+      CompiledField("num_warps", &CompiledShape::num_warps, "warps per block"),
+      CompiledField("num_stages", &CompiledShape::num_stages, "K/V tiles in flight"),
+      ChoiceConfigField("algorithm", {std::string(kFlashWgmmaAlgorithm)}, "the mma.sync kernel",
+                        "the kernel variant (wgmma: Hopper, compute capability 9.0)"),
+  }};
+  return *kSchema;
+}
 
 bool IsFlashWgmmaDevice(const DeviceInfo& device) {
   return device.fingerprint.cc_major == 9 && device.fingerprint.cc_minor == 0;
@@ -68,7 +95,7 @@ std::vector<KernelConfig> FlashAttentionCompiledConfigs(int64_t head_dim) {
 bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
   const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
   if (!(config.platform.empty() || config.platform == "cuda") || config.block_d != 0 ||
-      config.block_size != 0 || !config.backend.empty() || !(wgmma || config.algorithm.empty())) {
+      config.block_size != 0 || !config.named.empty() || !(wgmma || config.algorithm.empty())) {
     return false;
   }
   for (const CompiledShape& s : kCompiled) {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
@@ -26,6 +27,11 @@ namespace kernelserve::cuda {
 
 // KernelConfig::algorithm of the Hopper (wgmma) kernel.
 inline constexpr std::string_view kFlashWgmmaAlgorithm = "wgmma";
+
+// The cuda platform's config schema: block_q, block_k, num_warps and num_stages within the
+// bounds of the compiled instances, algorithm "" or "wgmma" (the compiled combinations are
+// checked after it).
+const ConfigSchema& FlashAttentionCudaConfigSchema();
 
 // True where the wgmma kernels (forward and backward) run: Hopper, compute capability 9.0. A
 // device without a known capability (0.0) is not assumed to.

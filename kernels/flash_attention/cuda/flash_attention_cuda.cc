@@ -114,6 +114,7 @@ struct ForwardTraits {
                                                  const DeviceInfo& device) {
     return cuda::FlashAttentionCandidates(p, device);
   }
+  static const ConfigSchema& OwnConfigFields() { return cuda::FlashAttentionCudaConfigSchema(); }
   static absl::Status CheckOwnConfig(const KernelConfig& config, const FlashAttentionProblem& p,
                                      const DeviceInfo& device) {
     return CheckFlashConfig(config, p, device);

@@ -71,7 +71,7 @@ absl::Status CheckCudnnConfig(const KernelConfig& config, const P& p, const Devi
   const absl::StatusOr<int> plans = CudnnPlanCount(p, device);
   if (!plans.ok()) return absl::InvalidArgumentError(plans.status().message());
   if (plan >= *plans) {
-    return absl::InvalidArgumentError(absl::StrCat(LabelOf(p), " (cudnn): plan", plan,
+    return absl::InvalidArgumentError(absl::StrCat(LabelOf(p), " (cudnn): plan ", plan,
                                                    " does not exist; this problem has ", *plans,
                                                    " plan(s)"));
   }

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/kernel.h"
 #include "core/status_macros.h"
 #include "kernels/flash_attention/cuda/flash_attention_cudnn_plans.h"
@@ -29,6 +30,7 @@ namespace kernelserve::cuda {
 //   static absl::Status OwnSupports(const ProblemType&);  // Unimplemented: what the own lack
 //   static KernelConfig OwnHeuristic(const ProblemType&, const DeviceInfo&);
 //   static std::vector<KernelConfig> OwnCandidates(const ProblemType&, const DeviceInfo&);
+//   static const ConfigSchema& OwnConfigFields();  // the own kernels' config schema
 //   static absl::Status CheckOwnConfig(const KernelConfig&, const ProblemType&,
 //                                      const DeviceInfo&);  // InvalidArgument
 // Thread safety: stateless; every method may run on many threads at once.
@@ -49,6 +51,12 @@ class FlashGpuImpl final : public PlatformImpl {
   // kBest says kCuda: the device's platform (its configs name the platform that runs them).
   Platform platform() const override {
     return mode_ == FlashGpuMode::kCudnn ? Platform::kCudnn : Platform::kCuda;
+  }
+
+  // cudnn: cuDNN's ("plan"); cuda and auto: the own kernels' (auto also runs cudnn configs,
+  // checked by cuDNN's schema).
+  const ConfigSchema& config_schema() const override {
+    return mode_ == FlashGpuMode::kCudnn ? cudnn::CudnnConfigSchema() : Traits::OwnConfigFields();
   }
 
   bool RunsConfigsOf(std::string_view config_platform) const override {
@@ -109,6 +117,8 @@ class FlashGpuImpl final : public PlatformImpl {
       return absl::InvalidArgumentError(
           "a cudnn config runs on the cudnn platform (or \"auto\"), not on cuda");
     }
+    KS_RETURN_IF_ERROR(
+        Traits::OwnConfigFields().Check(config, absl::StrCat(Traits::kLabel, " on cuda")));
     KS_RETURN_IF_ERROR(Traits::OwnSupports(p));
     return Traits::CheckOwnConfig(config, p, device);
   }

@@ -3,25 +3,33 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/utils/string_view.h"
 
 namespace kernelserve::cudnn {
 namespace {
 
-constexpr std::string_view kPlanPrefix = "plan";
 // cuDNN's tensor descriptors take 32-bit element counts per tensor in its SDPA kernels.
 constexpr int64_t kMaxElements = int64_t{1} << 31;
 
 }  // namespace
+
+const ConfigSchema& CudnnConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField(kCudnnPlanField, 0, kMaxCudnnPlanIndex, "0: cuDNN's first choice",
+                     "cuDNN's execution plan (in its heuristics' order)",
+                     /*replaces=*/"algorithm"),
+  }};
+  return *kSchema;
+}
 
 bool IsCudnnConfig(const KernelConfig& config) { return config.platform == kCudnnPlatform; }
 
 KernelConfig CudnnFlashConfig(int plan_index) {
   KernelConfig config;
   config.platform = std::string(kCudnnPlatform);
-  config.algorithm = absl::StrCat(Sv(kPlanPrefix), plan_index);
+  config.named[kCudnnPlanField] = plan_index;
   return config;
 }
 
@@ -30,24 +38,8 @@ absl::StatusOr<int> CudnnFlashPlanIndex(const KernelConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat("flash attention (cudnn): config platform '",
                                                    config.platform, "' is not 'cudnn'"));
   }
-  KernelConfig bare = config;
-  bare.platform.clear();
-  bare.algorithm.clear();
-  bare.priority = 0;
-  if (!(bare == KernelConfig())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "flash attention (cudnn): a cudnn config sets only platform and algorithm, got {",
-        config.DebugString(), "}"));
-  }
-  int index = -1;
-  const std::string_view algorithm = config.algorithm;
-  if (algorithm.substr(0, kPlanPrefix.size()) != kPlanPrefix ||
-      !absl::SimpleAtoi(Sv(algorithm.substr(kPlanPrefix.size())), &index) || index < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "flash attention (cudnn): algorithm '", config.algorithm,
-        "' is not a plan; expected plan0, plan1, ... (cuDNN's plans in its heuristics' order)"));
-  }
-  return index;
+  KS_RETURN_IF_ERROR(CudnnConfigSchema().Check(config, "flash attention on cudnn"));
+  return static_cast<int>(config.Named(kCudnnPlanField));
 }
 
 absl::Status CheckCudnnFlashRules(const FlashAttentionProblem& p) {

@@ -2,12 +2,12 @@
 // CUDA and cuDNN, so it is testable anywhere): what a cudnn config is, the contract's options
 // cuDNN is not asked to run, and the measured rule between cuDNN and the own CUDA kernel.
 //
-// Meaning of the KernelConfig fields for a cudnn config:
+// Meaning of the KernelConfig fields for a cudnn config (its schema: CudnnConfigSchema):
 //   platform    "cudnn".
-//   algorithm   "plan<i>": the i-th execution plan of cuDNN's heuristics (mode A) for the
-//               problem's graph, 0 = cuDNN's first choice. Indices depend on the cuDNN
+//   "plan"      (a named field) i: the i-th execution plan of cuDNN's heuristics (mode A) for
+//               the problem's graph, 0 = cuDNN's first choice. Indices depend on the cuDNN
 //               version; an index past the plans a graph has is refused (and a stored one is
-//               a cache miss).
+//               a cache miss). Before config schema 2 this was algorithm "plan<i>".
 //   every other field stays zero or empty.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDNN_FLASH_ATTENTION_CUDNN_CONFIG_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDNN_FLASH_ATTENTION_CUDNN_CONFIG_H_
@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/kernel_config.h"
 #include "kernels/flash_attention/flash_attention_kernel.h"
@@ -28,14 +29,22 @@ inline constexpr std::string_view kCudnnPlatform = "cudnn";
 // At most this many of cuDNN's plans (in its heuristics' order) are tuning candidates.
 inline constexpr int kMaxFlashPlans = 4;
 
+// The named config field of the plan index.
+inline constexpr char kCudnnPlanField[] = "plan";
+// The most plan index a config may name.
+inline constexpr int kMaxCudnnPlanIndex = 1023;
+
+// The cudnn platform's config schema: "plan" only.
+const ConfigSchema& CudnnConfigSchema();
+
 // True when `config` names the cudnn platform.
 bool IsCudnnConfig(const KernelConfig& config);
 
-// The config of plan `plan_index` (platform "cudnn", algorithm "plan<plan_index>").
+// The config of plan `plan_index` (platform "cudnn", "plan" plan_index).
 KernelConfig CudnnFlashConfig(int plan_index);
 
 // The plan index of a cudnn config; InvalidArgument naming the field when `config` is not one
-// (another platform, an algorithm other than "plan<i>", a non-zero int field).
+// (another platform, a field other than "plan": CudnnConfigSchema's check).
 absl::StatusOr<int> CudnnFlashPlanIndex(const KernelConfig& config);
 
 // OK when the problem is one this service asks cuDNN's SDPA to run, before any graph is built;

@@ -143,7 +143,7 @@ absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& con
   const std::vector<int64_t> counts = CountPoolingRows(args);
   std::vector<float> partials(static_cast<size_t>(num_partials * h_count));
 
-  const int threads = CpuWorkerCount(config.num_warps, static_cast<int64_t>(items.size()));
+  const int threads = CpuWorkerCount(RequestedThreads(config), static_cast<int64_t>(items.size()));
   std::vector<Scratch> scratch(static_cast<size_t>(threads));
   for (Scratch& s : scratch) {
     s.row.resize(static_cast<size_t>(h_count));
@@ -184,12 +184,18 @@ absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& con
       });
 }
 
+const ConfigSchema& MeanPoolingCpuConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("block_size", 0, kMaxCpuBlockRows, "0: chunk_size",
+                     "rows per work item, rounded up to whole leaves"),
+      CpuThreadsField(),
+  }};
+  return *kSchema;
+}
+
 absl::Status CheckMeanPoolingCpuConfig(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
-  static constexpr ConfigFieldRange kRanges[] = {
-      {"block_size", &KernelConfig::block_size, 0, kMaxCpuBlockRows},
-      {"num_warps", &KernelConfig::num_warps, 0, kMaxCpuThreads}};
-  return CheckConfigFields(config, "mean_pooling on cpu", kRanges);
+  return MeanPoolingCpuConfigSchema().Check(config, "mean_pooling on cpu");
 }
 
 }  // namespace kernelserve::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
 
@@ -50,7 +51,7 @@ struct MeanPoolingArgs : PoolingRowsArgs {
 // out[n, h] = mean over the counted rows of sequence n of x[row, h], accumulated in float and
 // rounded once to `dtype`; a sequence with no counted row gives 0.
 // config.block_size: rows per work item, rounded up to whole leaves (0 = 32 rows).
-// config.num_warps: worker threads (0 = hardware threads).
+// config "threads": worker threads (0 = hardware threads).
 // InvalidArgument for inconsistent sizes, out-of-range cu_seqlens, a config with negative
 // fields or a platform other than "" or "cpu".
 absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& config);
@@ -58,9 +59,11 @@ absl::Status MeanPoolingCpu(const MeanPoolingArgs& args, const KernelConfig& con
 // The largest block_size a config may ask for (0 = chunk_size).
 inline constexpr int kMaxCpuBlockRows = 1 << 20;
 // OK when `config` can drive MeanPoolingCpu: platform "" or "cpu", block_size in
-// 0..kMaxCpuBlockRows, num_warps in 0..kMaxCpuThreads, the other fields 0. InvalidArgument
+// 0..kMaxCpuBlockRows, threads in 0..kMaxCpuThreads, the other fields 0. InvalidArgument
 // naming the field and range otherwise.
 absl::Status CheckMeanPoolingCpuConfig(const KernelConfig& config);
+// The cpu platform's config schema: the fields above and "threads" (worker threads).
+const ConfigSchema& MeanPoolingCpuConfigSchema();
 
 }  // namespace kernelserve::cpu
 

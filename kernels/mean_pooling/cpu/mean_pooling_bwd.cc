@@ -68,7 +68,7 @@ absl::Status MeanPoolingBwdCpu(const MeanPoolingBwdArgs& args, const KernelConfi
   const int64_t block_rows = config.block_size > 0 ? config.block_size : kDefaultBlockRows;
   const int64_t items = (args.total_rows + block_rows - 1) / block_rows;
   const std::vector<int64_t> counts = CountPoolingRows(args);
-  const int threads = CpuWorkerCount(config.num_warps, items);
+  const int threads = CpuWorkerCount(RequestedThreads(config), items);
   // Per worker: the quotient row of the sequence last seen, and which sequence that was.
   std::vector<std::vector<float>> rows(static_cast<size_t>(threads),
                                        std::vector<float>(static_cast<size_t>(h_count)));
@@ -95,12 +95,17 @@ absl::Status MeanPoolingBwdCpu(const MeanPoolingBwdArgs& args, const KernelConfi
   });
 }
 
+const ConfigSchema& MeanPoolingBwdCpuConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("block_size", 0, kMaxCpuBlockRows, "0: 64", "rows of dx per work item"),
+      CpuThreadsField(),
+  }};
+  return *kSchema;
+}
+
 absl::Status CheckMeanPoolingBwdCpuConfig(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
-  static constexpr ConfigFieldRange kRanges[] = {
-      {"block_size", &KernelConfig::block_size, 0, kMaxCpuBlockRows},
-      {"num_warps", &KernelConfig::num_warps, 0, kMaxCpuThreads}};
-  return CheckConfigFields(config, "mean_pooling_bwd on cpu", kRanges);
+  return MeanPoolingBwdCpuConfigSchema().Check(config, "mean_pooling_bwd on cpu");
 }
 
 }  // namespace kernelserve::cpu

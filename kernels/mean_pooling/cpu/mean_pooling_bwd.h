@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
 #include "kernels/mean_pooling/cpu/mean_pooling.h"
@@ -22,15 +23,17 @@ struct MeanPoolingBwdArgs : PoolingRowsArgs {
 // sequence's counted rows: the quotient in float (correctly rounded, as a float64 quotient
 // rounded to float is), then rounded to `dtype`; rows no sequence counts get 0. Every element
 // depends on its row alone, so the result is the same for every config.
-// config.block_size: rows per work item (0 = 64). config.num_warps: worker threads (0 =
+// config.block_size: rows per work item (0 = 64). config "threads": worker threads (0 =
 // hardware threads). InvalidArgument for inconsistent sizes, out-of-range cu_seqlens, or a
 // config outside CheckMeanPoolingBwdCpuConfig.
 absl::Status MeanPoolingBwdCpu(const MeanPoolingBwdArgs& args, const KernelConfig& config);
 
 // OK when `config` can drive MeanPoolingBwdCpu: platform "" or "cpu", block_size in
-// 0..kMaxCpuBlockRows (mean_pooling.h), num_warps in 0..kMaxCpuThreads, the others 0.
+// 0..kMaxCpuBlockRows (mean_pooling.h), threads in 0..kMaxCpuThreads, the others 0.
 // InvalidArgument naming the field and range otherwise.
 absl::Status CheckMeanPoolingBwdCpuConfig(const KernelConfig& config);
+// The cpu platform's config schema: the fields above and "threads" (worker threads).
+const ConfigSchema& MeanPoolingBwdCpuConfigSchema();
 
 }  // namespace kernelserve::cpu
 

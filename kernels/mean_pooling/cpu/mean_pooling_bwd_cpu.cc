@@ -48,6 +48,7 @@ struct MeanPoolingBwdCpuTraits {
                                               const DeviceInfo& device) {
     return cpu::PoolingCpuCandidates({kDefaultRows, 512}, device);
   }
+  static const ConfigSchema& ConfigFields() { return cpu::MeanPoolingBwdCpuConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckMeanPoolingBwdCpuConfig(config);
   }

@@ -9,9 +9,9 @@
 
 namespace kernelserve {
 
-// Configs: block_size (rows of dx per work item, 0 = 64) and num_warps (threads, 0 = one per
-// hardware thread). Heuristic: 64 rows; one thread below 2^18 elements of dx, else every
-// hardware thread. Candidates: block_size in {64, 512} x num_warps in {1, 2, hardware
+// Configs: block_size (rows of dx per work item, 0 = 64) and threads (the named field: worker
+// threads, 0 = one per hardware thread). Heuristic: 64 rows; one thread below 2^18 elements of dx,
+// else every hardware thread. Candidates: block_size in {64, 512} x threads in {1, 2, hardware
 // threads}. Runs every problem of the contract; never reads x.
 // Thread safety: stateless; every method may run on many threads at once.
 std::unique_ptr<PlatformImpl> MakeMeanPoolingBwdCpu();

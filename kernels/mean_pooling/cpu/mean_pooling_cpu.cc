@@ -35,7 +35,7 @@ PoolingRowsArgs PoolingRowsOf(const MeanPoolingProblem& p, const MeanPoolingInde
 KernelConfig PoolingCpuConfig(int block_size, int threads) {
   KernelConfig config;
   config.block_size = block_size;
-  config.num_warps = threads;
+  SetRequestedThreads(&config, threads);
   config.platform = "cpu";
   return config;
 }
@@ -103,6 +103,7 @@ struct MeanPoolingCpuTraits {
                                               const DeviceInfo& device) {
     return cpu::PoolingCpuCandidates({BlockRows(p.chunk_size), 32, 128, 512}, device);
   }
+  static const ConfigSchema& ConfigFields() { return cpu::MeanPoolingCpuConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config) {
     return cpu::CheckMeanPoolingCpuConfig(config);
   }

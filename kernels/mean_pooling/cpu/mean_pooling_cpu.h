@@ -14,10 +14,10 @@
 
 namespace kernelserve {
 
-// Configs: block_size (rows per work item, 0 = chunk_size) and num_warps (threads, 0 = one
-// per hardware thread), within the limits of kernels/runtime/cpu/checks.h.
+// Configs: block_size (rows per work item, 0 = chunk_size) and threads (the named field: worker
+// threads, 0 = one per hardware thread), within the limits of kernels/runtime/cpu/checks.h.
 // Heuristic: block_size = chunk_size; one thread below 2^18 elements of x, else every hardware
-// thread. Candidates: block_size in {chunk_size, 32, 128, 512} x num_warps in {1, 2, hardware
+// thread. Candidates: block_size in {chunk_size, 32, 128, 512} x threads in {1, 2, hardware
 // threads}. Runs every problem of the contract.
 // Thread safety: stateless; every method may run on many threads at once.
 std::unique_ptr<PlatformImpl> MakeMeanPoolingCpu();
@@ -33,7 +33,7 @@ PoolingRowsArgs PoolingRowsOf(const MeanPoolingProblem& p, const MeanPoolingInde
 KernelConfig PoolingCpuConfig(int block_size, int threads);
 // The heuristic's threads: one below 2^18 elements of x, else every hardware thread.
 int PoolingCpuThreads(const MeanPoolingProblem& p, const DeviceInfo& device);
-// Each of `block_sizes` x num_warps in {1, 2, hardware threads}.
+// Each of `block_sizes` x threads in {1, 2, hardware threads}.
 std::vector<KernelConfig> PoolingCpuCandidates(const std::set<int>& block_sizes,
                                                const DeviceInfo& device);
 

@@ -18,15 +18,20 @@ KernelConfig Config(int warps, int rows) {
 
 }  // namespace
 
+const ConfigSchema& MeanPoolingBwdCudaConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("num_warps", 1, kPoolBwdMaxWarps, "none: always set", "warps per block"),
+      IntConfigField("block_size", 1, kPoolBwdMaxRows, "none: always set", "rows of dx per block"),
+  }};
+  return *kSchema;
+}
+
 absl::Status CheckPoolingBwdConfig(const KernelConfig& config, const PoolingBwdShape& shape) {
   if (!config.platform.empty() && config.platform != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("mean_pooling_bwd (cuda): config platform '",
                                                    config.platform, "': expected \"cuda\""));
   }
-  static constexpr ConfigFieldRange kRanges[] = {
-      {"num_warps", &KernelConfig::num_warps, 1, kPoolBwdMaxWarps},
-      {"block_size", &KernelConfig::block_size, 1, kPoolBwdMaxRows}};
-  KS_RETURN_IF_ERROR(CheckConfigFields(config, "mean_pooling_bwd on cuda", kRanges));
+  KS_RETURN_IF_ERROR(MeanPoolingBwdCudaConfigSchema().Check(config, "mean_pooling_bwd on cuda"));
   const int64_t blocks = (shape.total_rows + config.block_size - 1) / config.block_size;
   if (blocks > kPoolBwdMaxBlocks) {
     return absl::InvalidArgumentError(

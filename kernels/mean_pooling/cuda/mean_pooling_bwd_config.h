@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
@@ -24,6 +25,10 @@ struct PoolingBwdShape {
   int64_t total_rows = 0;  // rows of dx
   int64_t hidden = 0;      // H
 };
+
+// The cuda platform's config schema: num_warps 1..kPoolBwdMaxWarps, block_size
+// 1..kPoolBwdMaxRows.
+const ConfigSchema& MeanPoolingBwdCudaConfigSchema();
 
 // OK when `config` can run `shape`: platform "" or "cuda", num_warps 1..kPoolBwdMaxWarps,
 // block_size 1..kPoolBwdMaxRows, a grid within kPoolBwdMaxBlocks, the other fields zero.

@@ -137,6 +137,7 @@ struct MeanPoolingBwdCudaTraits {
                                               const DeviceInfo& device) {
     return cuda::PoolingBwdCandidates(ShapeOf(p), device);
   }
+  static const ConfigSchema& ConfigFields() { return cuda::MeanPoolingBwdCudaConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config, const MeanPoolingProblem& p) {
     return cuda::CheckPoolingBwdConfig(config, ShapeOf(p));
   }

@@ -32,7 +32,7 @@ FormPlan PlanFor(const MeanPoolingShape& shape) {
 KernelConfig MakeConfig(int num_warps, int lanes, int stages, int block_rows) {
   KernelConfig config;
   config.num_warps = num_warps;
-  config.block_d = lanes;
+  config.named[kPoolLanesField] = lanes;
   config.num_stages = stages;
   config.block_size = block_rows;
   config.platform = "cuda";
@@ -96,6 +96,21 @@ MeanPoolingShape MeanPoolingShapeOf(const MeanPoolingProblem& problem) {
   return {problem.form, problem.dtype, problem.num_sequences, problem.total_rows, problem.hidden};
 }
 
+const ConfigSchema& MeanPoolingCudaConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("num_warps", kPoolNumWarps.front(), kPoolNumWarps.back(), "none: always set",
+                     "warps per block"),
+      IntConfigField(kPoolLanesField, kPoolLanes.front(), kPoolLanes.back(), "none: always set",
+                     "mean_pooling's lanes on cuda (threads side by side along H)",
+                     /*replaces=*/"block_d"),
+      IntConfigField("num_stages", kPoolStages.front(), kPoolStages.back(), "none: always set",
+                     "rows each thread loads before adding any"),
+      IntConfigField("block_size", kPoolBlockRows.front(), kPoolBlockRows.back(),
+                     "none: always set", "rows per chunk"),
+  }};
+  return *kSchema;
+}
+
 const std::vector<KernelConfig>& MeanPoolingCompiledConfigs() {
   static const std::vector<KernelConfig>* const configs = [] {
     auto* list = new std::vector<KernelConfig>();
@@ -117,7 +132,7 @@ std::vector<KernelConfig> MeanPoolingCandidates(const MeanPoolingShape& shape,
   const KernelConfig best = MeanPoolingHeuristic(shape, device);
   const int max_lanes = LanesForRow(shape);
   std::vector<KernelConfig> out = {best};
-  for (int lanes : Around(kPoolLanes, best.block_d)) {
+  for (int lanes : Around(kPoolLanes, PoolLanes(best))) {
     if (lanes > max_lanes) continue;  // lanes past the row's end only idle
     for (int warps : kPoolNumWarps) {
       if (lanes > warps * 32 || Tiles(shape, lanes) > kPoolMaxTiles) continue;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/kernel_config.h"
@@ -24,6 +25,10 @@ struct MeanPoolingShape {
 
 // The problem's shape as the config choice sees it.
 MeanPoolingShape MeanPoolingShapeOf(const MeanPoolingProblem& problem);
+
+// The cuda platform's config schema: num_warps, "lanes", num_stages and block_size within the
+// bounds of the lists in mean_pooling_space.h (the exact lists are checked after it).
+const ConfigSchema& MeanPoolingCudaConfigSchema();
 
 // Every config the .cu files compile, in a fixed order.
 const std::vector<KernelConfig>& MeanPoolingCompiledConfigs();

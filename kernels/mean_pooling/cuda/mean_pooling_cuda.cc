@@ -34,7 +34,7 @@ cuda::PoolingDeviceArgs SizesOf(const MeanPoolingProblem& p) {
 }
 
 cuda::PoolingLaunchShape LaunchShapeOf(const KernelConfig& config) {
-  return {config.num_warps * 32, config.block_d, config.block_size};
+  return {config.num_warps * 32, cuda::PoolLanes(config), config.block_size};
 }
 
 int VectorWidth(const MeanPoolingProblem& p) {
@@ -44,6 +44,7 @@ int VectorWidth(const MeanPoolingProblem& p) {
 // InvalidArgument unless `config` is compiled and its grid fits the launch limits.
 absl::Status CheckPoolingConfig(const KernelConfig& config, const MeanPoolingProblem& p,
                                 const cuda::PoolingDeviceArgs& args) {
+  KS_RETURN_IF_ERROR(cuda::MeanPoolingCudaConfigSchema().Check(config, "mean_pooling on cuda"));
   if (!cuda::IsPoolingConfigCompiled(config)) {
     return absl::InvalidArgumentError(
         absl::StrCat("mean pooling (cuda): config is not compiled: ",
@@ -150,6 +151,7 @@ struct MeanPoolingCudaTraits {
                                               const DeviceInfo& device) {
     return cuda::MeanPoolingCandidates(cuda::MeanPoolingShapeOf(p), device);
   }
+  static const ConfigSchema& ConfigFields() { return cuda::MeanPoolingCudaConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config, const MeanPoolingProblem& p) {
     KS_RETURN_IF_ERROR(CheckPoolingConfig(config, p, SizesOf(p)));
     return cuda::SelectPoolingLaunch(p.dtype, p.form, VectorWidth(p), config.num_stages).status();

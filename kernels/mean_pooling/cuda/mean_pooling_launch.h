@@ -30,7 +30,7 @@ struct PoolingDeviceArgs {
 // The runtime part of a config (see mean_pooling_space.h).
 struct PoolingLaunchShape {
   int threads = 256;         // 32 * num_warps, at most kPoolMaxThreads
-  int lanes = 64;            // block_d: a power of two, at most `threads`
+  int lanes = 64;            // config "lanes": a power of two, at most `threads`
   int64_t block_rows = 128;  // block_size
 };
 

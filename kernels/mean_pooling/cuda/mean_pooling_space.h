@@ -3,11 +3,11 @@
 // (built with CUDA) share these lists, so a config the heuristic names is always one the launch
 // accepts.
 //
-// Meaning of the KernelConfig fields for this kernel:
+// Meaning of the KernelConfig fields for this kernel (its schema: MeanPoolingCudaConfigSchema):
 //   num_warps   threads per block / 32.
-//   block_d     lanes: threads side by side along H in a block. Each lane covers one 16-byte
-//               vector of a row (8 f16/bf16 or 4 f32 values) when H allows it, else one value.
-//               The block's other threads (num_warps * 32 / block_d groups) take other rows.
+//   "lanes"     (a named field) threads side by side along H in a block. Each lane covers one
+//               16-byte vector of a row (8 f16/bf16 or 4 f32 values) when H allows it, else one
+//               value. The block's other threads (num_warps * 32 / lanes groups) take other rows.
 //   num_stages  rows each thread loads before adding any of them (loads in flight); a
 //               compile-time constant of the kernel.
 //   block_size  rows per chunk: the rows of x one block sums. Sequences longer than a chunk are
@@ -23,6 +23,9 @@
 #include "core/kernel_config.h"
 
 namespace kernelserve::cuda {
+
+// The named config field of the lanes (before config schema 2: block_d).
+inline constexpr char kPoolLanesField[] = "lanes";
 
 // Threads per block at most (the kernel's launch bound and its shared-memory sizing).
 inline constexpr int kPoolMaxThreads = 256;
@@ -45,18 +48,25 @@ constexpr int PoolVectorWidth(int64_t item_size, int64_t hidden) {
 // ceil(a / b) for a >= 0, b > 0, without overflow near INT64_MAX.
 constexpr int64_t PoolCeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-// True when `config` lies in the compiled space: each field one of the values above, block_d
-// at most the block's threads, the fields this kernel does not use zero or empty, platform
-// "cuda" or "". `priority` is free.
+// The lanes of `config` (its named field "lanes"), 0 when unset or out of range.
+inline int PoolLanes(const KernelConfig& config) {
+  const int64_t lanes = config.Named(kPoolLanesField);
+  return lanes > 0 && lanes <= kPoolLanes.back() ? static_cast<int>(lanes) : 0;
+}
+
+// True when `config` lies in the compiled space: each field one of the values above, lanes at
+// most the block's threads, the fields this kernel does not use zero or empty, platform "cuda"
+// or "". `priority` is free.
 inline bool IsPoolingConfigCompiled(const KernelConfig& config) {
   auto in = [](const auto& values, int v) {
     return std::find(values.begin(), values.end(), v) != values.end();
   };
-  return in(kPoolNumWarps, config.num_warps) && in(kPoolLanes, config.block_d) &&
-         config.block_d <= 32 * config.num_warps && in(kPoolStages, config.num_stages) &&
+  const int lanes = PoolLanes(config);
+  return in(kPoolNumWarps, config.num_warps) && in(kPoolLanes, lanes) &&
+         lanes <= 32 * config.num_warps && in(kPoolStages, config.num_stages) &&
          in(kPoolBlockRows, config.block_size) && config.block_q == 0 && config.block_k == 0 &&
-         (config.platform.empty() || config.platform == "cuda") && config.backend.empty() &&
-         config.algorithm.empty();
+         config.block_d == 0 && config.named.size() == 1 &&
+         (config.platform.empty() || config.platform == "cuda") && config.algorithm.empty();
 }
 
 }  // namespace kernelserve::cuda

@@ -17,6 +17,23 @@ absl::Status CheckCpuPlatform(const KernelConfig& config) {
   return absl::OkStatus();
 }
 
+ConfigFieldSchema CpuThreadsField() {
+  return IntConfigField(kCpuThreadsField, 0, kMaxCpuThreads, "0: one per hardware thread",
+                        "the cpu platform's worker threads", /*replaces=*/"num_warps");
+}
+
+int RequestedThreads(const KernelConfig& config) {
+  return static_cast<int>(std::clamp<int64_t>(config.Named(kCpuThreadsField), 0, kMaxCpuThreads));
+}
+
+void SetRequestedThreads(KernelConfig* config, int threads) {
+  if (threads == 0) {
+    config->named.erase(kCpuThreadsField);
+  } else {
+    config->named[kCpuThreadsField] = threads;
+  }
+}
+
 int HardwareThreads(const DeviceInfo& device) {
   return std::clamp(device.num_threads, 1, kMaxCpuThreads);
 }

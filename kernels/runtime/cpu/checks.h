@@ -6,16 +6,27 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "core/config_schema.h"
 #include "core/device.h"
 #include "core/kernel_config.h"
 
 namespace kernelserve::cpu {
 
-// The most threads a CPU kernel's config may ask for (num_warps; 0 = one per hardware
-// thread). Kernels check their configs before anything is sized from them, start no more
+// The most threads a CPU kernel's config may ask for (its named field "threads"; 0 = one per
+// hardware thread). Kernels check their configs before anything is sized from them, start no more
 // threads than the machine has or there are work items, and clamp tiles to the problem, so
 // scratch memory stays proportional to the inputs.
 inline constexpr int kMaxCpuThreads = 1024;
+
+// The named config field of every CPU platform: worker threads.
+inline constexpr char kCpuThreadsField[] = "threads";
+// Its schema: 0..kMaxCpuThreads, 0 = one per hardware thread; it replaces num_warps.
+ConfigFieldSchema CpuThreadsField();
+// The worker threads `config` asks for (its "threads"; 0 = one per hardware thread).
+// REQUIRES: the config passed its platform's check (the value is within 0..kMaxCpuThreads).
+int RequestedThreads(const KernelConfig& config);
+// Sets `config`'s worker threads (0 leaves the field out).
+void SetRequestedThreads(KernelConfig* config, int threads);
 
 // OK for a config of platform "" or "cpu"; InvalidArgument otherwise.
 absl::Status CheckCpuPlatform(const KernelConfig& config);
@@ -24,7 +35,7 @@ absl::Status CheckCpuPlatform(const KernelConfig& config);
 // count the CPU platforms' heuristics and candidates name.
 int HardwareThreads(const DeviceInfo& device);
 
-// The threads a CPU kernel starts for `requested` (config num_warps) and `items` work items:
+// The threads a CPU kernel starts for `requested` (RequestedThreads) and `items` work items:
 // never more than the items or the hardware threads, at least 1.
 int CpuWorkerCount(int requested, int64_t items);
 

@@ -19,7 +19,9 @@ namespace kernelserve::cpu {
 //                             // pointing into `inputs`, which outlive it
 //   static KernelConfig Heuristic(const ProblemType&, const DeviceInfo&);
 //   static std::vector<KernelConfig> Candidates(const ProblemType&, const DeviceInfo&);
-//   static absl::Status CheckConfig(const KernelConfig&);  // InvalidArgument
+//   static const ConfigSchema& ConfigFields();  // the platform's config schema
+//   static absl::Status CheckConfig(const KernelConfig&);  // InvalidArgument; checks the
+//                                                          // schema's fields first
 // Thread safety: stateless; every method may run on many threads at once.
 template <typename Traits>
 class CpuImpl final : public PlatformImpl {
@@ -27,6 +29,8 @@ class CpuImpl final : public PlatformImpl {
   using P = typename Traits::ProblemType;
 
   Platform platform() const override { return Platform::kCpu; }
+
+  const ConfigSchema& config_schema() const override { return Traits::ConfigFields(); }
 
   absl::Status Supports(const Problem& /*problem*/, const DeviceInfo& /*device*/) const override {
     return absl::OkStatus();  // the reference runs every valid call

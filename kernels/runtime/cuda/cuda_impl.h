@@ -52,7 +52,9 @@ absl::StatusOr<std::unique_ptr<PreparedRun>> PrepareCudaRun(const PlatformImpl& 
 //   static absl::Status Supports(const ProblemType&);  // Unimplemented: what the kernels lack
 //   static KernelConfig Heuristic(const ProblemType&, const DeviceInfo&);
 //   static std::vector<KernelConfig> Candidates(const ProblemType&, const DeviceInfo&);
-//   static absl::Status CheckConfig(const KernelConfig&, const ProblemType&);  // InvalidArgument
+//   static const ConfigSchema& ConfigFields();  // the platform's config schema
+//   static absl::Status CheckConfig(const KernelConfig&, const ProblemType&);  // InvalidArgument;
+//                                                 // checks the schema's fields first
 // Thread safety: stateless; every method may run on many threads at once.
 template <typename Traits>
 class CudaImpl final : public PlatformImpl {
@@ -60,6 +62,8 @@ class CudaImpl final : public PlatformImpl {
   using P = typename Traits::ProblemType;
 
   Platform platform() const override { return Platform::kCuda; }
+
+  const ConfigSchema& config_schema() const override { return Traits::ConfigFields(); }
 
   absl::Status Supports(const Problem& problem, const DeviceInfo& device) const override {
     KS_RETURN_IF_ERROR(CheckCudaDevice(Traits::kLabel, platform(), device));

@@ -36,7 +36,7 @@ TEST_F(ClientServerTest, MeanPoolingVarlenWithOverride) {
   options.cu_seqlens = Tensor::FromInts(DType::kI32, {3}, {0, 5, 12});
   KernelConfig config;
   config.block_size = 4;
-  config.num_warps = 1;
+  config.named["threads"] = 1;
   options.run.config = config;
   absl::StatusOr<RunResult> r = client_->MeanPooling(x, options);
   ASSERT_TRUE(r.ok()) << r.status();

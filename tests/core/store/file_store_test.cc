@@ -207,6 +207,34 @@ TEST_F(FileStoreTest, EntryThatDoesNotDecodeIsDataLoss) {
   EXPECT_EQ((*all)[0].cache_key, good.cache_key);
 }
 
+// An entry whose config was written under config schema 1 (before named fields): Get misses
+// cleanly (NotFound, not DataLoss), List leaves it out, and a Put replaces it.
+TEST_F(FileStoreTest, EntryOfTheOldConfigSchemaIsAMiss) {
+  auto store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  const StoredConfig good = SampleStoredConfig(rng_, "mean_pooling@v1", "ffffffffffffffff");
+  ASSERT_TRUE(store->Put(good).ok());
+  nlohmann::json j = FileJson();
+  nlohmann::json old = nlohmann::json::parse(good.ToJson());
+  old["key"] = "mean_pooling@v1:old";
+  old["config"] = {{"schema", 1}, {"block_size", 32}, {"num_warps", 2}, {"platform", "cpu"}};
+  j["entries"]["ffffffffffffffff/mean_pooling@v1:old"] = old;
+  std::ofstream(path_ + ".new") << j.dump();
+  fs::rename(path_ + ".new", path_);
+
+  const absl::Status miss = store->Get("ffffffffffffffff", "mean_pooling@v1:old").status();
+  EXPECT_EQ(miss.code(), absl::StatusCode::kNotFound) << miss;
+  EXPECT_NE(miss.message().find("config schema 1 is not the current 2"), std::string::npos) << miss;
+  absl::StatusOr<std::vector<StoredConfig>> all = store->List("");
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].cache_key, good.cache_key);
+  StoredConfig fresh = good;
+  fresh.cache_key = "mean_pooling@v1:old";
+  ASSERT_TRUE(store->Put(fresh).ok());
+  EXPECT_TRUE(store->Get("ffffffffffffffff", "mean_pooling@v1:old").ok());
+}
+
 TEST_F(FileStoreTest, ListFiltersByKernelPrefix) {
   auto store = OpenOrDie();
   ASSERT_NE(store, nullptr);

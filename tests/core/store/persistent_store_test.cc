@@ -89,6 +89,20 @@ TEST(StoredConfigTest, RejectsMalformed) {
   EXPECT_TRUE(StoredConfig::FromJson(good.dump()).ok());
 }
 
+// A config stored before named fields (config schema 1, num_warps as the CPU's threads) is a
+// miss, not damage.
+TEST(StoredConfigTest, ConfigOfTheOldConfigSchemaIsNotFound) {
+  const std::string v1 =
+      R"({"schema":1,"config":{"schema":1,"block_size":32,"num_warps":2,"backend":"",)"
+      R"("platform":"cpu"},"kernel":"mean_pooling@v1","fingerprint":"ffffffffffffffff",)"
+      R"("key":"mean_pooling@v1:1"})";
+  const absl::Status status = StoredConfig::FromJson(v1).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(),
+            "stored config: kernel config: config schema 1 is not the current 2 (written by "
+            "another version)");
+}
+
 TEST(StoredConfigTest, ValueNested64LevelsDecodesAnd65IsInvalid) {
   std::mt19937 rng(10);
   const StoredConfig value = SampleStoredConfig(rng, kKernel, kFingerprint);

@@ -32,7 +32,7 @@ KernelConfig Config(int block_q, int block_k, int threads) {
   KernelConfig config;
   config.block_q = block_q;
   config.block_k = block_k;
-  config.num_warps = threads;
+  config.named["threads"] = threads;
   config.platform = "cpu";
   return config;
 }
@@ -255,8 +255,9 @@ TEST(FlashAttentionBwdCpuTest, HeuristicIsAPureCandidateAndLimitsHold) {
   }
   const std::shared_ptr<const Problem> tiny_problem = *AnalyzeCall(*kernel, shapes[0], {});
   const Problem& tiny = *tiny_problem;
-  EXPECT_EQ(cpu.Heuristic(tiny, CpuDevice(32)).num_warps, 1);
-  EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(*kernel, shapes[1], {}), CpuDevice(32)).num_warps, 32);
+  EXPECT_EQ(cpu.Heuristic(tiny, CpuDevice(32)).Named("threads"), 1);
+  EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(*kernel, shapes[1], {}), CpuDevice(32)).Named("threads"),
+            32);
   KernelConfig bad = Config(-1, 0, 0);
   EXPECT_EQ(cpu.CheckConfig(bad, tiny, CpuDevice(1)).code(), absl::StatusCode::kInvalidArgument);
   bad = Config(0, 0, cpu::kMaxCpuThreads + 1);

@@ -99,7 +99,7 @@ TEST(FlashAttentionCpuTest, CpuHeuristicIsAPureCandidate) {
         EXPECT_EQ(c.platform, "cpu");
         EXPECT_GT(c.block_q, 0);
         EXPECT_GT(c.block_k, 0);
-        EXPECT_GE(c.num_warps, 1);
+        EXPECT_GE(c.Named("threads"), 1);
         EXPECT_TRUE(cpu.CheckConfig(c, **problem, CpuDevice(threads)).ok());
         distinct.insert(c.ToJson());
       }
@@ -109,8 +109,8 @@ TEST(FlashAttentionCpuTest, CpuHeuristicIsAPureCandidate) {
   auto heuristic = [&](const TensorSpecMap& inputs) {
     return cpu.Heuristic(**AnalyzeCall(kernel, inputs, {}), CpuDevice(32));
   };
-  EXPECT_EQ(heuristic(shapes[0]).num_warps, 1);
-  EXPECT_EQ(heuristic(shapes[1]).num_warps, 32);
+  EXPECT_EQ(heuristic(shapes[0]).Named("threads"), 1);
+  EXPECT_EQ(heuristic(shapes[1]).Named("threads"), 32);
   EXPECT_EQ(heuristic(shapes[2]).block_q, 16);
 }
 

@@ -65,7 +65,7 @@ KernelConfig Tiles(int block_q, int block_k, int threads = 0) {
   KernelConfig config;
   config.block_q = block_q;
   config.block_k = block_k;
-  config.num_warps = threads;
+  config.named["threads"] = threads;
   return config;
 }
 
@@ -425,7 +425,7 @@ TEST(FlashAttentionCpuTest, RejectsBadOffsetsAndConfigs) {
   EXPECT_THAT(r.status().message(), HasSubstr("0..1024"));
   r = RunAttention(a, in, Tiles(0, 0, 1000000000));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("num_warps"));
+  EXPECT_THAT(r.status().message(), HasSubstr("threads"));
   // The largest tiles and thread count allowed run, clamped to the problem.
   EXPECT_TRUE(
       RunAttention(a, in, Tiles(kMaxCpuAttentionTile, kMaxCpuAttentionTile, kMaxCpuThreads)).ok());

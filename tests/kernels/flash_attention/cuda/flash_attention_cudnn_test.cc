@@ -114,7 +114,7 @@ class FlashAttentionCudnnTest : public ::testing::Test {
     if (!run.ok()) return false;
     for (const KernelConfig& plan : plans) {
       EXPECT_TRUE(cudnn().CheckConfig(plan, *problem, gpu()).ok()) << label;
-      ExpectMatches(**run, plan, want, dtype, absl::StrCat(label, " ", plan.algorithm));
+      ExpectMatches(**run, plan, want, dtype, absl::StrCat(label, " ", plan.DebugString()));
     }
     std::printf("  cudnn runs    %s (%zu plans)\n", label.c_str(), plans.size());
     return true;

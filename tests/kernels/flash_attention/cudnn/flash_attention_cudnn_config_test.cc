@@ -2,6 +2,7 @@
 // cuDNN, the measured rule between the platforms. None of these needs a GPU.
 #include "kernels/flash_attention/cudnn/flash_attention_cudnn_config.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -29,7 +30,8 @@ TEST(FlashAttentionCudnnConfigTest, PlanConfigsRoundTrip) {
     const KernelConfig config = CudnnFlashConfig(i);
     EXPECT_TRUE(IsCudnnConfig(config));
     EXPECT_EQ(config.platform, "cudnn");
-    EXPECT_EQ(config.algorithm, "plan" + std::to_string(i));
+    EXPECT_EQ(config.algorithm, "");
+    EXPECT_EQ(config.Named("plan"), i);
     absl::StatusOr<int> index = CudnnFlashPlanIndex(config);
     ASSERT_TRUE(index.ok()) << index.status();
     EXPECT_EQ(*index, i);
@@ -54,13 +56,30 @@ TEST(FlashAttentionCudnnConfigTest, OtherConfigsAreInvalidArgumentNamingWhatIsWr
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("block_k=64"));
 
-  for (const char* algorithm : {"", "plan", "plan-1", "planx", "wgmma", "plan1x"}) {
+  for (int64_t plan : {int64_t{-1}, int64_t{kMaxCudnnPlanIndex} + 1, int64_t{1} << 40}) {
     KernelConfig bad = CudnnFlashConfig(0);
-    bad.algorithm = algorithm;
+    bad.named["plan"] = plan;
     status = CudnnFlashPlanIndex(bad).status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << algorithm;
-    EXPECT_THAT(status.message(), HasSubstr("expected plan0, plan1")) << algorithm;
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << plan;
+    EXPECT_EQ(status.message(), absl::StrCat("config plan=", plan,
+                                             " is out of range for flash attention on cudnn: "
+                                             "expected 0..1023"));
   }
+  // The plan as an algorithm name ("plan3", before config schema 2): refused, naming the field.
+  KernelConfig old;
+  old.platform = "cudnn";
+  old.algorithm = "plan3";
+  status = CudnnFlashPlanIndex(old).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "config algorithm='plan3': algorithm is not a field of flash attention on cudnn; the "
+            "field for cuDNN's execution plan (in its heuristics' order) is 'plan' (0..1023)");
+  KernelConfig threads = CudnnFlashConfig(0);
+  threads.named["threads"] = 2;
+  EXPECT_THAT(CudnnFlashPlanIndex(threads).status().message(),
+              HasSubstr("config 'threads'=2: not a field of flash attention on cudnn (its "
+                        "fields: plan)"));
+  EXPECT_EQ(CudnnConfigSchema().FieldNames(), "plan");
 }
 
 TEST(FlashAttentionCudnnConfigTest, RulesPassWhatCudnnIsAskedToRun) {

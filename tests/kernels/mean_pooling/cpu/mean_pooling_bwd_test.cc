@@ -154,7 +154,7 @@ TEST(MeanPoolingBwdCpuTest, WritesEveryElementWithTheSameBitsForEveryConfig) {
       for (int threads : {1, 3}) {
         KernelConfig config;
         config.block_size = rows;
-        config.num_warps = threads;
+        config.named["threads"] = threads;
         // The raw kernel on a poisoned dx: every element must be overwritten.
         Tensor dx = Tensor::Empty(want.dtype(), want.shape());
         for (int64_t i = 0; i < dx.numel(); ++i) {
@@ -195,7 +195,7 @@ TEST(MeanPoolingBwdCpuTest, RefusesConfigsOutsideItsLimits) {
   config.platform = "cuda";
   EXPECT_EQ(cpu::CheckMeanPoolingBwdCpuConfig(config).code(), absl::StatusCode::kInvalidArgument);
   config = KernelConfig{};
-  config.num_warps = -1;
+  config.named["threads"] = -1;
   EXPECT_EQ(cpu::CheckMeanPoolingBwdCpuConfig(config).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -93,8 +93,8 @@ TEST(MeanPoolingCpuTest, CpuHeuristicIsAPureCandidate) {
         for (const KernelConfig& c : candidates) {
           EXPECT_EQ(c.platform, "cpu");
           EXPECT_GT(c.block_size, 0);
-          EXPECT_GE(c.num_warps, 1);
-          EXPECT_LE(c.num_warps, std::max(threads, 2));
+          EXPECT_GE(c.Named("threads"), 1);
+          EXPECT_LE(c.Named("threads"), std::max(threads, 2));
           distinct.insert(c.ToJson());
         }
         EXPECT_EQ(distinct.size(), candidates.size());
@@ -102,8 +102,9 @@ TEST(MeanPoolingCpuTest, CpuHeuristicIsAPureCandidate) {
     }
   }
   // Small inputs stay on one thread; large ones use every hardware thread.
-  EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(kernel, shapes[0], {}), CpuDevice(16)).num_warps, 1);
-  EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(kernel, shapes[1], {}), CpuDevice(16)).num_warps, 16);
+  EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(kernel, shapes[0], {}), CpuDevice(16)).Named("threads"), 1);
+  EXPECT_EQ(cpu.Heuristic(**AnalyzeCall(kernel, shapes[1], {}), CpuDevice(16)).Named("threads"),
+            16);
 }
 
 // An empty x declares dims that no bytes back (x [0,1,2^40] is 0 bytes): the run sizes

@@ -164,7 +164,7 @@ TEST(MeanPoolingCpuTest, BlockSizeAndThreadsDoNotChangeTheBits) {
   for (const Problem& p : problems) {
     KernelConfig first;
     first.block_size = 1;
-    first.num_warps = 1;
+    first.named["threads"] = 1;
     absl::StatusOr<Tensor> baseline = RunPooling(p, first);
     ASSERT_TRUE(baseline.ok()) << baseline.status();
     ASSERT_LT(RelativeError(baseline->ToDoubles(), Reference(p)), Tolerance(p.dtype));
@@ -173,7 +173,7 @@ TEST(MeanPoolingCpuTest, BlockSizeAndThreadsDoNotChangeTheBits) {
         SCOPED_TRACE(testing::Message() << "block=" << block << " threads=" << threads);
         KernelConfig config;
         config.block_size = block;
-        config.num_warps = threads;
+        config.named["threads"] = threads;
         config.platform = "cpu";
         absl::StatusOr<Tensor> out = RunPooling(p, config);
         ASSERT_TRUE(out.ok()) << out.status();
@@ -200,10 +200,10 @@ TEST(MeanPoolingCpuTest, RejectsBadOffsetsAndConfigs) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("platform"));
   config = KernelConfig{};
-  config.num_warps = -1;
+  config.named["threads"] = -1;
   out = RunPooling(dense, config);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status().message(), HasSubstr("num_warps"));
+  EXPECT_THAT(out.status().message(), HasSubstr("threads"));
 }
 
 // Huge fields are refused before anything is sized from them (they once allocated scratch
@@ -211,10 +211,10 @@ TEST(MeanPoolingCpuTest, RejectsBadOffsetsAndConfigs) {
 TEST(MeanPoolingCpuTest, ConfigOutsideTheLimitsIsRefusedWithTheRange) {
   Problem dense = Dense(DType::kF32, 1, 1, 1, 7);
   KernelConfig config;
-  config.num_warps = 1000000000;
+  config.named["threads"] = 1000000000;
   absl::StatusOr<Tensor> out = RunPooling(dense, config);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status().message(), HasSubstr("num_warps=1000000000"));
+  EXPECT_THAT(out.status().message(), HasSubstr("threads=1000000000"));
   EXPECT_THAT(out.status().message(), HasSubstr("0..1024"));
   config = KernelConfig{};
   config.block_size = 1000000000;
@@ -225,9 +225,17 @@ TEST(MeanPoolingCpuTest, ConfigOutsideTheLimitsIsRefusedWithTheRange) {
   config.block_q = 64;
   out = RunPooling(dense, config);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status().message(), HasSubstr("does not use block_q"));
+  EXPECT_THAT(out.status().message(), HasSubstr("block_q is not a field of mean_pooling on cpu"));
   config = KernelConfig{};
-  config.num_warps = kMaxCpuThreads;
+  config.num_warps = 4;  // the CPU's threads before config schema 2: refused, naming the new field
+  out = RunPooling(dense, config);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      out.status().message(),
+      "config num_warps=4: num_warps is not a field of mean_pooling on cpu; the field for the "
+      "cpu platform's worker threads is 'threads' (0..1024)");
+  config = KernelConfig{};
+  config.named["threads"] = kMaxCpuThreads;
   config.block_size = kMaxCpuBlockRows;
   EXPECT_TRUE(RunPooling(dense, config).ok());
 }

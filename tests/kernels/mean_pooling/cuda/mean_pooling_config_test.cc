@@ -94,17 +94,34 @@ TEST(MeanPoolingConfigTest, HeuristicLanesCoverTheRowWithoutIdleLanes) {
   // bf16 H=4096: 512 vectors of 8 values -> 64 lanes; H=17 (no 16-byte rows) -> 32 lanes of
   // one value; H=1 -> one lane.
   const MeanPoolingShape wide{PoolingForm::kDense, DType::kBF16, 32, 65536, 4096};
-  EXPECT_EQ(MeanPoolingHeuristic(wide, Gpu(132)).block_d, 64);
+  EXPECT_EQ(MeanPoolingHeuristic(wide, Gpu(132)).Named("lanes"), 64);
   const MeanPoolingShape odd{PoolingForm::kDense, DType::kF32, 3, 21, 17};
-  EXPECT_EQ(MeanPoolingHeuristic(odd, Gpu(132)).block_d, 32);
+  EXPECT_EQ(MeanPoolingHeuristic(odd, Gpu(132)).Named("lanes"), 32);
   const MeanPoolingShape one{PoolingForm::kVarlen, DType::kF16, 3, 100, 1};
-  EXPECT_EQ(MeanPoolingHeuristic(one, Gpu(132)).block_d, 1);
+  EXPECT_EQ(MeanPoolingHeuristic(one, Gpu(132)).Named("lanes"), 1);
+}
+
+// The lanes are the named field "lanes"; block_d (their field before config schema 2) is
+// refused, naming it.
+TEST(MeanPoolingConfigTest, SchemaNamesTheLanesField) {
+  const ConfigSchema& schema = MeanPoolingCudaConfigSchema();
+  EXPECT_EQ(schema.FieldNames(), "num_warps, lanes, num_stages, block_size");
+  for (const KernelConfig& config : MeanPoolingCompiledConfigs()) {
+    EXPECT_TRUE(schema.Check(config, "mean_pooling on cuda").ok()) << config.DebugString();
+  }
+  KernelConfig old = MeanPoolingCompiledConfigs().front();
+  old.named.clear();
+  old.block_d = 64;
+  EXPECT_EQ(schema.Check(old, "mean_pooling on cuda").message(),
+            "config block_d=64: block_d is not a field of mean_pooling on cuda; the field for "
+            "mean_pooling's lanes on cuda (threads side by side along H) is 'lanes' (1..256)");
+  EXPECT_FALSE(IsPoolingConfigCompiled(old));
 }
 
 TEST(MeanPoolingConfigTest, HeuristicSplitsLongSequencesToFillTheChip) {
   const MeanPoolingShape shape{PoolingForm::kDense, DType::kBF16, 32, 32 * 2048, 4096};
   const KernelConfig config = MeanPoolingHeuristic(shape, Gpu(132));
-  const int64_t tiles = 4096 / 8 / config.block_d;
+  const int64_t tiles = 4096 / 8 / config.Named("lanes");
   const int64_t blocks = PoolCeilDiv(shape.total_rows, config.block_size) * tiles;
   EXPECT_GE(blocks, 132 * 7);
   EXPECT_LT(blocks, 132 * 7 * 2);      // the largest chunk that still fills the chip
@@ -112,7 +129,8 @@ TEST(MeanPoolingConfigTest, HeuristicSplitsLongSequencesToFillTheChip) {
   // A small problem gets the smallest chunk that still gives each thread a full round.
   const MeanPoolingShape tiny{PoolingForm::kDense, DType::kF32, 1, 7, 1000};
   const KernelConfig small = MeanPoolingHeuristic(tiny, Gpu(132));
-  const int round = small.num_warps * 32 / small.block_d * small.num_stages;
+  const int round =
+      static_cast<int>(small.num_warps * 32 / small.Named("lanes") * small.num_stages);
   EXPECT_EQ(small.block_size, *std::find_if(kPoolBlockRows.begin(), kPoolBlockRows.end(),
                                             [&](int rows) { return rows >= round; }));
 }

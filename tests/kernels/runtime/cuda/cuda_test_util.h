@@ -123,7 +123,7 @@ inline Tensor Offsets(DType dtype, const std::vector<int64_t>& lengths) {
 inline KernelConfig Config(int warps, int lanes, int stages, int rows) {
   KernelConfig config;
   config.num_warps = warps;
-  config.block_d = lanes;
+  config.named["lanes"] = lanes;
   config.num_stages = stages;
   config.block_size = rows;
   config.platform = "cuda";
