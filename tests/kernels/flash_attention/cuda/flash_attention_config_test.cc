@@ -230,11 +230,16 @@ TEST(FlashAttentionConfigTest, CudaPlatformOffersTheCudaSpace) {
   EXPECT_EQ(candidates.front(), best);
   EXPECT_TRUE(IsFlashConfigCompiled(best, 128));
   EXPECT_TRUE(cuda.CheckConfig(best, **problem, gpu).ok());
-  // A config outside the compiled space names the field and the values it may take.
+  // A config outside the schema's range names the field and the range (the schema's check);
+  // one in range but not compiled names the values it may take.
   KernelConfig huge = best;
   huge.block_q = 2147483647;
   EXPECT_THAT(cuda.CheckConfig(huge, **problem, gpu).message(),
-              HasSubstr("block_q=2147483647: expected one of"));
+              HasSubstr("config block_q=2147483647 is out of range for flash attention on cuda"));
+  KernelConfig odd = best;
+  odd.block_q = 65;
+  EXPECT_THAT(cuda.CheckConfig(odd, **problem, gpu).message(),
+              HasSubstr("block_q=65: expected one of"));
 }
 
 // The cuda platform is the own kernels alone: no cuDNN plan among its candidates, a cuDNN

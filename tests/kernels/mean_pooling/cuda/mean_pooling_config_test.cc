@@ -171,9 +171,12 @@ TEST(MeanPoolingConfigTest, CudaPlatformRejectsConfigsOutsideTheSpace) {
   EXPECT_TRUE(cuda.CheckConfig(config, **problem, Gpu(132)).ok());
   DeviceInfo cpu;
   EXPECT_FALSE(cuda.Supports(**problem, cpu).ok());
-  config.num_stages = 3;
+  config.num_stages = 3;  // below the schema's range (4..8)
   EXPECT_THAT(cuda.CheckConfig(config, **problem, Gpu(132)).message(),
-              HasSubstr("num_stages=3: expected one of"));
+              HasSubstr("config num_stages=3 is out of range for mean_pooling on cuda"));
+  config.num_stages = 5;  // in range, not compiled
+  EXPECT_THAT(cuda.CheckConfig(config, **problem, Gpu(132)).message(),
+              HasSubstr("num_stages=5: expected one of"));
   config = MeanPoolingCompiledConfigs().front();
   config.block_size = 1 << 30;
   EXPECT_THAT(cuda.CheckConfig(config, **problem, Gpu(132)).message(),
