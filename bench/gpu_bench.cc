@@ -31,10 +31,15 @@
 #include "kernels/flash_attention/flash_attention_bwd.h"
 #include "kernels/mean_pooling/mean_pooling.h"
 #include "kernels/runtime/cuda/cuda_platform.h"
+#include "kernels/runtime/cuda/launch_gate.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, json, "", "also write the results to this JSON file");
 ABSL_FLAG(int, iters, 50, "timed runs per config (after 5 warm-up runs); the median is kept");
+ABSL_FLAG(bool, launch_gate, true,
+          "time the kernels alone (the stream waits at a gate while the host queues each "
+          "launch, as the server does for large calls); false: the events also count the host's "
+          "queuing");
 ABSL_FLAG(bool, tune, true, "also time every candidate config and report the fastest");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
@@ -402,6 +407,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  ks::cuda::SetLaunchGateMinBytes(absl::GetFlag(FLAGS_launch_gate) ? 0 : -1);
   try {
     return Run();
   } catch (const nlohmann::json::exception& e) {  // JSON building only; reported, not thrown on

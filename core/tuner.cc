@@ -110,10 +110,13 @@ absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuris
   const auto interrupted = [&options]() -> absl::Status {
     return options.interrupt ? options.interrupt() : absl::OkStatus();
   };
-  // Every launch first checks the interrupt; a launch stopped part way fails with it too.
+  // Every launch first checks the interrupt; a launch stopped part way fails with it too. A
+  // candidate's time is what a call waits for: the kernel and the host's queuing of it
+  // (PreparedRun::launch_seconds; a cuDNN plan's execute takes tens of microseconds of it).
   const auto launch = [&](const KernelConfig& config) -> absl::StatusOr<double> {
     KS_RETURN_IF_ERROR(interrupted());
-    return run.Launch(config);
+    KS_ASSIGN_OR_RETURN(const double kernel_seconds, run.Launch(config));
+    return kernel_seconds + run.launch_seconds();
   };
   KS_RETURN_IF_ERROR(launch(heuristic).status());
   KS_ASSIGN_OR_RETURN(TensorMap reference, run.Fetch());

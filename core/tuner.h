@@ -40,7 +40,7 @@ struct TuneOptions {
 struct CandidateResult {
   KernelConfig config;
   absl::Status status;          // why it was rejected (launch error, mismatch, budget)
-  double median_seconds = 0.0;  // valid when status.ok()
+  double median_seconds = 0.0;  // kernel + launch (host queuing) time; valid when status.ok()
 };
 
 // The outcome of a tuning run. A value type.

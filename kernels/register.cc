@@ -50,11 +50,11 @@ HostBufferPool* ConfigureGpuHostMemory(size_t limit_bytes) {
 #endif
 }
 
-void SetGpuLaunchGate(bool on) {
+void SetGpuLaunchGate(int64_t min_bytes) {
 #ifdef KERNELSERVE_WITH_CUDA
-  cuda::SetLaunchGate(on);
+  cuda::SetLaunchGateMinBytes(min_bytes);
 #else
-  (void)on;
+  (void)min_bytes;
 #endif
 }
 

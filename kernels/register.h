@@ -42,9 +42,10 @@ bool BuiltWithCuda();
 // "none" when the build has no cudnn platform or cuDNN did not load.
 std::string LoadedCudnnVersion();
 
-// Whether GPU launches wait at a launch gate (cuda::SetLaunchGate; on by default). Call it
-// before the first GPU call. A no-op without CUDA.
-void SetGpuLaunchGate(bool on);
+// GPU runs whose inputs hold at least `min_bytes` bytes wait at a launch gate
+// (cuda::SetLaunchGateMinBytes: 0 = every run, < 0 = none). Call it before the first GPU call.
+// A no-op without CUDA.
+void SetGpuLaunchGate(int64_t min_bytes);
 
 // Why this process has no cudnn platform where its build has one (cuDNN did not load: the
 // library's error); "" when it has one, or when the build has none.

@@ -30,10 +30,11 @@ ABSL_FLAG(int64_t, max_synthetic_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, max_pinned_bytes, int64_t{4} << 30,
           "page-locked host memory kept for the tensors of GPU calls (request bytes are parsed "
           "into it and outputs downloaded into it, so each copy is one DMA); 0 = none");
-ABSL_FLAG(bool, launch_gate, true,
-          "GPU calls: hold the stream at a gate while the host queues the kernel, so that "
-          "kernel_us is the kernel's time alone and launch_us the host's part; false saves a few "
-          "microseconds per GPU call, and kernel_us then counts the host's queuing too");
+ABSL_FLAG(int64_t, launch_gate_min_bytes, int64_t{1} << 20,
+          "GPU calls whose inputs hold at least this many bytes hold the stream at a gate while "
+          "the host queues the kernel, so that kernel_us is the kernel alone and launch_us the "
+          "host's part (about 10 us per call: smaller calls skip it and their kernel_us counts "
+          "the host's queuing too); 0 = every call, -1 = none");
 ABSL_FLAG(std::string, shared_memory, "auto",
           "shared memory clients on this host may register for their tensors: auto (all on "
           "loopback and unix listeners, off elsewhere), off, system (POSIX shm), cuda (CUDA IPC "
@@ -143,7 +144,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
   o.shared_memory_as_root = absl::GetFlag(FLAGS_shared_memory_as_root);
-  o.launch_gate = absl::GetFlag(FLAGS_launch_gate);
+  o.launch_gate_min_bytes = absl::GetFlag(FLAGS_launch_gate_min_bytes);
   o.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
   o.quota_shared_memory_regions = absl::GetFlag(FLAGS_quota_shared_memory_regions);
   o.quota_shared_memory_bytes = absl::GetFlag(FLAGS_quota_shared_memory_bytes);

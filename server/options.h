@@ -27,9 +27,9 @@ struct ServerOptions {
   int64_t max_inflight_bytes = int64_t{4} << 30;   // request bytes accepted and not answered
   int64_t max_synthetic_bytes = int64_t{1} << 30;  // inputs Autotune makes up from shapes
   int64_t max_pinned_bytes = int64_t{4} << 30;     // page-locked host memory; 0 = none
-  // kernel_us times the kernel alone (the stream waits while the host queues it); false = the
-  // events also count the host's queuing, and a tiny GPU call is a few microseconds faster.
-  bool launch_gate = true;
+  // GPU calls with at least this many input bytes wait at the launch gate, so that kernel_us
+  // times the kernel alone (launch_us the host's queuing); 0 = every call, < 0 = none.
+  int64_t launch_gate_min_bytes = int64_t{1} << 20;
   // Regions clients on this host may register: "auto" (system on loopback and unix
   // listeners, off elsewhere), "off", "system"; "cuda" and "all" are refused until CUDA
   // regions are served.

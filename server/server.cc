@@ -193,7 +193,7 @@ absl::Status Server::Init(
   devices_.insert(devices_.end(), gpus.begin(), gpus.end());
   if (!gpus.empty()) {
     host_pool_ = ConfigureGpuHostMemory(static_cast<size_t>(options_.max_pinned_bytes));
-    SetGpuLaunchGate(options_.launch_gate);
+    SetGpuLaunchGate(options_.launch_gate_min_bytes);
     // Large tensors are parsed into the pool on the host copier's threads.
     wire::SetScatterCopy(
         [](const std::vector<CopyPiece>& pieces) { cpu::SharedHostCopier().CopyPieces(pieces); });

@@ -109,7 +109,7 @@ class NothingOnGpu : public PlatformImpl {
   }
 
  private:
-  const ConfigSchema schema_;
+  const ConfigSchema schema_{};
 };
 
 TEST(ExecutorRoutingTest, AutoFallsBackToTheCpuWhenTheGpuCannotRunTheInputs) {

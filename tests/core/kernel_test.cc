@@ -37,7 +37,7 @@ class FakeImpl : public PlatformImpl {
  private:
   Platform platform_;
   int tag_;
-  const ConfigSchema schema_;
+  const ConfigSchema schema_{};
 };
 
 // A kernel named mean_pooling taking x (f32, rank 1) and one int param `n` (>= 1).

@@ -28,6 +28,7 @@ absl::Status CudaRun::InitEvents() {
 
 absl::StatusOr<DeviceBuffer> CudaRun::Upload(const void* source, size_t bytes) {
   const auto started = std::chrono::steady_clock::now();
+  input_bytes_ += static_cast<int64_t>(bytes);
   cudaPointerAttributes attributes{};
   if (bytes > 0) KS_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, source));
   const bool on_gpu = attributes.type == cudaMemoryTypeDevice;
@@ -80,7 +81,7 @@ absl::StatusOr<double> CudaRun::TimedLaunch(absl::FunctionRef<cudaError_t(cudaSt
   {
     // The stream waits at the gate while the host queues the events and the launch: the
     // events then time the kernel, not the host's queuing (launch_seconds).
-    const bool gated = LaunchGateOn();
+    const bool gated = LaunchGated(input_bytes_);
     if (gated) KS_CUDA_RETURN_IF_ERROR(resources_->gate().Close(stream()));
     const absl::Cleanup open = [this, gated] {
       if (gated) resources_->gate().Open();

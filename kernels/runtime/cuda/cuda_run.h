@@ -62,11 +62,11 @@ class CudaRun : public PreparedRun {
   absl::Status AddOutput(const std::string& name, DType dtype, const Shape& shape, T** address) {
     return AddOutputAt(name, dtype, shape, [address](void* p) { *address = static_cast<T*>(p); });
   }
-  // Closes the stream's launch gate, records the start event, lets `enqueue` queue the launch
-  // on the stream (returning the first launch error), records the stop event, opens the gate,
-  // waits and returns the seconds between the events: the kernel's time on the GPU, without
-  // the host's time spent queuing it (launch_seconds). The outputs are fetchable once
-  // it succeeds.
+  // Closes the stream's launch gate (when LaunchGated of the run's input bytes), records the start
+  // event, lets `enqueue` queue the launch on the stream (returning the first launch error),
+  // records the stop event, opens the gate, waits and returns the seconds between the events: the
+  // kernel's time on the GPU, without the host's time spent queuing it (launch_seconds). The
+  // outputs are fetchable once it succeeds.
   absl::StatusOr<double> TimedLaunch(absl::FunctionRef<cudaError_t(cudaStream_t)> enqueue);
 
   int ordinal() const { return ordinal_; }
@@ -94,6 +94,7 @@ class CudaRun : public PreparedRun {
   bool launched_ = false;
   double upload_seconds_ = 0.0;
   double launch_seconds_ = 0.0;
+  int64_t input_bytes_ = 0;  // of every Upload, in place or copied (LaunchGated)
 };
 
 // PoisonOutputs of `run` when it is a CUDA run; InvalidArgument otherwise. For tests.

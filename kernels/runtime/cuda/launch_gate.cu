@@ -23,15 +23,21 @@ __global__ void WaitForHostKernel(const volatile uint32_t* flag, uint32_t value,
   }
 }
 
-std::atomic<bool>& GateSwitch() {
-  static std::atomic<bool> on{true};
-  return on;
+std::atomic<int64_t>& GateMinBytes() {
+  static std::atomic<int64_t> min_bytes{kDefaultLaunchGateMinBytes};
+  return min_bytes;
 }
 
 }  // namespace
 
-void SetLaunchGate(bool on) { GateSwitch().store(on, std::memory_order_relaxed); }
-bool LaunchGateOn() { return GateSwitch().load(std::memory_order_relaxed); }
+void SetLaunchGateMinBytes(int64_t bytes) {
+  GateMinBytes().store(bytes, std::memory_order_relaxed);
+}
+
+bool LaunchGated(int64_t input_bytes) {
+  const int64_t min_bytes = GateMinBytes().load(std::memory_order_relaxed);
+  return min_bytes >= 0 && input_bytes >= min_bytes;
+}
 
 cudaError_t LaunchWaitForHost(const volatile uint32_t* flag, uint32_t value, uint64_t timeout_ns,
                               cudaStream_t stream) {

@@ -29,11 +29,18 @@ inline constexpr uint64_t kLaunchGateTimeoutNs = 1000 * 1000;
 cudaError_t LaunchWaitForHost(const volatile uint32_t* flag, uint32_t value, uint64_t timeout_ns,
                               cudaStream_t stream);
 
-// Whether CudaRun::TimedLaunch uses the gate (default true); false: its events also time the
-// host's queuing, and a call saves the gate's few microseconds. Thread-safe; set it once at
-// startup.
-void SetLaunchGate(bool on);
-bool LaunchGateOn();
+// The gate costs a launch about 10 us (one more kernel, and the kernel starts only once the
+// host has queued all of it): a call whose kernel takes tens of microseconds loses a tenth of
+// its throughput to it, one of a millisecond nothing. So by default only runs whose inputs
+// hold at least this many bytes are gated; smaller ones time the host's queuing too (a few
+// microseconds for the own kernels, tens for a cuDNN plan).
+inline constexpr int64_t kDefaultLaunchGateMinBytes = int64_t{1} << 20;
+
+// Runs whose inputs hold at least `bytes` bytes wait at the gate; 0 = every run, < 0 = none.
+// Thread-safe; set it once at startup.
+void SetLaunchGateMinBytes(int64_t bytes);
+// True when a run with `input_bytes` of inputs waits at the gate.
+bool LaunchGated(int64_t input_bytes);
 
 // One gate for one thread's stream on one device.
 // Thread safety: used by one thread at a time (the stream's owner).

@@ -59,7 +59,15 @@ TEST_F(GpuTest, GateNeverOpenedLetsTheStreamGoAfterItsTimeout) {
   EXPECT_EQ(cudaFreeHost(flag), cudaSuccess);
 }
 
+// Gates every run (the default gates runs of 1 MiB of inputs and more) for one test.
+class GateEveryRun {
+ public:
+  GateEveryRun() { SetLaunchGateMinBytes(0); }
+  ~GateEveryRun() { SetLaunchGateMinBytes(kDefaultLaunchGateMinBytes); }
+};
+
 TEST_F(GpuTest, TimedLaunchLeavesTheHostsQueuingOut) {
+  const GateEveryRun gate_every_run;
   auto resources = ThisThreadResources(gpu().ordinal);
   ASSERT_TRUE(resources.ok()) << resources.status();
   ProbeRun run(gpu().ordinal, *resources);
@@ -76,7 +84,25 @@ TEST_F(GpuTest, TimedLaunchLeavesTheHostsQueuingOut) {
   EXPECT_GE(run.launch_seconds(), 500e-6);
 }
 
+TEST_F(GpuTest, SmallRunsSkipTheGateByDefault) {
+  ASSERT_TRUE(LaunchGated(kDefaultLaunchGateMinBytes));
+  ASSERT_FALSE(LaunchGated(kDefaultLaunchGateMinBytes - 1));
+  auto resources = ThisThreadResources(gpu().ordinal);
+  ASSERT_TRUE(resources.ok()) << resources.status();
+  ProbeRun run(gpu().ordinal, *resources);  // no inputs: not gated
+  ASSERT_TRUE(run.Init().ok());
+  auto buffer = DeviceBuffer::Allocate(gpu().ordinal, 1 << 20, (*resources)->stream());
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  absl::StatusOr<double> seconds = run.TimedLaunch([&](cudaStream_t stream) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    return cudaMemsetAsync(buffer->get(), 0x5a, buffer->size(), stream);
+  });
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_GE(*seconds, 400e-6);  // the events count the host's queuing
+}
+
 TEST_F(GpuTest, TimedLaunchThatFailsToQueueStillOpensTheGate) {
+  const GateEveryRun gate_every_run;
   auto resources = ThisThreadResources(gpu().ordinal);
   ASSERT_TRUE(resources.ok()) << resources.status();
   ProbeRun run(gpu().ordinal, *resources);
