@@ -51,7 +51,8 @@ class PreparedRun {
   // Seconds spent moving inputs to the device in Prepare (0 on the CPU).
   virtual double upload_seconds() const { return 0.0; }
   // Seconds the host spent queuing the last Launch's kernel, which the time Launch returns
-  // leaves out (a GPU's events time the kernel alone); 0 where that time covers it (the CPU).
+  // leaves out (a GPU's launch gate, cuda::LaunchGated); 0 where that time covers it (the CPU,
+  // a GPU launch without the gate).
   virtual double launch_seconds() const { return 0.0; }
 
   // Launches check `interrupt` as they go where the platform can stop part way (the CPU

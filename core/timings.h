@@ -10,7 +10,7 @@ namespace kernelserve {
 struct Timings {
   int64_t select_us = 0;  // config selection (tuning included when it ran)
   int64_t h2d_us = 0;     // inputs to the device
-  int64_t launch_us = 0;  // queuing the kernel on the host, outside kernel_us (GPU)
+  int64_t launch_us = 0;  // queuing the kernel on the host, outside kernel_us (gated GPU runs)
   int64_t kernel_us = 0;  // the kernel, by the platform's timer
   int64_t d2h_us = 0;     // outputs back to the host
   int64_t total_us = 0;   // the executor's run of the call (queue time is not in it)

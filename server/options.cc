@@ -30,11 +30,11 @@ ABSL_FLAG(int64_t, max_synthetic_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, max_pinned_bytes, int64_t{4} << 30,
           "page-locked host memory kept for the tensors of GPU calls (request bytes are parsed "
           "into it and outputs downloaded into it, so each copy is one DMA); 0 = none");
-ABSL_FLAG(int64_t, launch_gate_min_bytes, int64_t{1} << 20,
+ABSL_FLAG(int64_t, launch_gate_min_bytes, -1,
           "GPU calls whose inputs hold at least this many bytes hold the stream at a gate while "
           "the host queues the kernel, so that kernel_us is the kernel alone and launch_us the "
-          "host's part (about 10 us per call: smaller calls skip it and their kernel_us counts "
-          "the host's queuing too); 0 = every call, -1 = none");
+          "host's part; the gate costs a call 10-50 us of latency. 0 = every call, -1 = none "
+          "(kernel_us then counts the host's queuing up to the kernel's submission)");
 ABSL_FLAG(std::string, shared_memory, "auto",
           "shared memory clients on this host may register for their tensors: auto (all on "
           "loopback and unix listeners, off elsewhere), off, system (POSIX shm), cuda (CUDA IPC "

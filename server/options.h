@@ -28,8 +28,9 @@ struct ServerOptions {
   int64_t max_synthetic_bytes = int64_t{1} << 30;  // inputs Autotune makes up from shapes
   int64_t max_pinned_bytes = int64_t{4} << 30;     // page-locked host memory; 0 = none
   // GPU calls with at least this many input bytes wait at the launch gate, so that kernel_us
-  // times the kernel alone (launch_us the host's queuing); 0 = every call, < 0 = none.
-  int64_t launch_gate_min_bytes = int64_t{1} << 20;
+  // times the kernel alone (launch_us the host's queuing); 0 = every call, < 0 = none (the
+  // gate costs a call 10-50 us of latency).
+  int64_t launch_gate_min_bytes = -1;
   // Regions clients on this host may register: "auto" (system on loopback and unix
   // listeners, off elsewhere), "off", "system"; "cuda" and "all" are refused until CUDA
   // regions are served.

@@ -91,7 +91,8 @@ absl::StatusOr<double> CudaRun::TimedLaunch(absl::FunctionRef<cudaError_t(cudaSt
     KS_CUDA_RETURN_IF_ERROR(enqueue(stream()));
     KS_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream()));
     launch_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        gated ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+              : 0.0;
   }
   KS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
   float ms = 0.0f;

@@ -64,9 +64,10 @@ class CudaRun : public PreparedRun {
   }
   // Closes the stream's launch gate (when LaunchGated of the run's input bytes), records the start
   // event, lets `enqueue` queue the launch on the stream (returning the first launch error),
-  // records the stop event, opens the gate, waits and returns the seconds between the events: the
-  // kernel's time on the GPU, without the host's time spent queuing it (launch_seconds). The
-  // outputs are fetchable once it succeeds.
+  // records the stop event, opens the gate, waits and returns the seconds between the events.
+  // Gated: the kernel's time on the GPU alone, and launch_seconds the host's time spent queuing
+  // it. Not gated (the default): the events also count the host's queuing up to the kernel's
+  // submission, and launch_seconds is 0. The outputs are fetchable once it succeeds.
   absl::StatusOr<double> TimedLaunch(absl::FunctionRef<cudaError_t(cudaStream_t)> enqueue);
 
   int ordinal() const { return ordinal_; }

@@ -29,12 +29,13 @@ inline constexpr uint64_t kLaunchGateTimeoutNs = 1000 * 1000;
 cudaError_t LaunchWaitForHost(const volatile uint32_t* flag, uint32_t value, uint64_t timeout_ns,
                               cudaStream_t stream);
 
-// The gate costs a launch about 10 us (one more kernel, and the kernel starts only once the
-// host has queued all of it): a call whose kernel takes tens of microseconds loses a tenth of
-// its throughput to it, one of a millisecond nothing. So by default only runs whose inputs
-// hold at least this many bytes are gated; smaller ones time the host's queuing too (a few
-// microseconds for the own kernels, tens for a cuDNN plan).
-inline constexpr int64_t kDefaultLaunchGateMinBytes = int64_t{1} << 20;
+// The gate costs a call latency: one more kernel (about 10 us with its release), and the kernel
+// starts only once the host has queued all of it, where it would otherwise start as soon as it
+// is submitted (a cuDNN plan's execute goes on for some 20 us after that). Measured on an H200:
+// +20 us for the own flash attention kernel, +30-50 us for cuDNN's, +10-20 us for a tiny call.
+// So no run is gated by default: a call's kernel time then counts the host's queuing up to the
+// kernel's submission, as a profiler's events on an idle stream would.
+inline constexpr int64_t kDefaultLaunchGateMinBytes = -1;
 
 // Runs whose inputs hold at least `bytes` bytes wait at the gate; 0 = every run, < 0 = none.
 // Thread-safe; set it once at startup.

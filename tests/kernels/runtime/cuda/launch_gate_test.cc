@@ -59,7 +59,7 @@ TEST_F(GpuTest, GateNeverOpenedLetsTheStreamGoAfterItsTimeout) {
   EXPECT_EQ(cudaFreeHost(flag), cudaSuccess);
 }
 
-// Gates every run (the default gates runs of 1 MiB of inputs and more) for one test.
+// Gates every run (by default none is) for one test.
 class GateEveryRun {
  public:
   GateEveryRun() { SetLaunchGateMinBytes(0); }
@@ -84,9 +84,12 @@ TEST_F(GpuTest, TimedLaunchLeavesTheHostsQueuingOut) {
   EXPECT_GE(run.launch_seconds(), 500e-6);
 }
 
-TEST_F(GpuTest, SmallRunsSkipTheGateByDefault) {
-  ASSERT_TRUE(LaunchGated(kDefaultLaunchGateMinBytes));
-  ASSERT_FALSE(LaunchGated(kDefaultLaunchGateMinBytes - 1));
+TEST_F(GpuTest, RunsSkipTheGateByDefaultAndBelowTheSetSize) {
+  EXPECT_FALSE(LaunchGated(int64_t{1} << 40));  // the default: none
+  SetLaunchGateMinBytes(1 << 20);
+  EXPECT_TRUE(LaunchGated(1 << 20));
+  EXPECT_FALSE(LaunchGated((1 << 20) - 1));
+  SetLaunchGateMinBytes(kDefaultLaunchGateMinBytes);
   auto resources = ThisThreadResources(gpu().ordinal);
   ASSERT_TRUE(resources.ok()) << resources.status();
   ProbeRun run(gpu().ordinal, *resources);  // no inputs: not gated
@@ -99,6 +102,7 @@ TEST_F(GpuTest, SmallRunsSkipTheGateByDefault) {
   });
   ASSERT_TRUE(seconds.ok()) << seconds.status();
   EXPECT_GE(*seconds, 400e-6);  // the events count the host's queuing
+  EXPECT_EQ(run.launch_seconds(), 0.0);
 }
 
 TEST_F(GpuTest, TimedLaunchThatFailsToQueueStillOpensTheGate) {
