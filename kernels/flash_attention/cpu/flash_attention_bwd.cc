@@ -165,16 +165,8 @@ absl::Status FlashAttentionBwdCpu(const FlashAttentionBwdArgs& args, const Kerne
   return run(dbias_rows, [&](int64_t i, Scratch& w) { attention_bwd::RunDbiasRow(plan, i, w); });
 }
 
-const ConfigSchema& FlashAttentionBwdCpuConfigSchema() {
-  static const ConfigSchema* const kSchema = new ConfigSchema{{
-      IntConfigField("block_q", 0, kMaxCpuAttentionTile, "0: the kernel's tile",
-                     "query rows per tile"),
-      IntConfigField("block_k", 0, kMaxCpuAttentionTile, "0: the kernel's tile",
-                     "key rows per tile"),
-      CpuThreadsField(),
-  }};
-  return *kSchema;
-}
+// The backward's tiles are the forward's, with the same bounds.
+const ConfigSchema& FlashAttentionBwdCpuConfigSchema() { return FlashAttentionCpuConfigSchema(); }
 
 absl::Status CheckFlashAttentionBwdCpuConfig(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckCpuPlatform(config));
