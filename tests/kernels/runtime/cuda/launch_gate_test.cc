@@ -59,6 +59,17 @@ TEST_F(GpuTest, GateNeverOpenedLetsTheStreamGoAfterItsTimeout) {
   EXPECT_EQ(cudaFreeHost(flag), cudaSuccess);
 }
 
+// TimedLaunch of a 1 MiB memset (a few microseconds on the GPU) that the host takes 500 us to
+// queue (within the gate's 1 ms timeout).
+absl::StatusOr<double> SlowlyQueuedMemset(ProbeRun& run, int ordinal, cudaStream_t stream) {
+  absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(ordinal, 1 << 20, stream);
+  if (!buffer.ok()) return buffer.status();
+  return run.TimedLaunch([&](cudaStream_t launch_stream) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    return cudaMemsetAsync(buffer->get(), 0x5a, buffer->size(), launch_stream);
+  });
+}
+
 // Gates every run (by default none is) for one test.
 class GateEveryRun {
  public:
@@ -72,13 +83,7 @@ TEST_F(GpuTest, TimedLaunchLeavesTheHostsQueuingOut) {
   ASSERT_TRUE(resources.ok()) << resources.status();
   ProbeRun run(gpu().ordinal, *resources);
   ASSERT_TRUE(run.Init().ok());
-  auto buffer = DeviceBuffer::Allocate(gpu().ordinal, 1 << 20, (*resources)->stream());
-  ASSERT_TRUE(buffer.ok()) << buffer.status();
-  // The host takes 500 us (within the gate's timeout) to queue a memset of a few microseconds.
-  absl::StatusOr<double> seconds = run.TimedLaunch([&](cudaStream_t stream) {
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-    return cudaMemsetAsync(buffer->get(), 0x5a, buffer->size(), stream);
-  });
+  absl::StatusOr<double> seconds = SlowlyQueuedMemset(run, gpu().ordinal, (*resources)->stream());
   ASSERT_TRUE(seconds.ok()) << seconds.status();
   EXPECT_LT(*seconds, 300e-6);
   EXPECT_GE(run.launch_seconds(), 500e-6);
@@ -94,12 +99,7 @@ TEST_F(GpuTest, RunsSkipTheGateByDefaultAndBelowTheSetSize) {
   ASSERT_TRUE(resources.ok()) << resources.status();
   ProbeRun run(gpu().ordinal, *resources);  // no inputs: not gated
   ASSERT_TRUE(run.Init().ok());
-  auto buffer = DeviceBuffer::Allocate(gpu().ordinal, 1 << 20, (*resources)->stream());
-  ASSERT_TRUE(buffer.ok()) << buffer.status();
-  absl::StatusOr<double> seconds = run.TimedLaunch([&](cudaStream_t stream) {
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-    return cudaMemsetAsync(buffer->get(), 0x5a, buffer->size(), stream);
-  });
+  absl::StatusOr<double> seconds = SlowlyQueuedMemset(run, gpu().ordinal, (*resources)->stream());
   ASSERT_TRUE(seconds.ok()) << seconds.status();
   EXPECT_GE(*seconds, 400e-6);  // the events count the host's queuing
   EXPECT_EQ(run.launch_seconds(), 0.0);
