@@ -5,6 +5,8 @@
         results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
         async with await client.register_system_shm("tensors", 1 << 26) as region:
             await client.mean_pooling(region.put(x))
+        async with await client.create_tensor(k, name="k") as k_res:
+            await client.flash_attention(q, k_res, v)        # k goes by name
 
 The same methods as kernelserve.Client, each a coroutine, with the same arguments, results and
 errors; every kernel the server lists is a method here too. Make the client inside the event
@@ -18,9 +20,11 @@ from typing import Any, Awaitable, Callable, Optional
 
 import grpc
 import grpc.aio
+import numpy as np
+import numpy.typing as npt
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kernelserve import calls, results, shm
+from kernelserve import calls, resident, results, shm, tensors
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -237,3 +241,49 @@ class Client:
         response = await self._call(self._stub.SharedMemoryStatus,
                                     pb.SharedMemoryStatusRequest(name=name))
         return [results.region_status_of(region) for region in response.regions]
+
+    async def create_tensor(self, array: Optional[npt.ArrayLike] = None, *, name: str,
+                            dtype: Optional[npt.DTypeLike] = None,
+                            shape: Optional[tuple[int, ...]] = None,
+                            device: Optional[int] = None, ttl: Optional[float] = None,
+                            timeout: Optional[float] = None) -> resident.AsyncResidentTensor:
+        """See kernelserve.Client.create_tensor: the tensor's calls are coroutines (`await
+        t.read()`, `async with`)."""
+        request = resident.create_request(name, array, dtype, shape, device, ttl, self._regions)
+        response = await self._call(self._stub.CreateTensor, request, timeout)
+        return resident.AsyncResidentTensor(self, resident.info_of(response.tensor),
+                                            response.created)
+
+    async def get_tensor(self, name: str) -> resident.AsyncResidentTensor:
+        """See kernelserve.Client.get_tensor."""
+        for info in await self.list_tensors(name):
+            if info.name == name:
+                return resident.AsyncResidentTensor(self, info, created=False)
+        raise resident.not_found(name)
+
+    async def write_tensor(self, name: str, array: npt.ArrayLike, *, row: int = 0,
+                           byte_offset: Optional[int] = None, timeout: Optional[float] = None
+                           ) -> resident.ResidentTensorInfo:
+        """See kernelserve.Client.write_tensor."""
+        request = resident.write_request(name, array, row, byte_offset, self._regions)
+        response = await self._call(self._stub.WriteTensor, request, timeout)
+        return resident.info_of(response.tensor)
+
+    async def read_tensor(self, name: str, rows: resident.Rows = None, *,
+                          timeout: Optional[float] = None) -> np.ndarray:
+        """See kernelserve.Client.read_tensor."""
+        response = await self._call(self._stub.ReadTensor, resident.read_request(name, rows),
+                                    timeout)
+        return tensors.from_proto(response.tensor)
+
+    async def delete_tensor(self, name: str, *, owner: str = "",
+                            timeout: Optional[float] = None) -> int:
+        """See kernelserve.Client.delete_tensor."""
+        request = pb.DeleteTensorRequest(name=name, owner=owner)
+        return int((await self._call(self._stub.DeleteTensor, request, timeout)).deleted)
+
+    async def list_tensors(self, name: str = "", *, owner: str = "",
+                           timeout: Optional[float] = None) -> resident.ResidentTensors:
+        """See kernelserve.Client.list_tensors."""
+        request = pb.ListTensorsRequest(name=name, owner=owner)
+        return resident.list_of(await self._call(self._stub.ListTensors, request, timeout))

@@ -11,6 +11,8 @@
             client.mean_pooling(region.put(x), outputs={"out": out})   # out holds the result
         with client.register_cuda_shm("gpu", gpu_buffer):   # a torch/CuPy GPU tensor's memory
             client.mean_pooling(gpu_x, outputs={"out": gpu_out})   # views of it, on its GPU
+        with client.create_tensor(k, name="k") as k_res:     # kept on the server by name
+            client.flash_attention(q, k_res, v)               # k goes by name, not its bytes
 
 Every kernel the server lists (ListKernels) is a method: its required inputs positional or by
 name, its optional inputs and params by name, checked against the kernel's schema before the
@@ -18,7 +20,8 @@ call: a misspelt name is an ArgumentError (a KernelserveError and a TypeError) t
 the closest right one and every one the kernel takes.
 
 Calls raise KernelserveError carrying the server's status code and message. kernelserve.aio
-has the same client for asyncio; kernelserve.shm describes the shared-memory regions.
+has the same client for asyncio; kernelserve.shm describes the shared-memory regions,
+kernelserve.resident the resident tensors.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kernelserve import calls, results, shm
+from kernelserve import calls, resident, results, shm, tensors
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
 from kernelserve.info import KernelSchema, ServerInfo, kernel_schema_of, server_info_of
@@ -296,3 +301,67 @@ class Client:
         response = self._call(self._stub.SharedMemoryStatus,
                               pb.SharedMemoryStatusRequest(name=name))
         return [results.region_status_of(region) for region in response.regions]
+
+    def create_tensor(self, array: Optional[npt.ArrayLike] = None, *, name: str,
+                      dtype: Optional[npt.DTypeLike] = None,
+                      shape: Optional[tuple[int, ...]] = None, device: Optional[int] = None,
+                      ttl: Optional[float] = None, timeout: Optional[float] = None
+                      ) -> resident.ResidentTensor:
+        """Creates the resident tensor `name` (1 to 128 printable ASCII characters, no space)
+        of this client's identity: `array`'s dtype, shape and bytes (dtype given: the array
+        converted to it; a view into a shared-memory region of this client goes as a
+        reference), or with array None zeros of `shape` and `dtype` (float32). device: a GPU,
+        or -1 for host memory (None: the server places it). ttl: idle seconds before it
+        expires (None: the server's default; more than its maximum is cut to it). Returns the
+        ResidentTensor (an input or output place of execute; `with` deletes it at the end).
+        Idempotent: a tensor of that name with the same dtype, shape and device is left as it
+        is, contents too (`.created` False); with another, ALREADY_EXISTS. The server's
+        INVALID_ARGUMENT for a bad name, shape or device, RESOURCE_EXHAUSTED past its limits
+        (--max-resident-bytes, --quota-resident-bytes)."""
+        request = resident.create_request(name, array, dtype, shape, device, ttl, self._regions)
+        response = self._call(self._stub.CreateTensor, request, timeout)
+        return resident.ResidentTensor(self, resident.info_of(response.tensor), response.created)
+
+    def get_tensor(self, name: str) -> resident.ResidentTensor:
+        """The ResidentTensor of the existing tensor `name` of this client's identity (made by
+        another client or the CLI, say); NOT_FOUND when there is none."""
+        for info in self.list_tensors(name):
+            if info.name == name:
+                return resident.ResidentTensor(self, info, created=False)
+        raise resident.not_found(name)
+
+    def write_tensor(self, name: str, array: npt.ArrayLike, *, row: int = 0,
+                     byte_offset: Optional[int] = None, timeout: Optional[float] = None
+                     ) -> resident.ResidentTensorInfo:
+        """Writes `array` into the resident tensor `name`: rows [row, row + len(array)) of
+        dimension 0 (array is [rows, shape[1:]...]), or with byte_offset its bytes from that
+        byte on whatever the shape. Calls on the tensor wait meanwhile. Returns the tensor as
+        it is then. NOT_FOUND for an unknown name; INVALID_ARGUMENT for another dtype or a
+        write past its end."""
+        request = resident.write_request(name, array, row, byte_offset, self._regions)
+        return resident.info_of(self._call(self._stub.WriteTensor, request, timeout).tensor)
+
+    def read_tensor(self, name: str, rows: resident.Rows = None, *,
+                    timeout: Optional[float] = None) -> np.ndarray:
+        """Rows `rows` of dimension 0 of the resident tensor `name` (slice(start, stop) or
+        (start, stop), stop None = to the last row; None = all) as a read-only array.
+        NOT_FOUND for an unknown name; INVALID_ARGUMENT for rows past its end."""
+        response = self._call(self._stub.ReadTensor, resident.read_request(name, rows), timeout)
+        return tensors.from_proto(response.tensor)
+
+    def delete_tensor(self, name: str, *, owner: str = "", timeout: Optional[float] = None
+                      ) -> int:
+        """Deletes the resident tensor `name` ("" = every one not in use) of `owner` ("" =
+        this client's identity; another identity or "*" for every one: admins only,
+        PERMISSION_DENIED otherwise). Returns how many went. NOT_FOUND for an unknown name;
+        FAILED_PRECONDITION, naming its calls, for a tensor a call holds."""
+        request = pb.DeleteTensorRequest(name=name, owner=owner)
+        return int(self._call(self._stub.DeleteTensor, request, timeout).deleted)
+
+    def list_tensors(self, name: str = "", *, owner: str = "",
+                     timeout: Optional[float] = None) -> resident.ResidentTensors:
+        """The resident tensors `name` ("" = all) of `owner` (as delete_tensor): iterate over
+        the answer for each ResidentTensorInfo; it also says when the server started (a restart
+        loses them) and the bytes held against its limits."""
+        request = pb.ListTensorsRequest(name=name, owner=owner)
+        return resident.list_of(self._call(self._stub.ListTensors, request, timeout))
