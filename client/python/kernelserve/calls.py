@@ -43,8 +43,6 @@ Config = Mapping[str, Union[int, str]]
 # registered (region.ndarray), a CUDA tensor in a CUDA region it registered, or a RegionTensor
 # (region.ref(view)), or a resident tensor (client.create_tensor) written in place.
 Outputs = Mapping[str, Union[np.ndarray, RegionTensor, ResidentTensorBase, Any]]
-# Where each output of a call goes: a place in shared memory, or a resident tensor.
-Places = Mapping[str, Union[OutputPlace, ResidentTensorBase]]
 
 
 @dataclasses.dataclass
@@ -196,7 +194,7 @@ def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
 
 def execute_request(call: Request, request_id: Optional[str] = None,
                     regions: Optional[Regions] = None,
-                    places: Optional[Places] = None) -> pb.ExecuteRequest:
+                    places: Optional[results.Places] = None) -> pb.ExecuteRequest:
     """The ExecuteRequest of `call` (request_id: the id to send instead of call.request_id).
     regions: the client's shared-memory regions (inputs lying in one go as references). places:
     output_places(call.outputs, regions), when the caller has it already."""
