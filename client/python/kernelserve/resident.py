@@ -34,7 +34,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import tensors
+from kernelserve import cuda, tensors
 from kernelserve.errors import ArgumentError, KernelserveError
 from kernelserve.shm import Regions, RegionTensor
 from kernelserve.v1 import kernel_service_pb2 as pb
@@ -251,7 +251,8 @@ class ResidentTensorBase:
 
     def _rows(self, array: npt.ArrayLike, byte_offset: Optional[int]) -> Any:
         """`array`, as rows: one row of this tensor (its rank one less) becomes [1, ...]."""
-        if byte_offset is not None or isinstance(array, RegionTensor):
+        if byte_offset is not None or isinstance(array, RegionTensor) or cuda.is_cuda_tensor(
+                array):
             return array
         values = array if isinstance(array, np.ndarray) else np.asarray(array)
         return values[np.newaxis] if values.ndim == len(self.shape) - 1 else values
