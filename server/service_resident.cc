@@ -89,6 +89,11 @@ absl::Status CheckDType(const v1::Tensor& contents, DType dtype, const std::stri
                                                  "; the tensor is ", Sv(DTypeName(dtype))));
 }
 
+// Sets a Timing field to `elapsed` in microseconds.
+void SetMicros(absl::Duration elapsed, v1::Timing* timing, void (v1::Timing::*set)(int64_t)) {
+  (timing->*set)(absl::ToInt64Microseconds(elapsed));
+}
+
 // The deadline of a call's waits for a lease.
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   const auto until = context.deadline();
@@ -168,6 +173,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::CreateTensor(grpc::CallbackServerCo
                                                          " bytes; ", create.spec.DebugString(),
                                                          " is ", bytes));
         }
+        const absl::Time started = absl::Now();
         bool created = false;
         KS_ASSIGN_OR_RETURN(std::shared_ptr<ResidentTensor> tensor,
                             deps_.resident->Create(caller, create, &created));
@@ -176,10 +182,13 @@ grpc::ServerUnaryReactor* KernelServiceImpl::CreateTensor(grpc::CallbackServerCo
           ResidentLease lease(deps_.resident);
           lease.Add(tensor, /*write=*/true);
           absl::Status copied = Take(lease, *call.context());
+          const absl::Time copying = absl::Now();
           if (copied.ok()) {
             copied =
                 deps_.resident->CopyIn(*tensor, 0, contents.data, contents.size, contents.on_gpu);
           }
+          SetMicros(absl::Now() - copying, call.response().mutable_timing(),
+                    &v1::Timing::set_h2d_us);
           if (!copied.ok()) {
             (void)deps_.resident->Delete(caller, "", create.name);  // not left half made
             return copied;
@@ -187,6 +196,9 @@ grpc::ServerUnaryReactor* KernelServiceImpl::CreateTensor(grpc::CallbackServerCo
         }
         ToProto(*deps_.resident, *tensor, call.response().mutable_tensor());
         call.response().set_created(created);
+        call.response().mutable_timing()->set_recv_us(call.recv_us());
+        SetMicros(absl::Now() - started, call.response().mutable_timing(),
+                  &v1::Timing::set_total_us);
         return absl::OkStatus();
       });
 }
@@ -233,12 +245,18 @@ grpc::ServerUnaryReactor* KernelServiceImpl::WriteTensor(grpc::CallbackServerCon
                            size, " bytes (", tensor->spec().DebugString(), ")",
                            contents.given ? "" : "; send the bytes to write in contents"));
         }
+        const absl::Time started = absl::Now();
         ResidentLease lease(deps_.resident);
         lease.Add(tensor, /*write=*/true);
         KS_RETURN_IF_ERROR(Take(lease, *call.context()));
+        const absl::Time copying = absl::Now();
         KS_RETURN_IF_ERROR(deps_.resident->CopyIn(*tensor, static_cast<uint64_t>(offset),
                                                   contents.data, contents.size, contents.on_gpu));
+        v1::Timing* timing = call.response().mutable_timing();
+        SetMicros(absl::Now() - copying, timing, &v1::Timing::set_h2d_us);
         ToProto(*deps_.resident, *tensor, call.response().mutable_tensor());
+        timing->set_recv_us(call.recv_us());
+        SetMicros(absl::Now() - started, timing, &v1::Timing::set_total_us);
         return absl::OkStatus();
       });
 }
