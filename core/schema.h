@@ -41,6 +41,10 @@ struct OutputSchema {
   std::string dtype;  // for people: "dtype of q", "f32"
   std::string shape;  // for people: "[B,Hq,Sq]"
   std::string doc;    // one line, saying when it is produced if not always
+  // The input whose resident tensor a call may also name for this output, which is then
+  // written over it in place (the server copies the output there after the kernel, so the
+  // kernel reads the input as it was); "" = none.
+  std::string in_place_of;
 };
 
 // One scalar param. A value type.

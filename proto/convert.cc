@@ -109,8 +109,8 @@ absl::StatusOr<Tensor> TakeTensor(v1::Tensor* proto, const std::string& what) {
   if (proto->has_ref()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what,
-                     ": a shared-memory ref is taken by Execute and ExecuteStream only; "
-                     "send the bytes in data"));
+                     ": a ref (a shared-memory region or a resident tensor) is taken by Execute "
+                     "and ExecuteStream only; send the bytes in data"));
   }
   KS_ASSIGN_OR_RETURN(TensorSpec spec,
                       CheckTensor(*proto, what, /*allow_empty=*/false, proto->data().size()));

@@ -179,6 +179,7 @@ void ToProto(const KernelSchema& schema, v1::KernelInfo* info) {
     out->set_dtype(output.dtype);
     out->set_shape(output.shape);
     out->set_doc(output.doc);
+    out->set_in_place_of(output.in_place_of);
     v1::ArgInfo* arg = info->add_outputs();
     arg->set_name(output.name);
     arg->set_doc(absl::StrCat(output.dtype, " ", output.shape, "; ", output.doc));

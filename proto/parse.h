@@ -54,11 +54,13 @@ absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message) {
 
 // ParseRequest, with large tensor bytes in buffers from `allocator` (nullable), listed in
 // `buffers` (see wire::Deserialize). On an error `buffers` is empty.
-inline absl::Status ParseRequest(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
-                                 HostAllocator* allocator, TensorBuffers* buffers) {
+// Message: v1::ExecuteRequest, v1::CreateTensorRequest or v1::WriteTensorRequest.
+template <typename Message>
+absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message, HostAllocator* allocator,
+                          TensorBuffers* buffers) {
   buffers->clear();
-  absl::Status status = ParseRequestWith(
-      buffer, message, [allocator, buffers](grpc::ByteBuffer* view, v1::ExecuteRequest* m) {
+  absl::Status status =
+      ParseRequestWith(buffer, message, [allocator, buffers](grpc::ByteBuffer* view, Message* m) {
         return Deserialize(view, m, allocator, buffers);
       });
   if (!status.ok()) buffers->clear();

@@ -287,6 +287,15 @@ bool RestoreAll(v1::AutotuneRequest& m, Extraction& e, std::vector<bool>& u) {
 bool RestoreAll(v1::PutConfigRequest& m, Extraction& e, std::vector<bool>& u) {
   return RestoreMap(*m.mutable_inputs(), e, u);
 }
+bool RestoreAll(v1::CreateTensorRequest& m, Extraction& e, std::vector<bool>& u) {
+  return Restore(*m.mutable_contents(), e, u);
+}
+bool RestoreAll(v1::WriteTensorRequest& m, Extraction& e, std::vector<bool>& u) {
+  return Restore(*m.mutable_contents(), e, u);
+}
+bool RestoreAll(v1::ReadTensorResponse& m, Extraction& e, std::vector<bool>& u) {
+  return Restore(*m.mutable_tensor(), e, u);
+}
 bool RestoreAll(v1::ExecuteBatchRequest& m, Extraction& e, std::vector<bool>& u) {
   for (v1::ExecuteRequest& item : *m.mutable_items()) {
     if (!RestoreAll(item, e, u)) return false;
@@ -446,6 +455,11 @@ grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuff
   return SerializeResponseMessage(message, buffer, own_buffer);
 }
 
+grpc::Status SerializeResponse(v1::ReadTensorResponse& message, grpc::ByteBuffer* buffer,
+                               bool* own_buffer) {
+  return SerializeResponseMessage(message, buffer, own_buffer);
+}
+
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
   return ParseLarge(buffer, message);
 }
@@ -492,6 +506,23 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message)
   return DeserializeMessage(buffer, message);
 }
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::CreateTensorRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::CreateTensorRequest* message,
+                         HostAllocator* allocator, TensorBuffers* buffers) {
+  return DeserializeMessage(buffer, message, allocator, buffers);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* message) {
+  return DeserializeMessage(buffer, message);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* message,
+                         HostAllocator* allocator, TensorBuffers* buffers) {
+  return DeserializeMessage(buffer, message, allocator, buffers);
+}
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ReadTensorResponse* message) {
   return DeserializeMessage(buffer, message);
 }
 

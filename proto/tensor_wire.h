@@ -1,5 +1,6 @@
 // gRPC (de)serialization of the messages that carry tensor bytes (ExecuteRequest,
-// ExecuteResponse, their batch forms, AutotuneRequest, PutConfigRequest).
+// ExecuteResponse, their batch forms, AutotuneRequest, PutConfigRequest, and the resident
+// tensors' CreateTensorRequest, WriteTensorRequest and ReadTensorResponse).
 //
 // Protobuf's parser reads a bytes field that spans many gRPC slices by appending slice after
 // slice to a string reserved for at most 50 MB, so a 256 MiB tensor is copied 2.4 times over
@@ -60,6 +61,9 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* mess
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message);
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message);
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::CreateTensorRequest* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* message);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ReadTensorResponse* message);
 
 // Tensor bytes kept outside a message, by the Tensor they belong to: that Tensor's data field
 // is empty and the buffer holds its bytes. The keys point into the message, so they hold only
@@ -71,6 +75,10 @@ using TensorBuffers = absl::flat_hash_map<const v1::Tensor*, std::shared_ptr<Hos
 // message, and listed in `buffers` (cleared first). With the pinned pool of the CUDA platform
 // as the allocator, the bytes land where a GPU reads them by DMA.
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
+                         HostAllocator* allocator, TensorBuffers* buffers);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::CreateTensorRequest* message,
+                         HostAllocator* allocator, TensorBuffers* buffers);
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* message,
                          HostAllocator* allocator, TensorBuffers* buffers);
 // The extracting parse with an allocator, whatever the size (for tests and wire_fuzz).
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
@@ -100,6 +108,8 @@ grpc::Status SerializeShared(std::shared_ptr<const google::protobuf::MessageLite
 grpc::Status SerializeResponse(v1::ExecuteResponse& message, grpc::ByteBuffer* buffer,
                                bool* own_buffer);
 grpc::Status SerializeResponse(v1::ExecuteBatchResponse& message, grpc::ByteBuffer* buffer,
+                               bool* own_buffer);
+grpc::Status SerializeResponse(v1::ReadTensorResponse& message, grpc::ByteBuffer* buffer,
                                bool* own_buffer);
 
 // Serializes `message` with the bytes of each output listed in `buffers` (whose data field is
@@ -152,6 +162,9 @@ KERNELSERVE_WIRE_TRAITS(ExecuteBatchRequest)
 KERNELSERVE_WIRE_RESPONSE_TRAITS(ExecuteBatchResponse)
 KERNELSERVE_WIRE_TRAITS(AutotuneRequest)
 KERNELSERVE_WIRE_TRAITS(PutConfigRequest)
+KERNELSERVE_WIRE_TRAITS(CreateTensorRequest)
+KERNELSERVE_WIRE_TRAITS(WriteTensorRequest)
+KERNELSERVE_WIRE_RESPONSE_TRAITS(ReadTensorResponse)
 }  // namespace grpc
 
 #undef KERNELSERVE_WIRE_TRAITS

@@ -1,5 +1,5 @@
-// RuntimeGpuMemoryAccess: CUDA regions through the CUDA runtime (kernels/runtime/cuda), in
-// builds with CUDA.
+// RuntimeGpuMemoryAccess: CUDA regions and resident tensors' GPU memory through the CUDA
+// runtime (kernels/runtime/cuda), in builds with CUDA.
 #include <memory>
 
 #include "server/shared_memory.h"
@@ -23,6 +23,12 @@ class CudaRuntimeAccess final : public GpuMemoryAccess {
   }
   absl::StatusOr<std::shared_ptr<void>> Pin(void* host, size_t bytes) override {
     return cuda::PinHostMemory(host, bytes);
+  }
+  absl::StatusOr<std::shared_ptr<void>> Allocate(int device, uint64_t bytes) override {
+    return cuda::AllocateGpuMemory(device, bytes);
+  }
+  absl::Status CopyFromHost(void* gpu, const void* host, size_t bytes) override {
+    return cuda::CopyHostToGpu(gpu, host, bytes);
   }
 };
 

@@ -190,7 +190,30 @@ Metrics::Metrics()
       build_info_(BuildGauge()
                       .Name("kernelserve_build_info")
                       .Help("1, labelled with the server's version, CUDA toolkit and commit")
-                      .Register(*registry_)) {}
+                      .Register(*registry_)),
+      resident_bytes_(BuildGauge()
+                          .Name("kernelserve_resident_bytes")
+                          .Help("Bytes of resident tensors held on each device")
+                          .Register(*registry_)),
+      resident_tensors_(BuildGauge()
+                            .Name("kernelserve_resident_tensors")
+                            .Help("Resident tensors held on each device")
+                            .Register(*registry_)),
+      resident_created_(BuildCounter()
+                            .Name("kernelserve_resident_created_total")
+                            .Help("Resident tensors created")
+                            .Register(*registry_)
+                            .Add({})),
+      resident_expired_(BuildCounter()
+                            .Name("kernelserve_resident_expired_total")
+                            .Help("Resident tensors deleted after their ttl without a call")
+                            .Register(*registry_)
+                            .Add({})),
+      resident_refusals_(BuildCounter()
+                             .Name("kernelserve_resident_refusals_total")
+                             .Help("Resident tensor creates refused, by the cap that refused "
+                                   "them")
+                             .Register(*registry_)) {}
 
 Metrics::~Metrics() {
   if (endpoint_ != nullptr) endpoint_->Stop();
@@ -297,6 +320,10 @@ void Metrics::ExportKnownSeries(const KnownSeries& known) {
   for (const std::string& device : known.devices) {
     queue_depth_.Add({{"device", device}}).Set(0);
     queue_wait_.Add({{"device", device}}, LatencyBuckets());
+    Resident(device, 0, 0);
+  }
+  for (const char* cap : {"max_bytes", "quota_bytes", "max_tensors", "gpu_room", "out_of_memory"}) {
+    resident_refusals_.Add({{"cap", cap}});
   }
   if (!known.store.empty()) {
     for (const char* op : {"get", "put", "delete", "lease", "list"}) {
@@ -304,6 +331,19 @@ void Metrics::ExportKnownSeries(const KnownSeries& known) {
     }
   }
   build_info_.Add({{"version", known.version}, {"cuda", known.cuda}, {"git", known.git}}).Set(1);
+}
+
+void Metrics::Resident(std::string_view device, int64_t bytes, int tensors) {
+  resident_bytes_.Add({{"device", S(device)}}).Set(static_cast<double>(bytes));
+  resident_tensors_.Add({{"device", S(device)}}).Set(tensors);
+}
+
+void Metrics::ResidentCreated() { resident_created_.Increment(); }
+
+void Metrics::ResidentExpired(int tensors) { resident_expired_.Increment(tensors); }
+
+void Metrics::ResidentRefused(std::string_view cap) {
+  resident_refusals_.Add({{"cap", S(cap)}}).Increment();
 }
 
 void Metrics::StoreError(std::string_view store, std::string_view op) {

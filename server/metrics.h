@@ -77,6 +77,13 @@ class Metrics {
   void Sent(int64_t bytes);
   // Time a request waited in `device`'s queue before its work started (or was dropped).
   void QueueWait(std::string_view device, double seconds);
+  // Resident tensors held on `device` now: bytes and how many.
+  void Resident(std::string_view device, int64_t bytes, int tensors);
+  // Resident tensors created, expired (after their ttl idle), and creates refused by `cap`
+  // ("max_bytes", "quota_bytes", "max_tensors", "gpu_room", "out_of_memory").
+  void ResidentCreated();
+  void ResidentExpired(int tensors);
+  void ResidentRefused(std::string_view cap);
 
   // Creates, at 0, the series that dashboards and alerts rate() over, for every label value the
   // server knows at startup, so that the first increments are not lost to a series appearing
@@ -114,6 +121,11 @@ class Metrics {
   prometheus::Counter& sent_;
   prometheus::Family<prometheus::Histogram>& queue_wait_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Gauge>& resident_bytes_;
+  prometheus::Family<prometheus::Gauge>& resident_tensors_;
+  prometheus::Counter& resident_created_;
+  prometheus::Counter& resident_expired_;
+  prometheus::Family<prometheus::Counter>& resident_refusals_;
 };
 
 }  // namespace kernelserve::server

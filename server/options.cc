@@ -58,6 +58,18 @@ ABSL_FLAG(int64_t, max_pinned_shared_memory_bytes, int64_t{4} << 30,
 ABSL_FLAG(int64_t, quota_pinned_bytes, 0,
           "bytes of one identity's system shared-memory regions page-locked for the GPUs; "
           "regions past it stay unpinned; 0 = only --max-pinned-shared-memory-bytes");
+ABSL_FLAG(int64_t, max_resident_bytes, int64_t{4} << 30,
+          "bytes of resident tensors (CreateTensor) held in all before RESOURCE_EXHAUSTED; on a "
+          "GPU also at most its memory less twice --max-inflight-bytes");
+ABSL_FLAG(int64_t, quota_resident_bytes, 0,
+          "bytes of resident tensors one identity may hold before RESOURCE_EXHAUSTED; 0 = only "
+          "--max-resident-bytes");
+ABSL_FLAG(int32_t, max_resident_tensors, 4096,
+          "resident tensors held in all before RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, resident_ttl, absl::Hours(1),
+          "a resident tensor no call used this long is deleted, when its create named no ttl");
+ABSL_FLAG(absl::Duration, max_resident_ttl, absl::Hours(24),
+          "the longest idle time a create may ask to keep its resident tensor for");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file of bearer tokens, one per line: IDENTITY ROLE TOKEN (ROLE caller or admin; TOKEN "
           "or sha256:HEX of it), or a single TOKEN (identity 'default', admin); every RPC but "
@@ -125,6 +137,28 @@ absl::Status CheckSharedMemoryCaps(const ServerOptions& o) {
   return absl::OkStatus();
 }
 
+// The caps of resident tensors: bytes >= 0, a tensor count >= 1, ttls > 0 with the default at
+// most the maximum.
+absl::Status CheckResidentCaps(const ServerOptions& o) {
+  if (o.max_resident_bytes < 0 || o.quota_resident_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.max_resident_bytes < 0 ? "--max-resident-bytes=" : "--quota-resident-bytes=",
+                     o.max_resident_bytes < 0 ? o.max_resident_bytes : o.quota_resident_bytes,
+                     ": expected >= 0"));
+  }
+  if (o.max_resident_tensors < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-resident-tensors=", o.max_resident_tensors, ": expected > 0"));
+  }
+  if (o.resident_ttl <= absl::ZeroDuration() || o.max_resident_ttl < o.resident_ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resident-ttl=", absl::FormatDuration(o.resident_ttl),
+                     " and --max-resident-ttl=", absl::FormatDuration(o.max_resident_ttl),
+                     ": expected 0 < --resident-ttl <= --max-resident-ttl"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ServerOptions> OptionsFromFlags() {
@@ -150,6 +184,11 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.quota_shared_memory_bytes = absl::GetFlag(FLAGS_quota_shared_memory_bytes);
   o.max_pinned_shared_memory_bytes = absl::GetFlag(FLAGS_max_pinned_shared_memory_bytes);
   o.quota_pinned_bytes = absl::GetFlag(FLAGS_quota_pinned_bytes);
+  o.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
+  o.quota_resident_bytes = absl::GetFlag(FLAGS_quota_resident_bytes);
+  o.max_resident_tensors = absl::GetFlag(FLAGS_max_resident_tensors);
+  o.resident_ttl = absl::GetFlag(FLAGS_resident_ttl);
+  o.max_resident_ttl = absl::GetFlag(FLAGS_max_resident_ttl);
   o.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   o.admin_identities = absl::GetFlag(FLAGS_admin_identities);
   o.anonymous_role = absl::GetFlag(FLAGS_anonymous_role);
@@ -207,6 +246,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
         absl::StrCat("--max-shared-memory-bytes=", o.max_shared_memory_bytes, ": expected >= 0"));
   }
   KS_RETURN_IF_ERROR(CheckSharedMemoryCaps(o));
+  KS_RETURN_IF_ERROR(CheckResidentCaps(o));
   if (o.anonymous_role != "admin" && o.anonymous_role != "caller") {
     return absl::InvalidArgumentError(
         absl::StrCat("--anonymous-role=", o.anonymous_role, ": expected admin or caller"));

@@ -46,6 +46,13 @@ struct ServerOptions {
   // the max only); past them regions stay unpinned.
   int64_t max_pinned_shared_memory_bytes = int64_t{4} << 30;
   int64_t quota_pinned_bytes = 0;
+  // Resident tensors (CreateTensor): bytes in all and of one identity (0 = the max only), how
+  // many in all, and their idle expiry when a create names none, and at most.
+  int64_t max_resident_bytes = int64_t{4} << 30;
+  int64_t quota_resident_bytes = 0;
+  int max_resident_tensors = 4096;
+  absl::Duration resident_ttl = absl::Hours(1);
+  absl::Duration max_resident_ttl = absl::Hours(24);
   // Bearer tokens with their identities and roles (server/auth.h, ParseTokenFile); "" = none.
   std::string auth_token_file;
   std::string admin_identities;          // comma-separated identities given the admin role

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "core/utils/string_view.h"
 #include "proto/convert.h"
@@ -76,8 +77,11 @@ absl::StatusOr<CallPlan> PlanRequest(const CallDeps& deps, const Request& reques
   tracker.kernel = KernelLabel(*deps.executor, request.kernel());
   KS_ASSIGN_OR_RETURN(CallParams params, ParamsOf(request));
   if constexpr (std::is_same_v<Request, v1::ExecuteRequest>) {
-    // Where the request's CUDA regions are, when it names no device.
-    if (!params.device) params.device = RegionsGpu(deps.shared_memory, tracker.caller(), request);
+    // Where the request's CUDA regions and resident tensors are, when it names no device.
+    if (!params.device) {
+      KS_ASSIGN_OR_RETURN(params.device,
+                          DataGpu(deps.shared_memory, deps.resident, tracker.caller(), request));
+    }
   }
   ExecuteOptions options;
   if constexpr (requires { request.config(); }) {
@@ -122,18 +126,88 @@ CallRegionRefs RegionRefsOf(const v1::ExecuteRequest& request) {
   CallRegionRefs refs;
   for (const auto& [name, tensor] : request.inputs()) {
     if (!tensor.has_ref()) continue;
-    refs.inputs[name] = {tensor.ref().region(), tensor.ref().offset(), tensor.ref().byte_size()};
+    const v1::TensorRef& ref = tensor.ref();
+    if (!ref.tensor().empty()) {
+      refs.resident_inputs[name] = ref.tensor();
+    } else {
+      refs.inputs[name] = {ref.region(), ref.offset(), ref.byte_size()};
+    }
   }
   for (const auto& [name, ref] : request.output_regions()) {
-    refs.outputs[name] = {ref.region(), ref.offset(), ref.byte_size()};
+    if (!ref.tensor().empty()) {
+      refs.resident_outputs[name] = ref.tensor();
+    } else {
+      refs.outputs[name] = {ref.region(), ref.offset(), ref.byte_size()};
+    }
   }
   return refs;
 }
 
+namespace {
+
+// InvalidArgument naming `what` for a ref that names a resident tensor and a region's range too.
+absl::Status CheckTensorRef(const v1::TensorRef& ref, const std::string& what) {
+  if (ref.region().empty() && ref.offset() == 0 && ref.byte_size() == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": its ref names resident tensor '", ref.tensor(),
+      "' and a region's range too; set tensor alone, or region, offset and byte_size"));
+}
+
+// What `request` states of the dtype and shape of its resident inputs; InvalidArgument as
+// CheckTensorRef, or for data sent with the ref.
+absl::StatusOr<std::map<std::string, StatedSpec>> StatedSpecs(const v1::ExecuteRequest& request,
+                                                              const ResidentRefs& refs) {
+  std::map<std::string, StatedSpec> stated;
+  for (const auto& [name, tensor_name] : refs) {
+    const std::string what = absl::StrCat("input '", name, "'");
+    auto proto = request.inputs().find(name);
+    if (proto == request.inputs().end()) {
+      return absl::InternalError(absl::StrCat(what, ": a resident tensor but not in the request"));
+    }
+    const v1::Tensor& tensor = proto->second;
+    KS_RETURN_IF_ERROR(CheckTensorRef(tensor.ref(), what));
+    if (!tensor.data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": data and ref both set; send the bytes one way"));
+    }
+    StatedSpec& said = stated[name];
+    if (tensor.dtype() != v1::DTYPE_UNSPECIFIED) {
+      KS_ASSIGN_OR_RETURN(said.dtype, FromProto(tensor.dtype(), what));
+    }
+    if (tensor.shape_size() > 0) said.shape = Shape(tensor.shape().begin(), tensor.shape().end());
+  }
+  return stated;
+}
+
+// The resident inputs and outputs of `refs` into `call` (its inputs, output spans, regions and
+// lease).
+absl::Status TakeResident(const ResidentTensors* resident, const Caller& caller,
+                          const CallRegionRefs& refs, const v1::ExecuteRequest& request,
+                          PreparedCall& call) {
+  if (refs.resident_inputs.empty() && refs.resident_outputs.empty()) return absl::OkStatus();
+  for (const auto& [name, tensor_name] : refs.resident_outputs) {
+    auto ref = request.output_regions().find(name);
+    if (ref != request.output_regions().end()) {
+      KS_RETURN_IF_ERROR(CheckTensorRef(ref->second, absl::StrCat("output '", name, "'")));
+    }
+  }
+  KS_ASSIGN_OR_RETURN(auto stated, StatedSpecs(request, refs.resident_inputs));
+  call.lease = std::make_shared<ResidentLease>(resident);
+  KS_ASSIGN_OR_RETURN(TensorMap inputs, InputsFromResident(resident, caller, refs.resident_inputs,
+                                                           stated, call.plan.ordinal(),
+                                                           call.regions.get(), call.lease.get()));
+  call.inputs.merge(inputs);
+  return OutputsToResident(resident, caller, call.plan, refs.resident_outputs, refs.resident_inputs,
+                           &call.output_spans, call.regions.get(), call.lease.get());
+}
+
+}  // namespace
+
 absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, const Caller& caller,
                                         CallPlan plan, const CallRegionRefs& regions,
                                         v1::ExecuteRequest* request,
-                                        const wire::TensorBuffers* buffers) {
+                                        const wire::TensorBuffers* buffers,
+                                        const ResidentTensors* resident) {
   PreparedCall call;
   call.plan = std::move(plan);
   TensorSpecMap specs;  // of the inputs in regions, as the request gives them
@@ -149,14 +223,17 @@ absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, co
     }
     KS_ASSIGN_OR_RETURN(specs[name], SpecFromProto(proto->second, what));
   }
-  if (!regions.inputs.empty() || !regions.outputs.empty()) {
+  if (!regions.inputs.empty() || !regions.outputs.empty() || !regions.resident_inputs.empty() ||
+      !regions.resident_outputs.empty()) {
     call.regions = std::make_shared<CallRegions>();
   }
   KS_ASSIGN_OR_RETURN(call.inputs, InputsFromRegions(registry, caller, regions.inputs, specs,
                                                      call.plan.ordinal(), call.regions.get()));
   KS_ASSIGN_OR_RETURN(call.output_spans, OutputSpansOf(registry, caller, call.plan, regions.outputs,
                                                        call.regions.get()));
+  KS_RETURN_IF_ERROR(TakeResident(resident, caller, regions, *request, call));
   for (const auto& [name, ref] : regions.inputs) request->mutable_inputs()->erase(name);
+  for (const auto& [name, ref] : regions.resident_inputs) request->mutable_inputs()->erase(name);
   KS_ASSIGN_OR_RETURN(TensorMap sent,
                       TakeTensors(request->mutable_inputs(), buffers, &call.plan.kernel->schema()));
   call.inputs.merge(sent);
@@ -172,11 +249,12 @@ absl::Status Reserve(const ServerOptions& options, const PreparedCall& call,
 
 absl::StatusOr<PreparedCall> Prepare(const CallDeps& deps, const CallRequest& request,
                                      CallTracker& tracker) {
+  KS_RETURN_IF_ERROR(FillResidentSpecs(deps.resident, tracker.caller(), request.request));
   KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps, *request.request, tracker));
   KS_RETURN_IF_ERROR(CheckOutputsProduced(plan, request.outputs));
   KS_ASSIGN_OR_RETURN(PreparedCall call,
                       TakeInputs(deps.shared_memory, tracker.caller(), std::move(plan),
-                                 request.regions, request.request, request.buffers));
+                                 request.regions, request.request, request.buffers, deps.resident));
   KS_RETURN_IF_ERROR(Reserve(*deps.options, call, request.outputs, tracker));
   return call;
 }
@@ -194,9 +272,31 @@ absl::Status Dispatch(WorkerPool& pool, grpc::CallbackServerContext* context, in
 
 bool MayRunInline(const PreparedCall& call) { return TensorBytes(call.inputs) <= kInlineRunBytes; }
 
+namespace {
+
+// Waits for `call`'s lease (see Run).
+absl::Status AcquireLease(const CallDeps& deps, const PreparedCall& call,
+                          const CallTracker& tracker) {
+  // While it waits, the call does not count as running on its GPU: a call holding the tensors
+  // may be tuning there, waiting for the GPU's other calls to stop (WorkerPool::HoldExclusive).
+  std::unique_ptr<DeviceHold> aside;
+  if (call.plan.ordinal() >= 0) aside = deps.pool->StepAside(call.plan.ordinal());
+  const auto until = tracker.context()->deadline();
+  const absl::Time deadline = until == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(until);
+  if (call.lease->Acquire(deadline)) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("the call's deadline passed while other calls held resident tensor(s) ",
+                   call.lease->Names()));
+}
+
+}  // namespace
+
 absl::Status Run(const CallDeps& deps, const PreparedCall& call, absl::Status status,
                  CallWaits waits, const CallTracker& tracker, v1::ExecuteResponse* response,
                  wire::TensorBuffers* buffers) {
+  if (status.ok() && call.lease != nullptr) status = AcquireLease(deps, call, tracker);
   if (status.ok()) {
     status = RunGuarded([&] {
       return RunCall(deps, call.plan, call.inputs, response, buffers, &call.output_spans,

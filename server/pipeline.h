@@ -42,6 +42,8 @@
 #include "server/call_tracker.h"
 #include "server/identity.h"
 #include "server/region_tensors.h"
+#include "server/resident.h"
+#include "server/resident_refs.h"
 #include "server/service_deps.h"
 
 namespace kernelserve::server {
@@ -94,9 +96,9 @@ absl::Status RequireAdmin(const Caller& caller, std::string_view method);
 // key) from its fields, with its explicit config when it has one and the interrupt (deadline,
 // cancellation) of `tracker`'s call, and the tuner's copies of the outputs held by `tracker`
 // when the call tunes (ExecuteOptions::reserve_tuning). An ExecuteRequest that names no device
-// runs on the GPU of its CUDA regions. Labels the tracker's metrics with the kernel and
-// platform as far as it gets. Request: v1::ExecuteRequest, v1::ExecuteBatchRequest or
-// v1::AutotuneRequest. `tracker` must outlive the run of the plan.
+// runs on the GPU of its CUDA regions and resident tensors (DataGpu; its error). Labels the
+// tracker's metrics with the kernel and platform as far as it gets. Request: v1::ExecuteRequest,
+// v1::ExecuteBatchRequest or v1::AutotuneRequest. `tracker` must outlive the run of the plan.
 template <typename Request>
 absl::StatusOr<CallPlan> PlanRequest(const CallDeps& deps, const Request& request,
                                      CallTracker& tracker);
@@ -111,10 +113,13 @@ absl::Status CheckOutputsProduced(const CallPlan& plan, const std::vector<std::s
 // (kernelserve.v1's TensorRef and output_regions, the v2 shared_memory_* parameters). A value
 // type.
 struct CallRegionRefs {
-  RegionRefs inputs;   // inputs in regions; the request keeps their dtype and shape
-  RegionRefs outputs;  // outputs to write into regions
+  RegionRefs inputs;              // inputs in regions; the request keeps their dtype and shape
+  RegionRefs outputs;             // outputs to write into regions
+  ResidentRefs resident_inputs;   // inputs that are the caller's resident tensors
+  ResidentRefs resident_outputs;  // outputs written into the caller's resident tensors
 };
-// The refs of a kernelserve.v1 request: its inputs that carry a ref, its output_regions.
+// The refs of a kernelserve.v1 request: its inputs that carry a ref, its output_regions; those
+// naming a tensor (TensorRef.tensor) as resident ones.
 CallRegionRefs RegionRefsOf(const v1::ExecuteRequest& request);
 
 // A kernel call as its front door parsed it: the native request and what the front door knows
@@ -134,6 +139,8 @@ struct PreparedCall {
   TensorMap inputs;
   OutputSpans output_spans;
   std::shared_ptr<CallRegions> regions;  // null = none
+  // The resident tensors it reads and writes, locked while it runs (Run); null = none.
+  std::shared_ptr<ResidentLease> lease;
 };
 
 // The inputs of `request` as tensors, whichever front door: those of regions.inputs read from
@@ -142,11 +149,14 @@ struct PreparedCall {
 // of regions.outputs (OutputSpansOf). InvalidArgument for an input with both data and a region,
 // or naming the tensor and region whose range does not fit it; NotFound for a region the
 // caller has not registered (another caller's included); Unimplemented when `registry` is null
-// and the call names a region.
+// and the call names a region. The resident tensors of regions.resident_inputs and
+// resident_outputs come from `resident` (InputsFromResident, OutputsToResident; their errors),
+// in the call's lease; InvalidArgument for a ref that names both a tensor and a region.
 absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, const Caller& caller,
                                         CallPlan plan, const CallRegionRefs& regions,
                                         v1::ExecuteRequest* request,
-                                        const wire::TensorBuffers* buffers);
+                                        const wire::TensorBuffers* buffers,
+                                        const ResidentTensors* resident = nullptr);
 
 // --- 4. Reserve ---
 
@@ -156,7 +166,8 @@ absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, co
 absl::Status Reserve(const ServerOptions& options, const PreparedCall& call,
                      const std::vector<std::string>& outputs, CallTracker& tracker);
 
-// Steps 2-4: Plan, CheckOutputsProduced, TakeInputs, Reserve; the first error.
+// Steps 2-4: the request's resident inputs' specs filled in (FillResidentSpecs), Plan,
+// CheckOutputsProduced, TakeInputs, Reserve; the first error.
 absl::StatusOr<PreparedCall> Prepare(const CallDeps& deps, const CallRequest& request,
                                      CallTracker& tracker);
 
@@ -184,10 +195,11 @@ struct CallWaits {
 };
 
 // On the worker: runs `call` (RunCall, under RunGuarded) unless `status` (the worker's: the call
-// was dropped) is not OK, into `response` (outputs of call.output_spans written into their
-// regions, the others kept in `buffers` when non-null, as FillResponse), with `waits` in its
-// timing, and counts the inference with the code the client sees (RecordInference). Returns the
-// run's status.
+// was dropped) is not OK, once its lease is granted (waiting, aside from its GPU's other work,
+// until the call's deadline: DeadlineExceeded naming the tensors then), into `response` (outputs of
+// call.output_spans written into their regions, the others kept in `buffers` when non-null, as
+// FillResponse), with `waits` in its timing, and counts the inference with the code the client sees
+// (RecordInference). Returns the run's status.
 absl::Status Run(const CallDeps& deps, const PreparedCall& call, absl::Status status,
                  CallWaits waits, const CallTracker& tracker, v1::ExecuteResponse* response,
                  wire::TensorBuffers* buffers);

@@ -15,22 +15,23 @@ absl::Status NoRegistry() {
   return absl::UnimplementedError("this server keeps no shared memory regions");
 }
 
-// A tensor in a CUDA region, for a call on GPU `device`: a view of the GPU bytes for a
-// floating tensor, read in place by the kernel; a host copy for an index tensor (lengths,
-// segment ids, masks), which the server checks on the host.
-absl::StatusOr<Tensor> TensorInGpuRegion(const SharedMemoryRegistry& registry,
-                                         const TensorSpec& spec, RegionSpan span, int device,
-                                         const std::string& what) {
-  const int gpu = span.region->device();
+// A tensor in GPU memory (a CUDA region, a resident tensor) at `place`, for a call on GPU
+// `device`: a view of the GPU bytes for a floating tensor, read in place by the kernel; a host
+// copy for an index tensor (lengths, segment ids, masks), which the server checks on the host.
+absl::StatusOr<Tensor> TensorInGpuMemory(GpuMemoryAccess* gpu, const TensorSpec& spec,
+                                         RegionSpan span, int device, const std::string& what,
+                                         const std::string& place) {
+  const int on = span.region->device();
   if (device < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " is in CUDA region '", span.region->name(), "' on GPU ", gpu,
+        what, " is in ", place, " on GPU ", on,
         ", which a call on the CPU cannot read; leave device and platform unset, or name GPU ",
-        gpu));
+        on));
   }
   if (!IsFloating(spec.dtype)) {
+    if (gpu == nullptr) return absl::InternalError(absl::StrCat(what, ": no GPU access"));
     std::string bytes(span.byte_size, '\0');
-    if (absl::Status copied = registry.gpu()->CopyToHost(bytes.data(), span.data, bytes.size());
+    if (absl::Status copied = gpu->CopyToHost(bytes.data(), span.data, bytes.size());
         !copied.ok()) {
       return absl::Status(copied.code(), absl::StrCat(what, ": ", copied.message()));
     }
@@ -38,27 +39,29 @@ absl::StatusOr<Tensor> TensorInGpuRegion(const SharedMemoryRegistry& registry,
   }
   constexpr uintptr_t kTensorAlignment = 16;  // the kernels' vector loads
   if (reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": its offset in CUDA region '", span.region->name(), "' must be a multiple of 16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": its offset in ", place, " must be a multiple of 16"));
   }
   char* data = span.data;
   auto buffer = std::make_shared<HostBuffer>(
       data, span.byte_size, /*pinned=*/false,
       [region = std::move(span.region)](void* /*data*/) mutable { region.reset(); },
-      /*view=*/true, gpu);
+      /*view=*/true, on);
   return Tensor::FromBuffer(spec.dtype, spec.shape, std::move(buffer));
 }
 
-absl::StatusOr<Tensor> TensorInRegion(const SharedMemoryRegistry& registry, const TensorSpec& spec,
-                                      RegionSpan span, int device, const std::string& what) {
+}  // namespace
+
+absl::StatusOr<Tensor> TensorInSpan(GpuMemoryAccess* gpu, const TensorSpec& spec, RegionSpan span,
+                                    int device, const std::string& what, const std::string& place) {
   const int64_t bytes = SpecBytes(spec).value_or(-1);
   if (bytes < 0 || static_cast<uint64_t>(bytes) != span.byte_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": byte_size ", span.byte_size, " in region '", span.region->name(),
-                     "' is not the ", bytes, " bytes of ", spec.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": byte_size ", span.byte_size, " in ",
+                                                   place, " is not the ", bytes, " bytes of ",
+                                                   spec.DebugString()));
   }
   if (span.region->device() >= 0) {
-    return TensorInGpuRegion(registry, spec, std::move(span), device, what);
+    return TensorInGpuMemory(gpu, spec, std::move(span), device, what, place);
   }
   constexpr uintptr_t kTensorAlignment = 16;  // what Tensor promises kernels (malloc's)
   // Index tensors are checked on the host before the kernel reads them (a kernel may read them
@@ -72,8 +75,6 @@ absl::StatusOr<Tensor> TensorInRegion(const SharedMemoryRegistry& registry, cons
       [region = std::move(span.region)](void* /*data*/) mutable { region.reset(); });
   return Tensor::FromBuffer(spec.dtype, spec.shape, std::move(buffer));
 }
-
-}  // namespace
 
 absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry,
                                             const Caller& caller, const RegionRefs& refs,
@@ -89,8 +90,10 @@ absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry
     KS_ASSIGN_OR_RETURN(RegionSpan span,
                         registry->Span(caller, ref.region, ref.offset, ref.byte_size, what));
     if (held != nullptr) held->Add(span);
-    KS_ASSIGN_OR_RETURN(inputs[name],
-                        TensorInRegion(*registry, spec->second, std::move(span), device, what));
+    const std::string place =
+        absl::StrCat(span.region->device() >= 0 ? "CUDA" : "system", " region '", ref.region, "'");
+    KS_ASSIGN_OR_RETURN(inputs[name], TensorInSpan(registry->gpu(), spec->second, std::move(span),
+                                                   device, what, place));
   }
   return inputs;
 }

@@ -38,6 +38,15 @@ absl::StatusOr<TensorMap> InputsFromRegions(const SharedMemoryRegistry* registry
                                             const TensorSpecMap& specs, int device,
                                             CallRegions* held);
 
+// The tensor of `spec` at `span` (a region's bytes, or a resident tensor's) for a call on
+// `device` (-1 = the CPU), `place` naming where it is in messages ("CUDA region 'r'"): a view
+// of a floating tensor in place (host memory 16-byte aligned; GPU memory, Tensor::device()),
+// else a copy in the call's host memory (index tensors; GPU bytes copied through `gpu`).
+// InvalidArgument when the span is not the spec's size, for GPU bytes when the call runs on the
+// CPU or their address is not 16-byte aligned.
+absl::StatusOr<Tensor> TensorInSpan(GpuMemoryAccess* gpu, const TensorSpec& spec, RegionSpan span,
+                                    int device, const std::string& what, const std::string& place);
+
 // The spans of the outputs of `refs` in the caller's regions, each region counted in `held`
 // (nullable): each an output `plan` produces (InvalidArgument naming it otherwise) with room
 // for its bytes, in a CUDA region only when the plan runs on a GPU. Errors as

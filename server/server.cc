@@ -232,6 +232,25 @@ absl::Status Server::Init(
   return StartGrpc();
 }
 
+std::unique_ptr<ResidentTensors> Server::MakeResidentTensors() {
+  ResidentOptions resident;
+  resident.max_bytes = options_.max_resident_bytes;
+  resident.quota_bytes = options_.quota_resident_bytes;
+  resident.max_tensors = options_.max_resident_tensors;
+  resident.default_ttl = options_.resident_ttl;
+  resident.max_ttl = options_.max_resident_ttl;
+  // A GPU keeps room for its calls: their inputs and outputs are at most the in-flight budget,
+  // twice it leaving room for their workspaces.
+  resident.gpu_room = [reserve = 2 * options_.max_inflight_bytes](int device) -> int64_t {
+    absl::StatusOr<DeviceMemory> memory = QueryDeviceMemory(device);
+    return memory.ok() ? memory->total_bytes - reserve : 0;
+  };
+  resident.on_refusal = [this](const std::string& /*owner*/, const char* cap) {
+    metrics_.ResidentRefused(cap);
+  };
+  return std::make_unique<ResidentTensors>(std::move(resident), gpu_memory_.get());
+}
+
 absl::Status Server::InitAuth() {
   AuthOptions auth;
   if (!options_.auth_token_file.empty()) {
@@ -314,6 +333,9 @@ absl::Status Server::StartGrpc() {
   if (devices_.size() > 1) gpu_memory_ = RuntimeGpuMemoryAccess();
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(shared, gpu_memory_.get());
   deps.shared_memory = shared_memory_.get();
+  resident_ = MakeResidentTensors();
+  deps.resident = resident_.get();
+  deps.started = started_;
   // The authenticator asks the listener who is on the other end of a connection.
   KS_ASSIGN_OR_RETURN(auth_, Authenticator::Create(std::move(auth_options_), listener_.get()));
   deps.auth = auth_.get();
@@ -397,6 +419,17 @@ void Server::SampleDevices() {
         pinned.allocations - pinned_allocations_seen_, pinned.refusals - pinned_refusals_seen_);
     pinned_allocations_seen_ = pinned.allocations;
     pinned_refusals_seen_ = pinned.refusals;
+  }
+  if (resident_ != nullptr) {
+    if (const int expired = resident_->Expire(absl::Now()); expired > 0) {
+      metrics_.ResidentExpired(expired);
+    }
+    const std::map<int, std::pair<int64_t, int>> held = resident_->ByDevice();
+    for (int device : devices_) {
+      auto there = held.find(device);
+      metrics_.Resident(DeviceLabel(device), there == held.end() ? 0 : there->second.first,
+                        there == held.end() ? 0 : there->second.second);
+    }
   }
 }
 

@@ -68,7 +68,9 @@ class Server {
   // --tls-cert is set.
   absl::Status Listen(std::shared_ptr<grpc::ServerCredentials> credentials);
   absl::Status StartGrpc();
-  void SampleDevices();  // device memory and the pinned pool, into the metrics
+  void SampleDevices();  // device memory, the pinned pool and resident tensors, into the metrics
+  // The resident tensors' registry, from the options (--max-resident-bytes...).
+  std::unique_ptr<ResidentTensors> MakeResidentTensors();
   // The label values of the metrics series exported at startup.
   KnownSeries KnownLabels() const;
   // Gives freed memory back to the kernel when the server has been idle a while (nothing held
@@ -95,6 +97,8 @@ class Server {
   ModelStats model_stats_;
   std::unique_ptr<GpuMemoryAccess> gpu_memory_;  // CUDA regions' (null without GPUs)
   std::unique_ptr<SharedMemoryRegistry> shared_memory_;
+  std::unique_ptr<ResidentTensors> resident_;  // made with shared_memory_
+  absl::Time started_ = absl::Now();
   bool shared_memory_root_off_ = false;  // system regions refused for running as root
   std::atomic<bool> draining_{false};
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -1,7 +1,7 @@
 // KernelServiceImpl: the kernelserve.v1.KernelService handlers on gRPC's callback API. Thin:
 // the kernel calls are adapters over the call pipeline (server/pipeline.h), the admin and
-// shared-memory calls admit the caller and answer on gRPC's thread. Every method is registered
-// raw (gRPC hands over the received bytes; see UnaryCall).
+// shared-memory and resident-tensor calls admit the caller and answer on gRPC's thread. Every
+// method is registered raw (gRPC hands over the received bytes; see UnaryCall).
 #ifndef KERNELSERVE_SERVER_SERVICE_H_
 #define KERNELSERVE_SERVER_SERVICE_H_
 
@@ -28,9 +28,12 @@ using Shm = S::WithRawCallbackMethod_RegisterSystemSharedMemory<
     S::WithRawCallbackMethod_RegisterCudaSharedMemory<
         S::WithRawCallbackMethod_UnregisterSharedMemory<
             S::WithRawCallbackMethod_SharedMemoryStatus<S::Service>>>>;
+using Resident = S::WithRawCallbackMethod_CreateTensor<
+    S::WithRawCallbackMethod_WriteTensor<S::WithRawCallbackMethod_ReadTensor<
+        S::WithRawCallbackMethod_DeleteTensor<S::WithRawCallbackMethod_ListTensors<Shm>>>>>;
 using Admin = S::WithRawCallbackMethod_ListKernels<
     S::WithRawCallbackMethod_GetServerInfo<S::WithRawCallbackMethod_ListConfigs<
-        S::WithRawCallbackMethod_PutConfig<S::WithRawCallbackMethod_DeleteConfig<Shm>>>>>;
+        S::WithRawCallbackMethod_PutConfig<S::WithRawCallbackMethod_DeleteConfig<Resident>>>>>;
 using All = S::WithRawCallbackMethod_Execute<S::WithRawCallbackMethod_ExecuteStream<
     S::WithRawCallbackMethod_ExecuteBatch<S::WithRawCallbackMethod_Autotune<Admin>>>>;
 }  // namespace raw_service
@@ -68,6 +71,16 @@ class KernelServiceImpl final : public RawKernelService {
                                                    const Raw* request, Raw* response) override;
   grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
                                                const Raw* request, Raw* response) override;
+  grpc::ServerUnaryReactor* CreateTensor(grpc::CallbackServerContext* context, const Raw* request,
+                                         Raw* response) override;
+  grpc::ServerUnaryReactor* WriteTensor(grpc::CallbackServerContext* context, const Raw* request,
+                                        Raw* response) override;
+  grpc::ServerUnaryReactor* ReadTensor(grpc::CallbackServerContext* context, const Raw* request,
+                                       Raw* response) override;
+  grpc::ServerUnaryReactor* DeleteTensor(grpc::CallbackServerContext* context, const Raw* request,
+                                         Raw* response) override;
+  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* context, const Raw* request,
+                                        Raw* response) override;
 
  private:
   using ExecuteCall = UnaryCall<v1::ExecuteRequest, v1::ExecuteResponse>;
@@ -86,24 +99,39 @@ class KernelServiceImpl final : public RawKernelService {
   grpc::ServerUnaryReactor* Admin(
       grpc::CallbackServerContext* context, const Raw* request, Raw* response,
       const std::function<absl::Status(const Caller&, const Request&, Response*)>& body);
+  // The same, with `body` given the whole call (its tracker, the request's tensor buffers).
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Unary(
+      grpc::CallbackServerContext* context, const Raw* request, Raw* response,
+      const std::function<absl::Status(UnaryCall<Request, Response>&)>& body);
 
   const ServiceDeps deps_;
 };
 
 template <typename Request, typename Response>
-grpc::ServerUnaryReactor* KernelServiceImpl::Admin(
+grpc::ServerUnaryReactor* KernelServiceImpl::Unary(
     grpc::CallbackServerContext* context, const Raw* request, Raw* response,
-    const std::function<absl::Status(const Caller&, const Request&, Response*)>& body) {
+    const std::function<absl::Status(UnaryCall<Request, Response>&)>& body) {
   auto* call = new UnaryCall<Request, Response>(deps_.budget, deps_.metrics, context, request,
                                                 response, /*record=*/false);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   call->Finish(RunGuarded([&]() -> absl::Status {
     KS_RETURN_IF_ERROR(Admit(deps_, call->tracker()));
     KS_RETURN_IF_ERROR(call->tracker().Hold(call->received_bytes(), "request"));
-    KS_RETURN_IF_ERROR(call->Parse());
-    return body(call->tracker().caller(), call->request(), &call->response());
+    KS_RETURN_IF_ERROR(call->Parse(deps_.host_allocator));
+    return body(*call);
   }));
   return reactor;
+}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* KernelServiceImpl::Admin(
+    grpc::CallbackServerContext* context, const Raw* request, Raw* response,
+    const std::function<absl::Status(const Caller&, const Request&, Response*)>& body) {
+  return Unary<Request, Response>(
+      context, request, response, [&body](UnaryCall<Request, Response>& call) {
+        return body(call.tracker().caller(), call.request(), &call.response());
+      });
 }
 
 }  // namespace kernelserve::server

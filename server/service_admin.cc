@@ -107,6 +107,18 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerC
         response->set_built_with_cuda(deps_.built_with_cuda);
         response->set_cudnn_version(deps_.cudnn_version);
         response->set_host(HostName());
+        const ServerOptions& options = *deps_.options;
+        response->set_max_resident_bytes(static_cast<uint64_t>(options.max_resident_bytes));
+        response->set_quota_resident_bytes(static_cast<uint64_t>(options.quota_resident_bytes));
+        response->set_resident_ttl_seconds(
+            static_cast<uint32_t>(absl::ToInt64Seconds(options.resident_ttl)));
+        response->set_max_resident_ttl_seconds(
+            static_cast<uint32_t>(absl::ToInt64Seconds(options.max_resident_ttl)));
+        if (deps_.resident != nullptr) {
+          response->set_resident_bytes(static_cast<uint64_t>(deps_.resident->bytes()));
+          response->set_resident_tensors(deps_.resident->count());
+        }
+        response->set_started_unix_ms(absl::ToUnixMillis(deps_.started));
         return absl::OkStatus();
       });
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <string>
 
+#include "absl/time/time.h"
 #include "core/executor.h"
 #include "core/host_buffer.h"
 #include "server/auth.h"
@@ -17,6 +18,7 @@
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/options.h"
+#include "server/resident.h"
 #include "server/shared_memory.h"
 #include "server/tenants.h"
 #include "server/worker_pool.h"
@@ -50,6 +52,8 @@ struct CallDeps {
   ModelStats* stats = nullptr;
   // The shared-memory regions clients registered; nullptr = none can be.
   SharedMemoryRegistry* shared_memory = nullptr;
+  // The resident tensors clients created; nullptr = none can be.
+  ResidentTensors* resident = nullptr;
 };
 
 // What the server reports of itself (GetServerInfo, ServerReady, ModelReady). A value type.
@@ -59,6 +63,7 @@ struct ServerInfo {
   std::string cudnn_version = "none";  // LoadedCudnnVersion()
   // True once the server drains (ServerReady answers false); nullptr = never.
   const std::atomic<bool>* draining = nullptr;
+  absl::Time started;  // when the server started (its resident tensors live since)
 };
 
 // Everything a service's handlers use: each part's fields are the handler's own (deps_.executor),

@@ -75,14 +75,28 @@ std::string Quoted(std::string_view text) {
                       text.size() > kShown ? "..." : "");
 }
 
-absl::Status CheckRegionName(std::string_view name) {
+absl::Status CheckPrintableName(std::string_view kind, std::string_view name, size_t max_bytes) {
   const size_t bad = FirstBad(name, /*space=*/false, '\0');
-  if (!name.empty() && name.size() <= kMaxRegionNameBytes && bad == std::string_view::npos) {
+  if (!name.empty() && name.size() <= max_bytes && bad == std::string_view::npos) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "region name ", Quoted(name), " (", name.size(), " bytes): expected 1 to ",
-      kMaxRegionNameBytes, " printable ASCII characters without spaces", BadByte(name, bad)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(Sv(kind), " name ", Quoted(name), " (", name.size(), " bytes): expected 1 to ",
+                   max_bytes, " printable ASCII characters without spaces", BadByte(name, bad)));
+}
+
+absl::Status CheckRegionName(std::string_view name) {
+  return CheckPrintableName("region", name, kMaxRegionNameBytes);
+}
+
+absl::StatusOr<std::string> OwnerFor(const Caller& caller, std::string_view owner,
+                                     std::string_view things) {
+  if (owner.empty() || owner == caller.identity) return caller.identity;
+  if (caller.admin()) return std::string(owner);
+  return absl::PermissionDeniedError(
+      absl::StrCat("owner ", Quoted(owner), ": only admins act on other identities' ", Sv(things),
+                   "; identity '", caller.identity, "' has the ", Sv(RoleName(caller.role)),
+                   " role (leave owner empty for your own ", Sv(things), ")"));
 }
 
 absl::Status CheckObjectKey(std::string_view key) {
@@ -306,16 +320,6 @@ SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryOptions options, GpuMemor
       gpu_(gpu),
       pins_(std::make_shared<PinLedger>(options_.max_pinned_bytes, options_.quota_pinned_bytes)) {}
 
-absl::StatusOr<std::string> SharedMemoryRegistry::OwnerFor(const Caller& caller,
-                                                           std::string_view owner) {
-  if (owner.empty() || owner == caller.identity) return caller.identity;
-  if (caller.admin()) return std::string(owner);
-  return absl::PermissionDeniedError(absl::StrCat(
-      "owner ", Quoted(owner), ": only admins act on other identities' regions; identity '",
-      caller.identity, "' has the ", Sv(RoleName(caller.role)),
-      " role (leave owner empty for your own regions)"));
-}
-
 absl::Status SharedMemoryRegistry::CheckNew(const std::string& owner, const std::string& name,
                                             uint64_t byte_size) const {
   if (byte_size == 0) {
@@ -430,7 +434,7 @@ absl::Status SharedMemoryRegistry::RegisterCuda(const Caller& caller, const std:
 
 absl::Status SharedMemoryRegistry::Unregister(const Caller& caller, std::string_view owner,
                                               const std::string& name, RegionKind kind) {
-  absl::StatusOr<std::string> scope = OwnerFor(caller, owner);
+  absl::StatusOr<std::string> scope = OwnerFor(caller, owner, "regions");
   if (!scope.ok()) return scope.status();
   // Unmapped (and unpinned) after the lock is let go, unless a call still holds them.
   std::vector<std::shared_ptr<const SharedRegion>> gone;
@@ -463,7 +467,7 @@ absl::Status SharedMemoryRegistry::Unregister(const Caller& caller, std::string_
 
 absl::StatusOr<std::vector<std::shared_ptr<const SharedRegion>>> SharedMemoryRegistry::List(
     const Caller& caller, std::string_view owner, const std::string& name, RegionKind kind) const {
-  absl::StatusOr<std::string> scope = OwnerFor(caller, owner);
+  absl::StatusOr<std::string> scope = OwnerFor(caller, owner, "regions");
   if (!scope.ok()) return scope.status();
   std::vector<std::shared_ptr<const SharedRegion>> regions;
   {

@@ -43,6 +43,13 @@ class GpuMemoryAccess {
   // Page-locks `bytes` host bytes at `host` (a system region's mapping) until the returned
   // handle goes, so that the GPUs copy to and from them in one DMA.
   virtual absl::StatusOr<std::shared_ptr<void>> Pin(void* host, size_t bytes) = 0;
+  // `bytes` bytes of GPU `device`'s memory from its memory pool (the one calls use), zeroed,
+  // given back when the last copy of the pointer goes. ResourceExhausted when the GPU is out of
+  // memory; InvalidArgument for a GPU this process lacks.
+  virtual absl::StatusOr<std::shared_ptr<void>> Allocate(int device, uint64_t bytes) = 0;
+  // Copies `bytes` bytes at `host` (host memory, or another GPU address) to `gpu` (an address
+  // Allocate or Open gave, plus an offset), synchronously: one DMA from page-locked memory.
+  virtual absl::Status CopyFromHost(void* gpu, const void* host, size_t bytes) = 0;
 };
 
 // The CUDA runtime's GpuMemoryAccess; nullptr in builds without CUDA.
@@ -58,6 +65,14 @@ inline constexpr std::string_view kEveryOwner = "*";
 // OK for a region name: 1 to kMaxRegionNameBytes printable ASCII characters, none a space.
 // InvalidArgument stating the rule otherwise (the name shown escaped and cut).
 absl::Status CheckRegionName(std::string_view name);
+// OK for a name of `kind` ("region", "tensor"): 1 to `max_bytes` printable ASCII characters,
+// none a space. InvalidArgument stating the rule otherwise (the name shown escaped and cut).
+absl::Status CheckPrintableName(std::string_view kind, std::string_view name, size_t max_bytes);
+// The owner `owner` means for the caller: its own identity for "" or its identity, else (for an
+// admin) `owner` itself, kEveryOwner included. PermissionDenied for a caller that is no admin
+// naming another owner, saying only admins act on other identities' `things` ("regions").
+absl::StatusOr<std::string> OwnerFor(const Caller& caller, std::string_view owner,
+                                     std::string_view things);
 // OK for a POSIX shared-memory key: '/' then 1 to 254 printable ASCII characters (space
 // included), none a '/', and not "/." or "/..". InvalidArgument stating the rule otherwise.
 absl::Status CheckObjectKey(std::string_view key);
@@ -107,7 +122,7 @@ class SharedRegion {
                                                                  uint64_t offset,
                                                                  uint64_t byte_size);
   // `owner`'s CUDA region `name` of `byte_size` bytes at `mapping` (from GpuMemoryAccess::Open)
-  // on GPU `device`.
+  // on GPU `device`; with device -1, host memory at `mapping` (a resident tensor's).
   static std::unique_ptr<SharedRegion> OfGpu(std::string owner, std::string name,
                                              std::shared_ptr<void> mapping, int device,
                                              uint64_t byte_size);
@@ -307,10 +322,6 @@ class SharedMemoryRegistry {
                                uint64_t byte_size) const ABSL_LOCKS_EXCLUDED(mu_);
   // CheckNew again (another registration may have come in meanwhile), then adds `region`.
   absl::Status Insert(std::unique_ptr<SharedRegion> region) ABSL_LOCKS_EXCLUDED(mu_);
-  // The owner `owner` means for the caller: its own identity for "" or its identity, else (for
-  // an admin) `owner` itself, kEveryOwner included. PermissionDenied for a caller that is no
-  // admin naming another owner.
-  static absl::StatusOr<std::string> OwnerFor(const Caller& caller, std::string_view owner);
 
   const SharedMemoryOptions options_;
   GpuMemoryAccess* const gpu_;

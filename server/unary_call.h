@@ -43,13 +43,16 @@ class UnaryCall {
 
   // Bytes received (before parsing).
   int64_t received_bytes() const { return static_cast<int64_t>(raw_request_->Length()); }
-  // Parses the received bytes into request(); InvalidArgument naming the fault. An
-  // ExecuteRequest's large tensor bytes go into buffers from `allocator` (nullable; listed in
-  // request_buffers()). The time it takes is recv_us().
+  // Parses the received bytes into request(); InvalidArgument naming the fault. The large
+  // tensor bytes of an ExecuteRequest, CreateTensorRequest or WriteTensorRequest go into
+  // buffers from `allocator` (nullable; listed in request_buffers()). The time it takes is
+  // recv_us().
   absl::Status Parse(HostAllocator* allocator = nullptr) {
     const auto started = std::chrono::steady_clock::now();
     absl::Status status;
-    if constexpr (std::is_same_v<Request, v1::ExecuteRequest>) {
+    if constexpr (std::is_same_v<Request, v1::ExecuteRequest> ||
+                  std::is_same_v<Request, v1::CreateTensorRequest> ||
+                  std::is_same_v<Request, v1::WriteTensorRequest>) {
       status = wire::ParseRequest(raw_request_, &request_, allocator, &request_buffers_);
     } else {
       status = wire::ParseRequest(raw_request_, &request_);

@@ -251,7 +251,7 @@ const KernelSchema& FlashAttentionSchema() {
             {4},
             "[B or 1,Hq or 1,Sq,Sk]",
             "added to the logits (dense)"}},
-      .outputs = {{"out", "dtype of q", "shape of q", "the attention output"},
+      .outputs = {{"out", "dtype of q", "shape of q", "the attention output", "q"},
                   {"lse", "f32", "[B,Hq,Sq] (varlen [Hq,Tq])",
                    "natural-log sum of exp of each row's logits; with return_lse"}},
       .params = {{"causal", ParamType::kBool, false, std::nullopt, std::nullopt,

@@ -55,6 +55,13 @@ class FakeGpu final : public GpuMemoryAccess {
     ++pinned;
     return std::shared_ptr<void>(host, [this](void*) { --pinned; });
   }
+  absl::StatusOr<std::shared_ptr<void>> Allocate(int /*device*/, uint64_t /*bytes*/) override {
+    return absl::UnimplementedError("not used by these tests");
+  }
+  absl::Status CopyFromHost(void* gpu, const void* host, size_t bytes) override {
+    std::memcpy(gpu, host, bytes);
+    return absl::OkStatus();
+  }
   int mapped = 0;
   int copies = 0;
   int pinned = 0;  // system regions page-locked now

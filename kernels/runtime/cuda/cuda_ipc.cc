@@ -88,8 +88,51 @@ absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* host, size_t bytes) {
 
 absl::Status CopyGpuToHost(void* host, const void* gpu, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  KS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, gpu, bytes, cudaMemcpyDeviceToHost));
+  KS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, gpu, bytes, cudaMemcpyDefault));
   return absl::OkStatus();
+}
+
+absl::Status CopyHostToGpu(void* gpu, const void* host, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  KS_CUDA_RETURN_IF_ERROR(cudaMemcpy(gpu, host, bytes, cudaMemcpyDefault));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<void>> AllocateGpuMemory(int device, uint64_t bytes) {
+  int count = 0;
+  KS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device, ": this server has GPUs 0..", count - 1));
+  }
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  // On the legacy default stream, which the workers' non-blocking streams do not wait for; the
+  // memory is usable by any stream once this stream is synchronized below.
+  void* address = nullptr;
+  cudaError_t error = cudaMallocAsync(&address, bytes, nullptr);
+  if (error == cudaErrorMemoryAllocation) {
+    // The pool may cache freed blocks that do not fit: give them back and try once more.
+    (void)cudaGetLastError();
+    cudaMemPool_t pool;
+    KS_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
+    KS_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
+    error = cudaMallocAsync(&address, bytes, nullptr);
+  }
+  if (error == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("GPU ", device, " is out of memory for ", bytes, " more bytes"));
+  }
+  KS_CUDA_RETURN_IF_ERROR(error);
+  std::shared_ptr<void> memory(address, [device](void* p) {
+    // Errors cannot be reported from a deleter.
+    if (cudaSetDevice(device) != cudaSuccess || cudaFreeAsync(p, nullptr) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  });
+  KS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(address, 0, bytes, nullptr));
+  KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
+  return memory;
 }
 
 }  // namespace kernelserve::cuda

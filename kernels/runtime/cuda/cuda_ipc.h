@@ -1,5 +1,6 @@
-// CUDA IPC: a GPU buffer another process exported with cudaIpcGetMemHandle, mapped here (a
-// client's CUDA shared-memory region).
+// GPU memory the server reaches outside a kernel call: a GPU buffer another process exported
+// with cudaIpcGetMemHandle, mapped here (a client's CUDA shared-memory region), and memory of the
+// server's own that outlives calls (resident tensors).
 #ifndef KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_IPC_H_
 #define KERNELSERVE_KERNELS_RUNTIME_CUDA_CUDA_IPC_H_
 
@@ -27,6 +28,15 @@ absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* host, size_t bytes);
 
 // Copies `bytes` bytes of GPU memory at `gpu` to host memory at `host`, synchronously.
 absl::Status CopyGpuToHost(void* host, const void* gpu, size_t bytes);
+// Copies `bytes` bytes of host memory (or another GPU's) at `host` to GPU memory at `gpu`,
+// synchronously (one DMA from page-locked memory).
+absl::Status CopyHostToGpu(void* gpu, const void* host, size_t bytes);
+
+// `bytes` bytes of GPU `device`'s memory from its default memory pool (the pool calls allocate
+// from), zeroed; given back to the pool when the last copy of the pointer goes (work using it
+// must be finished by then). ResourceExhausted when the GPU is out of memory (after giving the
+// pool's cached memory back); InvalidArgument for a GPU that does not exist. Thread-safe.
+absl::StatusOr<std::shared_ptr<void>> AllocateGpuMemory(int device, uint64_t bytes);
 
 }  // namespace kernelserve::cuda
 

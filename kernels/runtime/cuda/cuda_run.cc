@@ -33,6 +33,8 @@ absl::StatusOr<DeviceBuffer> CudaRun::Upload(const void* source, size_t bytes) {
   if (bytes > 0) KS_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, source));
   const bool on_gpu = attributes.type == cudaMemoryTypeDevice;
   if (on_gpu && attributes.device == ordinal_) {
+    const char* begin = static_cast<const char*>(source);
+    in_place_inputs_.emplace_back(begin, begin + bytes);
     return DeviceBuffer::View(const_cast<void*>(source), bytes);
   }
   KS_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(ordinal_, bytes, stream()));
@@ -67,6 +69,13 @@ absl::Status CudaRun::BindOutputs(const TensorMap& places) {
     if (to.device() != ordinal_ || to.nbytes() != output.buffer.size() || to.nbytes() == 0) {
       continue;  // FetchInto copies it
     }
+    const char* begin = static_cast<const char*>(to.data());
+    const char* end = begin + to.nbytes();
+    bool read_in_place = false;
+    for (const auto& [input_begin, input_end] : in_place_inputs_) {
+      read_in_place = read_in_place || (begin < input_end && input_begin < end);
+    }
+    if (read_in_place) continue;  // written over an input: FetchInto copies it after the kernel
     output.buffer = DeviceBuffer::View(const_cast<void*>(to.data()), to.nbytes());
     output.set_address(output.buffer.get());
     output.bound = true;

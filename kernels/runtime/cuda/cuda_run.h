@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -32,7 +33,9 @@ class CudaRun : public PreparedRun {
   // buffer. FailedPrecondition before a successful launch.
   absl::StatusOr<TensorMap> Fetch() override;
   // The outputs of `places` in this run's GPU memory (and of their size) become those bytes:
-  // the next Launch writes them in place. REQUIRES: a Launch follows before Fetch.
+  // the next Launch writes them in place; but a place that overlaps an input read in place
+  // (Upload), which the kernel must read as it was, is copied into after the kernel
+  // (FetchInto). REQUIRES: a Launch follows before Fetch.
   absl::Status BindOutputs(const TensorMap& places) override;
   // Fetch, with the outputs of `places` copied into those tensors (views): on the GPU for GPU
   // memory (any GPU; across GPUs through peer copies), by DMA for host memory (staged when not
@@ -96,6 +99,8 @@ class CudaRun : public PreparedRun {
   double upload_seconds_ = 0.0;
   double launch_seconds_ = 0.0;
   int64_t input_bytes_ = 0;  // of every Upload, in place or copied (LaunchGated)
+  // The inputs read in place (Upload of this GPU's memory): [begin, end) addresses.
+  std::vector<std::pair<const char*, const char*>> in_place_inputs_;
 };
 
 // PoisonOutputs of `run` when it is a CUDA run; InvalidArgument otherwise. For tests.

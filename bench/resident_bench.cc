@@ -1,0 +1,263 @@
+// kernelserve-resident-bench: flash attention with K and V resident on the server against the
+// same loop sending Q, K and V on every call, and against the bare gRPC floor
+// (kernelserve-grpc-floor) answering the message each loop actually sends, in interleaved
+// rounds. Also times creates of resident tensors from inline data (the server's copy into the
+// tensor, and the round trip). Prints per case the median round trip, server total, bytes sent
+// per call and the targets' checks; --json writes them too.
+//
+//   kernelserve-resident-bench --target=127.0.0.1:50051 --floor=127.0.0.1:50300 [--rounds=7]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/client.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "nlohmann/json.hpp"
+#include "proto/convert.h"
+#include "proto/kernel_service_grpc.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "the kernelserve server");
+ABSL_FLAG(std::string, floor, "", "a kernelserve-grpc-floor server; empty = no floor rows");
+ABSL_FLAG(int, rounds, 7, "rounds; each round runs every case every way");
+ABSL_FLAG(int, calls, 5, "calls per case, way and round");
+ABSL_FLAG(std::string, cases, "large,small",
+          "large = f16 [4,4096,16,128] causal, small = f16 [1,1024,16,128] causal");
+ABSL_FLAG(std::string, create_mib, "64,256", "sizes of the timed creates, MiB");
+ABSL_FLAG(std::string, json, "", "also write the results to this JSON file");
+
+namespace ks = kernelserve;
+
+namespace {
+
+// Random f16 values in (-1, 1) of `shape` (a cheap generator).
+ks::v1::Tensor Random(const ks::Shape& shape, uint32_t seed) {
+  ks::Tensor t = ks::Tensor::Empty(ks::DType::kF16, shape);
+  auto* bits = static_cast<uint16_t*>(t.data());
+  uint32_t state = seed * 2654435761u + 1;
+  for (size_t i = 0; i < t.nbytes() / 2; ++i) {
+    state = state * 1664525u + 1013904223u;
+    bits[i] = static_cast<uint16_t>((state >> 16) & 0xbbff);
+  }
+  ks::v1::Tensor wire;
+  ks::PutTensor(std::move(t), &wire);
+  return wire;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Samples {
+  std::vector<double> round_trip_us, total_us, kernel_us, recv_us;
+  int errors = 0;
+  std::string last_error;
+};
+
+void Run(const ks::Client& client, const std::shared_ptr<const ks::v1::ExecuteRequest>& request,
+         Samples* samples) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<ks::RunResult> result = client.Execute(request);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  if (!result.ok()) {
+    ++samples->errors;
+    samples->last_error = std::string(result.status().message());
+    return;
+  }
+  samples->round_trip_us.push_back(us);
+  samples->total_us.push_back(static_cast<double>(result->timings.total_us));
+  samples->kernel_us.push_back(static_cast<double>(result->timings.kernel_us));
+  samples->recv_us.push_back(static_cast<double>(result->timings.recv_us));
+}
+
+struct Case {
+  std::string name;
+  ks::v1::ExecuteRequest inline_request;
+  ks::v1::ExecuteRequest resident_request;  // q inline, k and v resident
+};
+
+absl::StatusOr<Case> MakeCase(ks::v1::KernelService::Stub& stub, const std::string& which,
+                              uint32_t seed) {
+  const ks::Shape shape =
+      which == "large" ? ks::Shape{4, 4096, 16, 128} : ks::Shape{1, 1024, 16, 128};
+  Case c;
+  c.name = absl::StrCat("flash_attention f16 [", absl::StrJoin(shape, ","), "] causal");
+  c.inline_request.set_kernel("flash_attention");
+  c.inline_request.mutable_flash_attention()->set_causal(true);
+  for (const char* name : {"q", "k", "v"}) {
+    (*c.inline_request.mutable_inputs())[name] = Random(shape, seed++);
+  }
+  c.resident_request = c.inline_request;
+  for (const char* name : {"k", "v"}) {
+    const std::string tensor = absl::StrCat("bench-", which, "-", name);
+    ks::v1::DeleteTensorRequest del;
+    del.set_name(tensor);
+    ks::v1::DeleteTensorResponse deleted;
+    grpc::ClientContext delete_context;
+    (void)stub.DeleteTensor(&delete_context, del, &deleted);  // from an earlier run
+    ks::v1::CreateTensorRequest create;
+    create.set_name(tensor);
+    create.set_dtype(ks::v1::DTYPE_F16);
+    for (int64_t d : shape) create.add_shape(d);
+    *create.mutable_contents() = c.inline_request.inputs().at(name);
+    ks::v1::CreateTensorResponse created;
+    grpc::ClientContext context;
+    grpc::Status status = stub.CreateTensor(&context, create, &created);
+    if (!status.ok()) return absl::InternalError("CreateTensor: " + status.error_message());
+    ks::v1::Tensor& ref = (*c.resident_request.mutable_inputs())[name];
+    ref.Clear();
+    ref.mutable_ref()->set_tensor(tensor);
+  }
+  return c;
+}
+
+// Creates of `mib` MiB from inline data: the server's copy (h2d_us) and the round trip.
+nlohmann::json TimeCreates(ks::v1::KernelService::Stub& stub, int64_t mib, int repeats) {
+  ks::v1::CreateTensorRequest create;
+  create.set_name("bench-create");
+  create.set_dtype(ks::v1::DTYPE_F16);
+  create.add_shape(mib << 19);
+  *create.mutable_contents() = Random({mib << 19}, 77);
+  std::vector<double> copy_us, round_trip_us, recv_us;
+  for (int i = 0; i < repeats; ++i) {
+    ks::v1::DeleteTensorRequest del;
+    del.set_name("bench-create");
+    ks::v1::DeleteTensorResponse deleted;
+    grpc::ClientContext delete_context;
+    (void)stub.DeleteTensor(&delete_context, del, &deleted);
+    ks::v1::CreateTensorResponse created;
+    grpc::ClientContext context;
+    const auto start = std::chrono::steady_clock::now();
+    grpc::Status status = stub.CreateTensor(&context, create, &created);
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    if (!status.ok()) return {{"error", status.error_message()}};
+    copy_us.push_back(static_cast<double>(created.timing().h2d_us()));
+    recv_us.push_back(static_cast<double>(created.timing().recv_us()));
+    round_trip_us.push_back(us);
+  }
+  const double bytes = static_cast<double>(mib) * 1048576.0;
+  const double copy = Median(copy_us), trip = Median(round_trip_us);
+  std::printf(
+      "create %5lld MiB: copy into the tensor %8.0f us (%5.1f GB/s), parse %8.0f us, "
+      "round trip %8.0f us (%5.1f GB/s)\n",
+      static_cast<long long>(mib), copy, bytes / copy / 1e3, Median(recv_us), trip,
+      bytes / trip / 1e3);
+  return {{"mib", mib},
+          {"copy_us", copy},
+          {"copy_gbps", bytes / copy / 1e3},
+          {"recv_us", Median(recv_us)},
+          {"round_trip_us", trip}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  ks::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.deadline = absl::Seconds(300);
+  absl::StatusOr<std::unique_ptr<ks::Client>> client = ks::Client::Connect(options);
+  std::unique_ptr<ks::Client> floor;
+  if (!absl::GetFlag(FLAGS_floor).empty()) {
+    ks::ClientOptions floor_options = options;
+    floor_options.target = absl::GetFlag(FLAGS_floor);
+    absl::StatusOr<std::unique_ptr<ks::Client>> connected = ks::Client::Connect(floor_options);
+    if (connected.ok()) floor = *std::move(connected);
+  }
+  if (!client.ok()) {
+    std::fprintf(stderr, "resident-bench: %s\n", std::string(client.status().message()).c_str());
+    return 1;
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(-1);
+  arguments.SetMaxSendMessageSize(-1);
+  auto stub = ks::v1::KernelService::NewStub(grpc::CreateCustomChannel(
+      absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials(), arguments));
+  nlohmann::json out;
+  for (absl::string_view mib : absl::StrSplit(absl::GetFlag(FLAGS_create_mib), ',')) {
+    out["creates"].push_back(TimeCreates(*stub, std::stoll(std::string(mib)), 5));
+  }
+  std::vector<Case> cases;
+  uint32_t seed = 1;
+  for (absl::string_view which : absl::StrSplit(absl::GetFlag(FLAGS_cases), ',')) {
+    absl::StatusOr<Case> made = MakeCase(*stub, std::string(which), seed);
+    seed += 3;
+    if (!made.ok()) {
+      std::fprintf(stderr, "resident-bench: %s\n", std::string(made.status().message()).c_str());
+      return 1;
+    }
+    cases.push_back(*std::move(made));
+  }
+  // case -> way -> samples; ways: inline, resident, and the floor of each message.
+  std::map<std::string, std::map<std::string, Samples>> samples;
+  for (int round = 0; round <= absl::GetFlag(FLAGS_rounds); ++round) {  // round 0 warms up
+    for (const Case& c : cases) {
+      auto inline_request = std::make_shared<const ks::v1::ExecuteRequest>(c.inline_request);
+      auto resident_request = std::make_shared<const ks::v1::ExecuteRequest>(c.resident_request);
+      std::vector<std::pair<
+          std::string, std::pair<const ks::Client*, std::shared_ptr<const ks::v1::ExecuteRequest>>>>
+          ways = {{"inline", {client->get(), inline_request}},
+                  {"resident", {client->get(), resident_request}}};
+      if (floor != nullptr) {
+        ways.push_back({"floor inline", {floor.get(), inline_request}});
+        ways.push_back({"floor resident", {floor.get(), resident_request}});
+      }
+      for (const auto& [way, target] : ways) {
+        Samples scratch;
+        Samples& into = round == 0 ? scratch : samples[c.name][way];
+        for (int i = 0; i < absl::GetFlag(FLAGS_calls); ++i)
+          Run(*target.first, target.second, &into);
+      }
+    }
+  }
+  for (const Case& c : cases) {
+    std::printf("%s\n", c.name.c_str());
+    const double inline_bytes = static_cast<double>(c.inline_request.ByteSizeLong());
+    const double resident_bytes = static_cast<double>(c.resident_request.ByteSizeLong());
+    for (const auto& [way, s] : samples[c.name]) {
+      const bool resident = way.find("resident") != std::string::npos;
+      std::printf(
+          "  %-15s p50 %9.0f us  server total %8.0f us  kernel %7.0f us  sent %11.0f "
+          "bytes  errors %d %s\n",
+          way.c_str(), Median(s.round_trip_us), Median(s.total_us), Median(s.kernel_us),
+          resident ? resident_bytes : inline_bytes, s.errors, s.last_error.c_str());
+      out["cases"][c.name][way] = {{"p50_us", Median(s.round_trip_us)},
+                                   {"total_us", Median(s.total_us)},
+                                   {"kernel_us", Median(s.kernel_us)},
+                                   {"recv_us", Median(s.recv_us)},
+                                   {"bytes", resident ? resident_bytes : inline_bytes},
+                                   {"errors", s.errors}};
+    }
+    Samples& in = samples[c.name]["inline"];
+    Samples& res = samples[c.name]["resident"];
+    std::printf("  bytes inline / resident %.2fx; round trip inline / resident %.2fx\n",
+                inline_bytes / resident_bytes,
+                Median(in.round_trip_us) / std::max(1.0, Median(res.round_trip_us)));
+    if (floor != nullptr) {
+      const double bound =
+          Median(samples[c.name]["floor resident"].round_trip_us) + Median(res.total_us) + 100.0;
+      std::printf(
+          "  resident p50 %.0f us against floor(Q-only) + server total + 100 us = %.0f us: "
+          "%s\n",
+          Median(res.round_trip_us), bound, Median(res.round_trip_us) <= bound ? "met" : "NOT met");
+      out["cases"][c.name]["bound_us"] = bound;
+    }
+  }
+  if (!absl::GetFlag(FLAGS_json).empty()) std::ofstream(absl::GetFlag(FLAGS_json)) << out.dump(2);
+  return 0;
+}

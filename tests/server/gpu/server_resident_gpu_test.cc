@@ -1,0 +1,188 @@
+// Resident tensors of kernelserve-server on a real GPU: created on the GPU (from data, from
+// zeros), read by calls in place (the call runs on their GPU without naming it) and written by
+// them, equal to the same calls with inline bytes bit for bit; an output written in place over
+// the input it replaces; rows written and read back; a tensor past the GPU's room refused;
+// the server healthy after. Fresh random inputs; output tensors poisoned (written with NaNs)
+// before the calls that fill them. Skips where the server sees no GPU.
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/server/server_process.h"
+#include "tests/support/testing.h"
+
+namespace kernelserve::testing {
+namespace {
+
+#define START_GPU_SERVER(server)                                              \
+  ServerProcess server;                                                       \
+  ASSERT_TRUE(server.Start({"--cache=memory", "--metrics-listen=off"}).ok()); \
+  if (!absl::StrContains(server.startup_line(), "cuda:0")) {                  \
+    GTEST_SKIP() << "no GPU: " << server.startup_line();                      \
+  }
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  return context;
+}
+
+v1::TensorRef Ref(const std::string& name) {
+  v1::TensorRef ref;
+  ref.set_tensor(name);
+  return ref;
+}
+
+// Creates `name` on `device` (unset when < -1) from `wire`'s bytes; its response.
+v1::CreateTensorResponse Create(v1::KernelService::Stub& stub, const std::string& name,
+                                const v1::Tensor& wire, int device = -2) {
+  v1::CreateTensorRequest create;
+  create.set_name(name);
+  create.set_dtype(wire.dtype());
+  *create.mutable_shape() = wire.shape();
+  *create.mutable_contents() = wire;
+  if (device >= -1) create.set_device(device);
+  v1::CreateTensorResponse response;
+  grpc::Status status = stub.CreateTensor(Context().get(), create, &response);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
+  return response;
+}
+
+std::string ReadAll(v1::KernelService::Stub& stub, const std::string& name) {
+  v1::ReadTensorRequest read;
+  read.set_name(name);
+  v1::ReadTensorResponse response;
+  grpc::Status status = stub.ReadTensor(Context().get(), read, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.tensor().data();
+}
+
+v1::ExecuteRequest Attention(uint64_t seed, DType dtype) {
+  v1::ExecuteRequest request;
+  request.set_kernel("flash_attention");
+  request.set_platform("cuda");
+  auto& inputs = *request.mutable_inputs();
+  inputs["q"] = ToWire(RandomTensor(dtype, {2, 300, 8, 128}, seed, -1.0f, 1.0f));
+  inputs["k"] = ToWire(RandomTensor(dtype, {2, 517, 2, 128}, seed + 1, -1.0f, 1.0f));
+  inputs["v"] = ToWire(RandomTensor(dtype, {2, 517, 2, 128}, seed + 2, -1.0f, 1.0f));
+  request.mutable_flash_attention()->set_causal(true);
+  return request;
+}
+
+TEST(ServerResidentGpuTest, CallsReadAndWriteGpuTensorsInPlaceAsInlineCallsDo) {
+  START_GPU_SERVER(server);
+  auto stub = MakeStub(server.address());
+  const v1::ExecuteRequest inline_request = Attention(4100, DType::kBF16);
+  v1::ExecuteResponse want;
+  ASSERT_TRUE(stub->Execute(Context().get(), inline_request, &want).ok());
+
+  // Placed on the GPU without asking.
+  const v1::CreateTensorResponse k = Create(*stub, "k", inline_request.inputs().at("k"));
+  EXPECT_EQ(k.tensor().device(), 0);
+  EXPECT_GT(k.timing().h2d_us(), 0);
+  Create(*stub, "v", inline_request.inputs().at("v"), 0);
+  v1::Tensor poison = inline_request.inputs().at("q");
+  std::memset(poison.mutable_data()->data(), 0xff, poison.data().size());
+  Create(*stub, "out", poison, 0);
+
+  v1::ExecuteRequest request = inline_request;
+  request.clear_device();  // runs where its tensors are
+  for (const char* name : {"k", "v"}) {
+    (*request.mutable_inputs())[name].Clear();
+    *(*request.mutable_inputs())[name].mutable_ref() = Ref(name);
+  }
+  (*request.mutable_output_regions())["out"] = Ref("out");
+  v1::ExecuteResponse got;
+  grpc::Status status = stub->Execute(Context().get(), request, &got);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(got.device(), 0);
+  EXPECT_EQ(got.platform(), "cuda");
+  EXPECT_EQ(ReadAll(*stub, "out"), want.outputs().at("out").data());
+
+  // In place over q: the kernel reads q as it was.
+  Create(*stub, "q", inline_request.inputs().at("q"), 0);
+  v1::ExecuteRequest over_q = request;
+  (*over_q.mutable_inputs())["q"].Clear();
+  *(*over_q.mutable_inputs())["q"].mutable_ref() = Ref("q");
+  (*over_q.mutable_output_regions())["out"] = Ref("q");
+  status = stub->Execute(Context().get(), over_q, &got);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ReadAll(*stub, "q"), want.outputs().at("out").data());
+
+  // Rows written on the GPU and read back.
+  v1::WriteTensorRequest write;
+  write.set_name("k");
+  write.set_row_offset(1);
+  v1::Tensor row = ToWire(RandomTensor(DType::kBF16, {1, 517, 2, 128}, 4200, -1.0f, 1.0f));
+  *write.mutable_contents() = row;
+  v1::WriteTensorResponse written;
+  status = stub->WriteTensor(Context().get(), write, &written);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  v1::ReadTensorRequest read;
+  read.set_name("k");
+  read.set_row_offset(1);
+  read.set_rows(1);
+  v1::ReadTensorResponse rows;
+  ASSERT_TRUE(stub->ReadTensor(Context().get(), read, &rows).ok());
+  EXPECT_EQ(rows.tensor().data(), row.data());
+
+  // A GPU tensor in a call on the CPU is refused, naming the GPU.
+  v1::ExecuteRequest on_cpu = request;
+  on_cpu.set_platform("cpu");
+  on_cpu.clear_output_regions();
+  status = stub->Execute(Context().get(), on_cpu, &got);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "on GPU 0")) << status.error_message();
+
+  // More than the GPU's room: refused, nothing evicted.
+  v1::CreateTensorRequest huge;
+  huge.set_name("huge");
+  huge.set_dtype(v1::DTYPE_F32);
+  huge.add_shape(int64_t{1} << 37);  // 512 GiB
+  huge.set_device(0);
+  v1::CreateTensorResponse refused;
+  status = stub->CreateTensor(Context().get(), huge, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  v1::ListTensorsResponse listed;
+  ASSERT_TRUE(stub->ListTensors(Context().get(), {}, &listed).ok());
+  EXPECT_EQ(listed.tensors_size(), 4);
+  ASSERT_TRUE(stub->Execute(Context().get(), request, &got).ok());
+  EXPECT_EQ(ReadAll(*stub, "out"), want.outputs().at("out").data());
+}
+
+TEST(ServerResidentGpuTest, TheOutputOfAMeanPoolingIntoAGpuTensorEqualsTheInlineOne) {
+  START_GPU_SERVER(server);
+  auto stub = MakeStub(server.address());
+  v1::ExecuteRequest request;
+  request.set_kernel("mean_pooling");
+  request.set_platform("cuda");
+  (*request.mutable_inputs())["x"] = ToWire(RandomTensor(DType::kF32, {3, 333, 96}, 4300));
+  v1::ExecuteResponse want;
+  ASSERT_TRUE(stub->Execute(Context().get(), request, &want).ok());
+  Create(*stub, "x", request.inputs().at("x"), 0);
+  v1::CreateTensorRequest out;
+  out.set_name("out");
+  out.set_dtype(v1::DTYPE_F32);
+  out.add_shape(3);
+  out.add_shape(96);
+  out.set_device(0);
+  v1::CreateTensorResponse created;
+  ASSERT_TRUE(stub->CreateTensor(Context().get(), out, &created).ok());
+  EXPECT_EQ(ReadAll(*stub, "out"), std::string(3 * 96 * 4, '\0'));  // zeros
+  v1::ExecuteRequest resident;
+  resident.set_kernel("mean_pooling");
+  resident.set_platform("cuda");
+  *(*resident.mutable_inputs())["x"].mutable_ref() = Ref("x");
+  (*resident.mutable_output_regions())["out"] = Ref("out");
+  v1::ExecuteResponse got;
+  grpc::Status status = stub->Execute(Context().get(), resident, &got);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(got.device(), 0);
+  EXPECT_EQ(ReadAll(*stub, "out"), want.outputs().at("out").data());
+}
+
+}  // namespace
+}  // namespace kernelserve::testing
