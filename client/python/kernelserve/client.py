@@ -316,7 +316,7 @@ class Client:
         ResidentTensor (an input or output place of execute; `with` deletes it at the end).
         Idempotent: a tensor of that name with the same dtype, shape and device is left as it
         is, contents too (`.created` False); with another, ALREADY_EXISTS. The server's
-        INVALID_ARGUMENT for a bad name, shape or device, and its refusal past its limits
+        INVALID_ARGUMENT for a bad name, shape or device, RESOURCE_EXHAUSTED past its limits
         (--max-resident-bytes, --quota-resident-bytes)."""
         request = resident.create_request(name, array, dtype, shape, device, ttl, self._regions)
         response = self._call(self._stub.CreateTensor, request, timeout)
