@@ -1090,6 +1090,24 @@ class ResidentTensorTest(unittest.TestCase):
         self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling, x,
                         outputs={"out": wrong})
 
+    def test_in_place_only_where_the_schema_says(self):
+        [out] = [o for o in self.client.schema("flash_attention").outputs if o.name == "out"]
+        self.assertEqual(out.in_place_of, "q")
+        q = uniform(self.rng, (1, 5, 2, 8))
+        k, v = uniform(self.rng, (1, 7, 2, 8)), uniform(self.rng, (1, 7, 2, 8))
+        want = self.client.flash_attention(q, k, v).out
+        with self.client.create_tensor(q, name="q") as rq:
+            r = self.client.flash_attention(rq, k, v, outputs={"out": rq})  # out over q
+            self.assertIs(r.out, rq)
+            np.testing.assert_allclose(rq.read(), want, rtol=1e-6, atol=1e-6)
+        # mean_pooling_bwd's dx has x's shape, but its schema writes no output over an input.
+        dout = uniform(self.rng, (2, 4))
+        with self.client.create_tensor(uniform(self.rng, (2, 3, 4)), name="x") as rx:
+            self.client.mean_pooling_bwd(dout, rx)  # read alone: fine
+            error = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling_bwd,
+                                    dout, rx, outputs={"dx": rx})
+            self.assertIn("dx", error.message)
+
     def test_write_rows_and_bytes_then_read_rows(self):
         t = self.client.create_tensor(None, name="rows", shape=(5, 3))
         rows = uniform(self.rng, (2, 3))
