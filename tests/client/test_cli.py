@@ -478,6 +478,11 @@ class CliResidentTensorTest(CliTestBase):
         self.assertGreater(int(listed["server_started_unix_ms"]), 0)
         [z] = self.cli_json("tensor", "ls", "z")["tensors"]
         self.assertLessEqual(int(z["ttl_seconds"]), 60)
+        # info has the server's limits and what it holds.
+        info = self.cli("info").stdout
+        self.assertRegex(info, r"resident tensors +3 holding %d bytes, of at most" %
+                         (2 * x.nbytes + 5 * 2 * 4))
+        self.assertRegex(info, r"resident ttl +1h idle \(at most 24h\)")
 
     def test_run_with_a_resident_input_equals_the_inline_run(self):
         x = uniform(self.rng, (2, 9, 8))
