@@ -1,4 +1,6 @@
-// tensor create|write|read|ls|rm: the caller's resident tensors on the server.
+// tensor create|write|read|ls|rm: the caller's resident tensors on the server. Contents larger
+// than a message (the client's or the server's largest) go in pieces.
+#include <algorithm>
 #include <array>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +64,131 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path, std::optional<DType> dty
   return tensor;
 }
 
+// Bytes of a create's, write's or read's other fields, beside the tensor's bytes (the server
+// keeps 4 KiB for an answer's).
+constexpr uint64_t kOtherFieldsBytes = uint64_t{8} << 10;
+
+// The most tensor bytes one message carries: the smaller of the client's largest message and
+// the server's (GetServerInfo; the client's alone when the server does not say), less room for
+// the other fields.
+uint64_t PieceBytes(const Client& client) {
+  int64_t limit = client.options().max_message_bytes;
+  absl::StatusOr<v1::ServerInfo> info = client.ServerInfo();
+  if (info.ok() && info->max_message_bytes() > 0) {
+    limit = std::min<int64_t>(limit, info->max_message_bytes());
+  }
+  const auto bytes = static_cast<uint64_t>(limit);
+  return bytes > 2 * kOtherFieldsBytes ? bytes - kOtherFieldsBytes : bytes / 2;
+}
+
+// The caller's resident tensor `name` as ListTensors lists it.
+absl::StatusOr<v1::ResidentTensorInfo> InfoOf(const Client& client, const std::string& name) {
+  KS_ASSIGN_OR_RETURN(v1::ListTensorsResponse list, client.ListTensors(name));
+  for (const v1::ResidentTensorInfo& t : list.tensors()) {
+    if (t.name() == name) return t;
+  }
+  return absl::NotFoundError(absl::StrCat("no resident tensor '", name, "'"));
+}
+
+// The bytes of one row of dimension 0 of `t`; all of them for a scalar.
+uint64_t RowBytes(const v1::ResidentTensorInfo& t) {
+  if (t.shape_size() == 0 || t.shape(0) <= 0) return t.byte_size();
+  return t.byte_size() / static_cast<uint64_t>(t.shape(0));
+}
+
+// Writes the bytes of `contents` into tensor `name` from byte `start` on, in writes of at most
+// `most` bytes of whole elements each. Returns the tensor after the last one.
+absl::StatusOr<v1::ResidentTensorInfo> WriteInPieces(const Client& client, const std::string& name,
+                                                     const Tensor& contents, uint64_t start,
+                                                     uint64_t most) {
+  const uint64_t item = ItemSize(contents.dtype());
+  v1::ResidentTensorInfo info;
+  for (const Piece& piece : SplitInto(contents.nbytes(), most, item)) {
+    KS_ASSIGN_OR_RETURN(
+        Tensor part,
+        Tensor::FromBytes(contents.dtype(), {static_cast<int64_t>(piece.size / item)},
+                          std::string(contents.bytes().substr(piece.offset, piece.size))));
+    WriteTensorOptions options;
+    options.byte_offset = start + piece.offset;
+    KS_ASSIGN_OR_RETURN(info, client.WriteTensor(name, std::move(part), options));
+  }
+  return info;
+}
+
+// Creates `name` holding `contents`: in one request when it fits a message, else as zeros then
+// written in pieces (deleted again when a piece fails). A tensor that was there is left as is.
+absl::StatusOr<v1::CreateTensorResponse> CreateFilled(const Client& client, const std::string& name,
+                                                      Tensor contents,
+                                                      const CreateTensorOptions& options) {
+  const uint64_t most = PieceBytes(client);
+  if (contents.nbytes() <= most) return client.CreateTensor(name, std::move(contents), options);
+  KS_ASSIGN_OR_RETURN(v1::CreateTensorResponse response,
+                      client.CreateTensor(name, contents.spec(), options));
+  if (!response.created()) return response;
+  absl::StatusOr<v1::ResidentTensorInfo> written = WriteInPieces(client, name, contents, 0, most);
+  if (!written.ok()) {
+    static_cast<void>(client.DeleteTensor(name));  // not left half written
+    return written.status();
+  }
+  *response.mutable_tensor() = *std::move(written);
+  return response;
+}
+
+// Writes `contents` as WriteTensor does; in pieces when it does not fit a message, after
+// checking here what the server checks of a whole write (dtype, whole rows, the end), so that
+// no piece is written of a write that cannot be.
+absl::StatusOr<v1::ResidentTensorInfo> WriteFilled(const Client& client, const std::string& name,
+                                                   Tensor contents,
+                                                   const WriteTensorOptions& options) {
+  const uint64_t most = PieceBytes(client);
+  if (contents.nbytes() <= most) return client.WriteTensor(name, std::move(contents), options);
+  KS_ASSIGN_OR_RETURN(const v1::ResidentTensorInfo t, InfoOf(client, name));
+  const std::string what = absl::StrCat("tensor '", name, "'");
+  if (ToProto(contents.dtype()) != t.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": contents are ",
+                                                   Sv(DTypeName(contents.dtype())),
+                                                   "; the tensor is ", DTypeString(t.dtype())));
+  }
+  const uint64_t row = RowBytes(t);
+  if (!options.byte_offset.has_value() && contents.nbytes() % row != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", contents.nbytes(), " bytes: expected whole rows of ", row, " bytes"));
+  }
+  const uint64_t start = options.byte_offset.value_or(static_cast<uint64_t>(options.row) * row);
+  if (start > t.byte_size() || contents.nbytes() > t.byte_size() - start) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", contents.nbytes(), " bytes at byte ",
+                                                   start, " do not fit its ", t.byte_size(),
+                                                   " bytes (", SpecString(t), ")"));
+  }
+  return WriteInPieces(client, name, contents, start, most);
+}
+
+// Rows of tensor `name` as ReadTensor reads them; in pieces of whole rows when they do not fit
+// a message (then not at one instant: a write meanwhile may land between two pieces).
+absl::StatusOr<Tensor> ReadFilled(const Client& client, const std::string& name,
+                                  const RowsArg& rows) {
+  const uint64_t most = PieceBytes(client);
+  KS_ASSIGN_OR_RETURN(const v1::ResidentTensorInfo t, InfoOf(client, name));
+  const int64_t rows_in = t.shape_size() == 0 ? 1 : t.shape(0);
+  const int64_t count = rows.rows.value_or(rows_in - rows.row);
+  const uint64_t row = RowBytes(t);
+  if (row == 0 || rows.row > rows_in || count < 0 || count > rows_in - rows.row ||
+      static_cast<uint64_t>(count) * row <= most) {
+    return client.ReadTensor(name, rows.row, rows.rows);  // one read; the server checks it
+  }
+  std::string bytes;
+  Tensor part;
+  for (const Piece& piece :
+       SplitInto(static_cast<uint64_t>(count), std::max<uint64_t>(1, most / row), 1)) {
+    KS_ASSIGN_OR_RETURN(part, client.ReadTensor(name, rows.row + static_cast<int64_t>(piece.offset),
+                                                static_cast<int64_t>(piece.size)));
+    bytes.append(part.bytes());
+  }
+  Shape shape = part.shape();
+  shape[0] = count;
+  return Tensor::FromBytes(part.dtype(), std::move(shape), std::move(bytes));
+}
+
 absl::Status Arity(const CommandContext& ctx, size_t lo, size_t hi, const char* usage) {
   const size_t n = ctx.args->positional.size();
   if (n >= lo && n <= hi) return absl::OkStatus();
@@ -92,7 +219,7 @@ absl::Status Create(const CommandContext& ctx) {
   } else {
     KS_ASSIGN_OR_RETURN(Tensor contents, ReadNpy(like.path, like.dtype));
     response = zeros ? ctx.client->CreateTensor(name, contents.spec(), options)
-                     : ctx.client->CreateTensor(name, std::move(contents), options);
+                     : CreateFilled(*ctx.client, name, std::move(contents), options);
   }
   KS_RETURN_IF_ERROR(response.status());
   if (ctx.json) {
@@ -126,7 +253,7 @@ absl::Status Write(const CommandContext& ctx) {
   const std::string what = contents.spec().DebugString();
   const size_t bytes = contents.nbytes();
   KS_ASSIGN_OR_RETURN(v1::ResidentTensorInfo t,
-                      ctx.client->WriteTensor(name, std::move(contents), options));
+                      WriteFilled(*ctx.client, name, std::move(contents), options));
   if (ctx.json) {
     *ctx.out << MessageJson(t).dump(2) << "\n";
     return absl::OkStatus();
@@ -146,7 +273,7 @@ absl::Status Read(const CommandContext& ctx) {
   if (ctx.args->Has("rows")) {
     KS_ASSIGN_OR_RETURN(rows, ParseRowsArg(ctx.args->Get("rows")));
   }
-  KS_ASSIGN_OR_RETURN(Tensor tensor, ctx.client->ReadTensor(name, rows.row, rows.rows));
+  KS_ASSIGN_OR_RETURN(Tensor tensor, ReadFilled(*ctx.client, name, rows));
   const std::string path = ctx.args->Get("output");
   if (!path.empty()) {
     KS_RETURN_IF_ERROR(npy::Write(path, tensor));

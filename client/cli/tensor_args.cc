@@ -1,5 +1,6 @@
 #include "client/cli/tensor_args.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -114,6 +115,15 @@ absl::StatusOr<uint32_t> TtlFromArgs(const Args& args) {
         " seconds (the server cuts it to its --max-resident-ttl anyway)"));
   }
   return static_cast<uint32_t>(seconds);
+}
+
+std::vector<Piece> SplitInto(uint64_t total, uint64_t most, uint64_t unit) {
+  const uint64_t step = std::max(unit, most / unit * unit);
+  std::vector<Piece> pieces;
+  for (uint64_t offset = 0; offset < total; offset += step) {
+    pieces.push_back({offset, std::min(step, total - offset)});
+  }
+  return pieces;
 }
 
 }  // namespace kernelserve::cli

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/cli/args.h"
@@ -40,6 +41,17 @@ absl::StatusOr<RowsArg> ParseRowsArg(const std::string& text);
 // --ttl DURATION (250ms rounds up to 1s; 0 = the server's default): whole seconds.
 // InvalidArgument for a bad duration or one past 2^32 - 1 seconds.
 absl::StatusOr<uint32_t> TtlFromArgs(const Args& args);
+
+// A range [offset, offset + size) of bytes or rows.
+struct Piece {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  bool operator==(const Piece& other) const = default;
+};
+// `total` split into pieces of at most `most` each, in order (none for 0), every piece but the
+// last a multiple of `unit` (a piece of `most` rounded down to units, of one unit when `most`
+// is less). REQUIRES: unit >= 1.
+std::vector<Piece> SplitInto(uint64_t total, uint64_t most, uint64_t unit);
 
 }  // namespace kernelserve::cli
 

@@ -106,6 +106,14 @@ TEST(TtlTest, WholeSecondsRoundedUp) {
                        "expected at most 4294967295 seconds"));
 }
 
+TEST(SplitIntoTest, PiecesOfWholeUnits) {
+  EXPECT_EQ(SplitInto(10, 4, 1), (std::vector<Piece>{{0, 4}, {4, 4}, {8, 2}}));
+  EXPECT_EQ(SplitInto(12, 10, 4), (std::vector<Piece>{{0, 8}, {8, 4}}));  // 10 -> 8: whole f32s
+  EXPECT_EQ(SplitInto(8, 3, 4), (std::vector<Piece>{{0, 4}, {4, 4}}));    // at least one unit
+  EXPECT_EQ(SplitInto(6, 6, 2), (std::vector<Piece>{{0, 6}}));
+  EXPECT_TRUE(SplitInto(0, 6, 2).empty());
+}
+
 TEST(CallSpecResidentTest, InputsAndOutputsByName) {
   absl::StatusOr<CallSpec> spec = CallSpecFromArgs(
       ArgsOf({"run", "flash_attention", "--tensor=k=@keys", "--tensor", "v=@values",

@@ -18,7 +18,7 @@ from kernelserve.v1 import kernel_service_pb2_grpc as rpc
 from server_fixture import CLI, TOY_SERVER, ServerProcess, free_port
 
 USAGE, INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, UNAVAILABLE, UNAUTHENTICATED = 2, 3, 5, 12, 14, 16
-ALREADY_EXISTS = 6
+ALREADY_EXISTS, RESOURCE_EXHAUSTED = 6, 8
 
 
 def uniform(rng, shape, dtype=np.float32):
@@ -563,6 +563,43 @@ class CliResidentTensorTest(CliTestBase):
         self.cli("bench", "mean_pooling", "--tensor=x=@nope", "--requests=5", code=NOT_FOUND)
         [held] = self.cli_json("tensor", "ls", "bx")["tensors"]
         self.assertEqual(int(held.get("calls", 0)), 0)  # the bench's calls let go of it
+
+
+class CliResidentPiecesTest(CliTestBase):
+    """Tensors larger than the server's largest message go in and out in pieces."""
+    server_args = ("--max-message-bytes=65536",)
+
+    def read(self, name, *flags):
+        path = os.path.join(self.dir, f"{self.id()}.read-{name}.npy")
+        self.cli("tensor", "read", name, "-o", path, *flags)
+        return np.load(path)
+
+    def test_create_write_read_and_run_past_a_message(self):
+        x = uniform(self.rng, (4, 25, 512))  # 200 KiB: four messages
+        path = self.save("x", x)
+        proc = self.cli("run", "mean_pooling", f"--input=x={path}", code=RESOURCE_EXHAUSTED)
+        self.assertIn("RESOURCE_EXHAUSTED", proc.stderr)
+        self.cli("tensor", "create", "x", f"--input-like={path}")
+        np.testing.assert_array_equal(self.read("x"), x)
+        np.testing.assert_array_equal(self.read("x", "--rows=1:3"), x[1:3])
+        result = self.cli_json("run", "mean_pooling", "--tensor=x=@x",
+                               f"--output-dir={self.out_dir()}")
+        self.assertEqual(result["outputs"]["out"]["shape"], [4, 512])
+        np.testing.assert_allclose(np.load(os.path.join(self.out_dir(), "out.npy")),
+                                   references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        rows = uniform(self.rng, (3, 25, 512))
+        self.cli("tensor", "write", "x", self.save("rows", rows), "--row=1")
+        x[1:] = rows
+        np.testing.assert_array_equal(self.read("x"), x)
+        # A write that cannot be is refused whole: no piece of it is written.
+        proc = self.cli("tensor", "write", "x", self.save("rows", rows), "--row=2",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("do not fit", proc.stderr)
+        proc = self.cli("tensor", "write", "x", self.save("f16", rows.astype(np.float16)),
+                        code=INVALID_ARGUMENT)
+        self.assertIn("contents are f16; the tensor is f32", proc.stderr)
+        np.testing.assert_array_equal(self.read("x"), x)
+        self.cli("tensor", "rm", "x")
 
 
 class CliFileStoreTest(CliTestBase):
