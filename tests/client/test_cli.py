@@ -599,6 +599,11 @@ class CliResidentPiecesTest(CliTestBase):
                         code=INVALID_ARGUMENT)
         self.assertIn("contents are f16; the tensor is f32", proc.stderr)
         np.testing.assert_array_equal(self.read("x"), x)
+        # bench sends the resident input by name alone: 200 KiB inline do not fit a message.
+        report = self.cli_json("bench", "mean_pooling", "--tensor=x=@x", "--requests=10")
+        self.assertEqual((report["ok"], report["errors"]), (10, 0), report["failures"])
+        self.cli("bench", "mean_pooling", f"--input=x={path}", "--requests=3",
+                 code=RESOURCE_EXHAUSTED)
         self.cli("tensor", "rm", "x")
 
 
