@@ -68,11 +68,10 @@ absl::Status ResidentTensors::CheckRoom(const std::string& owner, int64_t bytes,
   auto owned = owners_.find(owner);
   const int64_t own = owned == owners_.end() ? 0 : owned->second.bytes;
   if (options_.quota_bytes > 0 && bytes > options_.quota_bytes - own) {
-    return refuse(
-        "quota_bytes",
-        absl::StrCat(bytes, " more bytes would pass identity '", owner,
-                     "''s quota of resident bytes (--quota-resident-bytes=", options_.quota_bytes,
-                     "): it holds ", own, "; delete tensors first"));
+    return refuse("quota_bytes",
+                  absl::StrCat(bytes, " more bytes would pass the quota of identity '", owner,
+                               "' (--quota-resident-bytes=", options_.quota_bytes, "): it holds ",
+                               own, "; delete tensors first"));
   }
   if (device >= 0 && options_.gpu_room) {
     const int64_t room = options_.gpu_room(device);
