@@ -135,15 +135,21 @@ absl::StatusOr<std::shared_ptr<ResidentTensor>> ResidentTensors::Create(
     return absl::Status(memory.status().code(),
                         absl::StrCat(what, ": ", memory.status().message()));
   }
-  Owned& owned = owners_[caller.identity];
-  if (auto found = owned.tensors.find(create.name); found != owned.tensors.end()) {
-    // A create of the same name won the race while this one allocated.
-    if (found->second->spec() == create.spec && found->second->device() == create.device) {
-      return found->second;
+  if (auto owner = owners_.find(caller.identity); owner != owners_.end()) {
+    if (auto found = owner->second.tensors.find(create.name);
+        found != owner->second.tensors.end()) {
+      // A create of the same name won the race while this one allocated.
+      if (found->second->spec() == create.spec && found->second->device() == create.device) {
+        return found->second;
+      }
+      return absl::AlreadyExistsError(
+          absl::StrCat(what, " was created meanwhile as ", found->second->spec().DebugString()));
     }
-    return absl::AlreadyExistsError(
-        absl::StrCat(what, " was created meanwhile as ", found->second->spec().DebugString()));
   }
+  // Again: other creates may have come in while this one allocated (the first check counted
+  // them only in max_bytes).
+  KS_RETURN_IF_ERROR(CheckRoom(caller.identity, *bytes, create.device));
+  Owned& owned = owners_[caller.identity];
   std::shared_ptr<const SharedRegion> region =
       SharedRegion::OfGpu(caller.identity, create.name, *std::move(memory), create.device,
                           static_cast<uint64_t>(*bytes));
