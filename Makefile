@@ -33,7 +33,7 @@ TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 20
-FUZZERS = wire_fuzz kernel_validation_fuzz store_fuzz request_fuzz tenancy_fuzz
+FUZZERS = wire_fuzz kernel_validation_fuzz store_fuzz request_fuzz tenancy_fuzz resident_fuzz
 SYMBOLIZER = /usr/lib/llvm-14/bin/llvm-symbolizer
 SAN_CMAKE = CC=$(CLANG) CXX=$(CLANGXX) cmake -S . -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DKERNELSERVE_CUDA=OFF

@@ -99,6 +99,16 @@ The surfaces of issue 32 (must stay clean):
   identity-quotas      one identity floods (rate, then in-flight bytes) while another calls:
                        the other is always served, the flood is refused naming its identity
   v2-timeout           KServe v2 timeout 0 (none), 2^63-1, 2^64-1 (uint64): OK; -1 INVALID_ARGUMENT
+Resident tensors (must stay clean):
+  resident-bad         bad names (1 MiB, NUL), shapes, sizes, offsets, dtypes, rows, a GPU on a
+                       CPU server, a ref with a region too, an output of another shape:
+                       INVALID_ARGUMENT; another shape ALREADY_EXISTS; deleted between calls
+                       NOT_FOUND
+  resident-flood       two identities create 16 MiB tensors until their quota / the server's
+                       cap: RESOURCE_EXHAUSTED naming the flag, nothing evicted, each sees its
+                       own; 2,000 (quick 300) 1 MiB names INVALID_ARGUMENT without growth
+  resident-race        calls, whole writes and delete/re-create of one tensor at once: no call
+                       reads a torn tensor; OK, NOT_FOUND or FAILED_PRECONDITION only
 """
 import argparse
 import atexit
@@ -113,7 +123,7 @@ import threading
 import time
 
 # bench/abuse/ (the package) is found before this file under the name `abuse`.
-from abuse import known, clean, surfaces  # noqa: F401,I100  (they register the cases, in order)
+from abuse import known, clean, surfaces, resident  # noqa: F401,I100  (they register the cases, in order)
 from abuse.harness import (CASES, GRPC_BUFFERS, IDLE_SECONDS, IDLE_SLACK_MB, MIB, Ctx, IdleWatch,
                            Redis, Server, check, kill_children, mb)
 

@@ -5,7 +5,8 @@
 // A bare KernelService on the same gRPC callback API, process settings and message sizes as
 // kernelserve-server, doing none of its work: Execute answers a mean_pooling request with an
 // `out` tensor of the answer's shape and size ([B,H] or [N,H]) filled with x's first bytes, a
-// flash_attention request (one with `q`) with `out` = q, and a heuristic config; every other
+// flash_attention request (one with `q`) with `out` = q (dtype and shape alone when the request
+// has `out` written elsewhere, output_regions), and a heuristic config; every other
 // method is unimplemented. The same bytes cross gRPC both ways as with kernelserve-server.
 // `kernelserve bench` runs against it unchanged, so its latency is what gRPC itself costs here, and
 // kernelserve-server's latency minus it is what the server adds (docs/PERFORMANCE.md, small calls
@@ -87,7 +88,8 @@ class FloorService final : public v1::KernelService::CallbackService {
     v1::Tensor& out = (*response->mutable_outputs())["out"];
     out.set_dtype(q.dtype());
     *out.mutable_shape() = q.shape();
-    out.set_data(q.data());
+    // An output the server writes into a region or resident tensor comes back without bytes.
+    if (!request.output_regions().contains("out")) out.set_data(q.data());
     return grpc::Status::OK;
   }
 };

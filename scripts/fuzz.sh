@@ -14,7 +14,7 @@ seconds=${2:?usage: scripts/fuzz.sh BUILD_DIR SECONDS [HARNESS...]}
 shift 2
 harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then
-  harnesses=(wire_fuzz kernel_validation_fuzz store_fuzz request_fuzz tenancy_fuzz)
+  harnesses=(wire_fuzz kernel_validation_fuzz store_fuzz request_fuzz tenancy_fuzz resident_fuzz)
 fi
 symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:external_symbolizer_path=$symbolizer"

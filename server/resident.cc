@@ -68,11 +68,10 @@ absl::Status ResidentTensors::CheckRoom(const std::string& owner, int64_t bytes,
   auto owned = owners_.find(owner);
   const int64_t own = owned == owners_.end() ? 0 : owned->second.bytes;
   if (options_.quota_bytes > 0 && bytes > options_.quota_bytes - own) {
-    return refuse(
-        "quota_bytes",
-        absl::StrCat(bytes, " more bytes would pass identity '", owner,
-                     "''s quota of resident bytes (--quota-resident-bytes=", options_.quota_bytes,
-                     "): it holds ", own, "; delete tensors first"));
+    return refuse("quota_bytes",
+                  absl::StrCat(bytes, " more bytes would pass the quota of identity '", owner,
+                               "' (--quota-resident-bytes=", options_.quota_bytes, "): it holds ",
+                               own, "; delete tensors first"));
   }
   if (device >= 0 && options_.gpu_room) {
     const int64_t room = options_.gpu_room(device);
@@ -136,15 +135,21 @@ absl::StatusOr<std::shared_ptr<ResidentTensor>> ResidentTensors::Create(
     return absl::Status(memory.status().code(),
                         absl::StrCat(what, ": ", memory.status().message()));
   }
-  Owned& owned = owners_[caller.identity];
-  if (auto found = owned.tensors.find(create.name); found != owned.tensors.end()) {
-    // A create of the same name won the race while this one allocated.
-    if (found->second->spec() == create.spec && found->second->device() == create.device) {
-      return found->second;
+  if (auto owner = owners_.find(caller.identity); owner != owners_.end()) {
+    if (auto found = owner->second.tensors.find(create.name);
+        found != owner->second.tensors.end()) {
+      // A create of the same name won the race while this one allocated.
+      if (found->second->spec() == create.spec && found->second->device() == create.device) {
+        return found->second;
+      }
+      return absl::AlreadyExistsError(
+          absl::StrCat(what, " was created meanwhile as ", found->second->spec().DebugString()));
     }
-    return absl::AlreadyExistsError(
-        absl::StrCat(what, " was created meanwhile as ", found->second->spec().DebugString()));
   }
+  // Again: other creates may have come in while this one allocated (the first check counted
+  // them only in max_bytes).
+  KS_RETURN_IF_ERROR(CheckRoom(caller.identity, *bytes, create.device));
+  Owned& owned = owners_[caller.identity];
   std::shared_ptr<const SharedRegion> region =
       SharedRegion::OfGpu(caller.identity, create.name, *std::move(memory), create.device,
                           static_cast<uint64_t>(*bytes));

@@ -31,6 +31,8 @@ REQUIRED = {
     "queue wait": "kernelserve_queue_wait_seconds_bucket",
     "calls by identity": "kernelserve_identity_requests_total",
     "quota refusals": "kernelserve_quota_refusals_total",
+    "resident bytes": "kernelserve_resident_bytes",
+    "resident creates and refusals": "kernelserve_resident_refusals_total",
 }
 
 DATASOURCE = "${DS_PROMETHEUS}"

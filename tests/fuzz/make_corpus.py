@@ -178,6 +178,20 @@ def wire_corpus(pb):
     pin.config.block_size = 32
     pin.config.fields["threads"] = 2
     write("wire_fuzz", "put_config_request", bytes([5, 2]) + pin.SerializeToString())
+    create = pb.CreateTensorRequest(name="k", dtype=F16, shape=[2, 3], ttl_seconds=60)
+    create.contents.CopyFrom(tensor(pb, F16, [2, 3]))
+    write("wire_fuzz", "create_tensor_request", bytes([6, 1]) + create.SerializeToString())
+    from_region = pb.CreateTensorRequest(name="v", dtype=F32, shape=[4], device=-1)
+    from_region.contents.ref.region = "r"
+    from_region.contents.ref.byte_size = 16
+    write("wire_fuzz", "create_tensor_request_region", bytes([6, 0]) +
+          from_region.SerializeToString())
+    rows = pb.WriteTensorRequest(name="k", row_offset=1)
+    rows.contents.CopyFrom(tensor(pb, F16, [1, 3]))
+    write("wire_fuzz", "write_tensor_request", bytes([7, 2]) + rows.SerializeToString())
+    read = pb.ReadTensorResponse()
+    read.tensor.CopyFrom(tensor(pb, F32, [2, 2]))
+    write("wire_fuzz", "read_tensor_response", bytes([8, 3]) + read.SerializeToString())
 
 
 def request_corpus(pb):
@@ -413,6 +427,40 @@ def tenancy_corpus(pb):
         write("tenancy_fuzz", name, data)
 
 
+def resident_corpus():
+    """resident_fuzz: steps, each a kind byte (see resident_fuzz.cc) then its fields."""
+    def create(caller, name, dtype, shape, device, ttl):
+        return (u8(0, caller, ord(name) - ord("a"), dtype, len(shape)) +
+                b"".join(zigzag(d) for d in shape) + u8(device) + zigzag(ttl))
+
+    def pick(name):
+        return u8(ord(name) - ord("a"))
+
+    def copy(caller, name, offset, size, write, data=b""):
+        return u8(2, caller) + pick(name) + zigzag(offset) + zigzag(size) + u8(0 if write else 1) + data
+
+    def hold(caller, names, writes):
+        out = u8(3, caller, 2, len(names) - 1)
+        for name, write in zip(names, writes):
+            out += pick(name) + u8(0 if write else 1)
+        return out
+
+    seeds = {
+        "create_write_read": create(0, "a", 0, [4, 3], 1, 0) + copy(0, "a", 8, 16, True, bytes(range(16))) +
+        copy(0, "a", 0, 48, False),
+        "gpu_room_and_quota": create(0, "a", 0, [60, 60], 2, 0) + create(0, "b", 0, [60, 60], 1, 0) +
+        create(1, "a", 0, [60, 60], 1, 0) + create(1, "b", 1, [50], 3, 5),
+        "held_then_deleted_and_expired": create(0, "a", 2, [8], 1, 3) + hold(0, ["a"], [True]) +
+        u8(4, 0, 0, 1) + pick("a") + u8(5) + zigzag(200) + u8(3, 0, 0) + u8(5) + zigzag(200),
+        "readers_and_a_writer": create(1, "c", 3, [2, 2], 1, 0) + hold(1, ["c"], [False]) +
+        hold(1, ["c"], [False]) + copy(1, "c", 0, 16, True, bytes(16)) + copy(1, "c", 0, 16, False),
+        "other_owners": create(0, "a", 0, [4], 1, 0) + copy(1, "a", 0, 4, False) +
+        u8(4, 1, 2, 1) + pick("a") + u8(4, 2, 1, 0),
+    }
+    for name, data in seeds.items():
+        write("resident_fuzz", name, data)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         pb = load_messages(tmp)
@@ -421,6 +469,7 @@ def main():
         tenancy_corpus(pb)
     kernel_corpus()
     store_corpus()
+    resident_corpus()
 
 
 if __name__ == "__main__":

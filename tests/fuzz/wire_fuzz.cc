@@ -3,13 +3,14 @@
 // wire::ParseRequest (what every raw handler calls) and wire::DescribeMalformed (the reason it
 // gives for bytes that do not parse).
 //
-// Input: byte 0 picks the message type (mod 6), byte 1 how the rest is cut into gRPC slices,
-// the rest is the message. Where wire::ParseExtracting succeeds, protobuf's ParseFromArray
-// must succeed and give an equal message; wire::Deserialize and wire::ParseRequest must always
-// agree with protobuf; DescribeMalformed must name a fault exactly when protobuf refuses the
-// bytes. ExecuteRequests are also parsed into buffers of a pool (as the server parses for its
-// GPUs), and ExecuteResponses sent with their output bytes from buffers; both must read back as
-// protobuf's message. Any disagreement aborts.
+// Input: byte 0 picks the message type (mod 9: the kernel calls', then the resident tensors'
+// CreateTensorRequest, WriteTensorRequest and ReadTensorResponse), byte 1 how the rest is cut
+// into gRPC slices, the rest is the message. Where wire::ParseExtracting succeeds, protobuf's
+// ParseFromArray must succeed and give an equal message; wire::Deserialize and wire::ParseRequest
+// must always agree with protobuf; DescribeMalformed must name a fault exactly when protobuf
+// refuses the bytes. ExecuteRequests are also parsed into buffers of a pool (as the server parses
+// for its GPUs), and ExecuteResponses sent with their output bytes from buffers; both must read
+// back as protobuf's message. Any disagreement aborts.
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
 
@@ -178,7 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t seed = data[1];
   const uint8_t* message = data + 2;
   const size_t bytes = size - 2;
-  switch (data[0] % 6) {
+  switch (data[0] % 9) {
     case 0:
       kernelserve::Check<v1::ExecuteRequest>(message, bytes, seed);
       kernelserve::CheckBufferMode(message, bytes, seed);
@@ -198,6 +199,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 5:
       kernelserve::Check<v1::PutConfigRequest>(message, bytes, seed);
+      break;
+    case 6:
+      kernelserve::Check<v1::CreateTensorRequest>(message, bytes, seed);
+      break;
+    case 7:
+      kernelserve::Check<v1::WriteTensorRequest>(message, bytes, seed);
+      break;
+    case 8:
+      kernelserve::Check<v1::ReadTensorResponse>(message, bytes, seed);
       break;
   }
   return 0;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace kernelserve::server {
@@ -191,6 +192,30 @@ TEST(ResidentTensorsTest, GpuTensorsComeFromTheGpuWithinItsRoom) {
   EXPECT_EQ(back[1], -2.0f);
   EXPECT_EQ(registry.ByDevice().at(0).first, 800);
   EXPECT_EQ(registry.ByDevice().at(-1).second, 1);
+}
+
+TEST(ResidentTensorsTest, ConcurrentCreatesStayWithinEveryCap) {
+  FakeGpu gpu;
+  ResidentOptions options;
+  options.max_bytes = 4000;
+  options.quota_bytes = 1000;
+  options.gpu_room = [](int) { return int64_t{600}; };
+  ResidentTensors registry(options, &gpu);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&registry, t] {
+      for (int i = 0; i < 20; ++i) {
+        bool created = false;
+        (void)registry.Create(Alice(), Spec(absl::StrCat("t", t, "-", i), {25}, i % 2 - 1),
+                              &created);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_LE(registry.OwnerBytes("alice"), 1000);
+  EXPECT_EQ(registry.OwnerBytes("alice"), 1000);  // filled up to the quota exactly
+  EXPECT_LE(registry.ByDevice()[0].first, 600);
+  EXPECT_EQ(registry.bytes(), int64_t{100} * registry.count());
 }
 
 }  // namespace
