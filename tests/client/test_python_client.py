@@ -1175,6 +1175,52 @@ class ResidentTensorTest(unittest.TestCase):
                         name="has space")
 
 
+class ResidentPiecesTest(unittest.TestCase):
+    """Contents larger than the server's largest message go in and out in pieces."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--max-message-bytes=65536")
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def test_create_write_read_past_a_message(self):
+        rng = np.random.default_rng(5)
+        x = uniform(rng, (4, 25, 512))  # 200 KiB: four messages
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            self.client.mean_pooling(x)  # inline: too big
+        self.assertEqual(raised.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        with self.client.create_tensor(x, name="big") as t:
+            self.assertTrue(t.created)
+            np.testing.assert_array_equal(t.read(), x)
+            np.testing.assert_array_equal(t.read(rows=(1, 3)), x[1:3])
+            np.testing.assert_allclose(self.client.mean_pooling(t).out,
+                                       references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+            rows = uniform(rng, (3, 25, 512))
+            t.write(rows, row=1)
+            x[1:] = rows
+            np.testing.assert_array_equal(t.read(), x)
+            # A write that cannot be is refused whole, before any piece.
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "do not fit"):
+                t.write(rows, row=2)
+            np.testing.assert_array_equal(t.read(), x)
+
+        async def by_aio():
+            async with kernelserve.aio.Client(self.server.target) as client:
+                async with await client.create_tensor(x, name="abig") as t:
+                    await t.write(rows[:2], row=2)
+                    return await t.read()
+
+        want = x.copy()
+        want[2:4] = rows[:2]
+        np.testing.assert_array_equal(asyncio.run(by_aio()), want)
+        self.assertEqual(list(self.client.list_tensors()), [])
+
+
 class AsyncResidentTensorTest(unittest.IsolatedAsyncioTestCase):
     """kernelserve.aio.Client's resident tensors."""
 

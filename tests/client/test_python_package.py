@@ -6,6 +6,7 @@ client_python_env). KERNELSERVE_SOURCE_DIR is the repository, for the build test
 """
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import inspect
 import os
@@ -771,6 +772,34 @@ class ResidentTensorTest(unittest.TestCase):
 
         asyncio.run(use())
         self.assertEqual(client.deleted, ["a"])
+
+    def test_pieces(self):
+        self.assertEqual(resident.split(10, 4, 1), [(0, 4), (4, 4), (8, 2)])
+        self.assertEqual(resident.split(12, 10, 4), [(0, 8), (8, 4)])
+        self.assertEqual(resident.split(8, 3, 4), [(0, 4), (4, 4)])
+        self.assertEqual(resident.piece_bytes(1 << 30, 65536), 65536 - (8 << 10))
+        self.assertEqual(resident.piece_bytes(1 << 20, 0), (1 << 20) - (8 << 10))
+        write = resident.write_request("w", np.arange(6, dtype=np.float32).reshape(3, 2), row=1)
+        pieces = resident.write_pieces(write, 8, 10)  # 10 bytes: two f32 a piece
+        self.assertEqual([(p.byte_offset, len(p.contents.data)) for p in pieces],
+                         [(8, 8), (16, 8), (24, 8)])
+        self.assertEqual(b"".join(p.contents.data for p in pieces), write.contents.data)
+        self.assertTrue(all(p.contents.dtype == pb.DTYPE_F32 for p in pieces))
+        info = resident_info("w", shape=(4, 2))  # 32 bytes, rows of 8
+        info = dataclasses.replace(info, byte_size=32)
+        self.assertEqual(resident.write_start(info, write), 8)
+        for bad, message in ((resident.write_request("w", np.zeros((4, 2), np.float32), row=1),
+                              "do not fit"),
+                             (resident.write_request("w", np.zeros(3, np.float32)),
+                              "whole rows of 8"),
+                             (resident.write_request("w", np.zeros((1, 2), np.float16)),
+                              "contents are f16; the tensor is f32")):
+            with self.assertRaisesRegex(kernelserve.ArgumentError, message):
+                resident.write_start(info, bad)
+        reads = resident.read_pieces(info, resident.read_request("w", (1, 4)), 16)
+        self.assertEqual([(r.row_offset, r.rows) for r in reads], [(1, 2), (3, 1)])
+        self.assertIsNone(resident.read_pieces(info, resident.read_request("w"), 32))
+        self.assertIsNone(resident.read_pieces(info, resident.read_request("w", (3, 9)), 8))
 
     def test_listing(self):
         response = pb.ListTensorsResponse(server_started_unix_ms=5, resident_bytes=96,

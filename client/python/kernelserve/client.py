@@ -68,6 +68,8 @@ class Client:
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._metadata = calls.call_metadata(token)
         self._timeout = timeout
+        self._max_message_bytes = max_message_bytes
+        self._server_max_message_bytes: Optional[int] = None  # from info(), when needed
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
         self._regions = shm.Regions()  # the shared-memory regions registered and not closed
 
@@ -319,8 +321,48 @@ class Client:
         INVALID_ARGUMENT for a bad name, shape or device, RESOURCE_EXHAUSTED past its limits
         (--max-resident-bytes, --quota-resident-bytes)."""
         request = resident.create_request(name, array, dtype, shape, device, ttl, self._regions)
-        response = self._call(self._stub.CreateTensor, request, timeout)
+        try:
+            response = self._call(self._stub.CreateTensor, request, timeout)
+        except KernelserveError as error:
+            if not self._too_big(error, request.contents):
+                raise
+            response = self._create_in_pieces(request, timeout)
         return resident.ResidentTensor(self, resident.info_of(response.tensor), response.created)
+
+    def _piece_bytes(self) -> int:
+        """The most tensor bytes a message carries (resident.piece_bytes), asking the server
+        its limit once."""
+        if self._server_max_message_bytes is None:
+            try:
+                self._server_max_message_bytes = self.info().max_message_bytes
+            except KernelserveError:
+                self._server_max_message_bytes = 0
+        return resident.piece_bytes(self._max_message_bytes, self._server_max_message_bytes)
+
+    def _too_big(self, error: KernelserveError, contents: pb.Tensor) -> bool:
+        """Whether a create or write failed because its inline contents pass a message."""
+        return (error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and
+                len(contents.data) > self._piece_bytes())
+
+    def _create_in_pieces(self, request: pb.CreateTensorRequest, timeout: Optional[float]
+                          ) -> pb.CreateTensorResponse:
+        """Creates the tensor as zeros, then writes its contents in pieces (deleting it again
+        when a piece fails); one that was there is left as it is."""
+        write = pb.WriteTensorRequest(name=request.name, contents=request.contents)
+        request.ClearField("contents")
+        response = self._call(self._stub.CreateTensor, request, timeout)
+        if not response.created:
+            return response
+        try:
+            for piece in resident.write_pieces(write, 0, self._piece_bytes()):
+                response.tensor.CopyFrom(self._call(self._stub.WriteTensor, piece, timeout).tensor)
+        except BaseException:
+            try:
+                self.delete_tensor(request.name)  # not left half written
+            except KernelserveError:
+                pass
+            raise
+        return response
 
     def get_tensor(self, name: str) -> resident.ResidentTensor:
         """The ResidentTensor of the existing tensor `name` of this client's identity (made by
@@ -337,17 +379,38 @@ class Client:
         dimension 0 (array is [rows, shape[1:]...]), or with byte_offset its bytes from that
         byte on whatever the shape. Calls on the tensor wait meanwhile. Returns the tensor as
         it is then. NOT_FOUND for an unknown name; INVALID_ARGUMENT for another dtype or a
-        write past its end."""
+        write past its end. Bytes larger than a message (the client's or the server's largest)
+        go in pieces, checked whole first (an ArgumentError then), calls possibly running
+        between two of them; create_tensor and read_tensor do the same."""
         request = resident.write_request(name, array, row, byte_offset, self._regions)
-        return resident.info_of(self._call(self._stub.WriteTensor, request, timeout).tensor)
+        try:
+            return resident.info_of(self._call(self._stub.WriteTensor, request, timeout).tensor)
+        except KernelserveError as error:
+            if not self._too_big(error, request.contents):
+                raise
+        start = resident.write_start(self.get_tensor(name)._info, request)
+        for piece in resident.write_pieces(request, start, self._piece_bytes()):
+            answer = self._call(self._stub.WriteTensor, piece, timeout).tensor
+        return resident.info_of(answer)
 
     def read_tensor(self, name: str, rows: resident.Rows = None, *,
                     timeout: Optional[float] = None) -> np.ndarray:
         """Rows `rows` of dimension 0 of the resident tensor `name` (slice(start, stop) or
         (start, stop), stop None = to the last row; None = all) as a read-only array.
         NOT_FOUND for an unknown name; INVALID_ARGUMENT for rows past its end."""
-        response = self._call(self._stub.ReadTensor, resident.read_request(name, rows), timeout)
-        return tensors.from_proto(response.tensor)
+        request = resident.read_request(name, rows)
+        try:
+            return tensors.from_proto(self._call(self._stub.ReadTensor, request, timeout).tensor)
+        except KernelserveError as error:
+            if error.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            pieces = resident.read_pieces(self.get_tensor(name)._info, request,
+                                          self._piece_bytes())
+            if pieces is None:
+                raise
+        return np.concatenate([tensors.from_proto(self._call(self._stub.ReadTensor, piece,
+                                                             timeout).tensor)
+                               for piece in pieces])
 
     def delete_tensor(self, name: str, *, owner: str = "", timeout: Optional[float] = None
                       ) -> int:

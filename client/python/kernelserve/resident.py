@@ -211,6 +211,80 @@ def read_request(name: str, rows: Rows = None) -> pb.ReadTensorRequest:
     return request
 
 
+# Bytes of a create's, write's or read's other fields, beside the tensor's bytes (the server
+# keeps 4 KiB for an answer's).
+OTHER_FIELDS_BYTES = 8 << 10
+
+
+def piece_bytes(client_max: int, server_max: int) -> int:
+    """The most tensor bytes one message carries: the smaller of the client's largest message
+    and the server's (0 = unknown: the client's alone), less room for the other fields."""
+    limit = min(client_max, server_max) if server_max > 0 else client_max
+    return limit - OTHER_FIELDS_BYTES if limit > 2 * OTHER_FIELDS_BYTES else limit // 2
+
+
+def split(total: int, most: int, unit: int) -> list[tuple[int, int]]:
+    """(offset, size) pieces of `total` of at most `most` each, all but the last whole `unit`s
+    (one unit when `most` is less)."""
+    step = max(unit, most // unit * unit)
+    return [(offset, min(step, total - offset)) for offset in range(0, total, step)]
+
+
+def write_pieces(request: pb.WriteTensorRequest, start: int, most: int
+                 ) -> list[pb.WriteTensorRequest]:
+    """The writes, at byte offsets from `start` on, that together write request's inline
+    contents in pieces of at most `most` bytes of whole elements."""
+    data = request.contents.data
+    item = tensors.numpy_dtype(request.contents.dtype).itemsize
+    return [pb.WriteTensorRequest(name=request.name, byte_offset=start + offset,
+                                  contents=pb.Tensor(dtype=request.contents.dtype,
+                                                     data=data[offset:offset + size]))
+            for offset, size in split(len(data), most, item)]
+
+
+def row_bytes(info: ResidentTensorInfo) -> int:
+    """The bytes of one row of dimension 0 (all of them for a scalar)."""
+    rows = info.shape[0] if info.shape else 0
+    return info.byte_size // rows if rows > 0 else info.byte_size
+
+
+def write_start(info: ResidentTensorInfo, request: pb.WriteTensorRequest) -> int:
+    """Where `request` writes in `info`'s tensor, after checking what the server checks of a
+    whole write (dtype, whole rows, the end), so that no piece is written of a write that
+    cannot be: ArgumentError otherwise."""
+    what = f"write_tensor {info.name!r}"
+    data = len(request.contents.data)
+    if tensors.numpy_dtype(request.contents.dtype) != info.dtype:
+        names = tensors.DTYPE_NAMES
+        raise ArgumentError(f"{what}: contents are {names[request.contents.dtype]}; the tensor "
+                            f"is {names[tensors.wire_dtype(info.dtype, info.name)]}")
+    row = row_bytes(info)
+    if request.HasField("byte_offset"):
+        start = request.byte_offset
+    elif data % row:
+        raise ArgumentError(f"{what}: {data} bytes: expected whole rows of {row} bytes")
+    else:
+        start = request.row_offset * row
+    if start + data > info.byte_size:
+        raise ArgumentError(f"{what}: {data} bytes at byte {start} do not fit its "
+                            f"{info.byte_size} bytes")
+    return start
+
+
+def read_pieces(info: ResidentTensorInfo, request: pb.ReadTensorRequest, most: int
+                ) -> Optional[list[pb.ReadTensorRequest]]:
+    """The reads of whole rows of at most `most` bytes each that together read `request`'s
+    rows; None when one read does (or the server is to refuse the range)."""
+    rows_in = info.shape[0] if info.shape else 1
+    first = request.row_offset
+    count = request.rows if request.HasField("rows") else rows_in - first
+    row = row_bytes(info)
+    if row == 0 or first > rows_in or count < 0 or count > rows_in - first or count * row <= most:
+        return None
+    return [pb.ReadTensorRequest(name=request.name, row_offset=first + offset, rows=size)
+            for offset, size in split(count, max(1, most // row), 1)]
+
+
 def not_found(name: str) -> KernelserveError:
     """The error for a name the caller has no resident tensor of."""
     return KernelserveError(grpc.StatusCode.NOT_FOUND, f"no resident tensor {name!r}")
