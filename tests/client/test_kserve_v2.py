@@ -115,6 +115,20 @@ class KServeV2Test(V2ServerCase):
         self.assertEqual({(m.name, m.version, m.state) for m in index.models},
                          {(m, "1", "READY") for m in REQUIRED})
 
+    def test_unknown_models_are_not_ready_as_triton_answers(self):
+        """ModelReady of a model or version the server lacks answers False (Triton's ModelReady
+        is OK with ready false); the calls that describe a model raise NOT_FOUND naming the
+        models there are."""
+        self.assertFalse(self.client.is_model_ready("no_such_model"))
+        self.assertFalse(self.client.is_model_ready("mean_pooling", "2"))
+        self.assertFalse(self.client.is_model_ready("mean_pooling@v1"))  # the native id
+        for describe in (self.client.get_model_metadata, self.client.get_model_config,
+                         self.client.get_inference_statistics):
+            with self.assertRaises(InferenceServerException) as caught:
+                describe("no_such_model")
+            self.assertIn("NOT_FOUND", str(caught.exception.status()), describe.__name__)
+            self.assertIn("mean_pooling", caught.exception.message(), describe.__name__)
+
     def test_metadata_and_config_agree_as_perf_analyzer_needs(self):
         for model, required in REQUIRED.items():
             metadata = self.client.get_model_metadata(model)
