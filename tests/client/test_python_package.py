@@ -74,7 +74,8 @@ class InstalledPackageTest(unittest.TestCase):
                    kernelserve.from_bf16, kernelserve.KernelserveError, shm.SharedMemoryRegion,
                    kernelserve.SystemSharedMemory, kernelserve.AsyncSystemSharedMemory,
                    kernelserve.RegionTensor, shm.CudaRegion, kernelserve.CudaSharedMemory,
-                   kernelserve.AsyncCudaSharedMemory, cuda.describe, cuda.export]
+                   kernelserve.AsyncCudaSharedMemory, shm.Registering, cuda.describe,
+                   cuda.export]
         checked = 0
         for obj in objects:
             functions = ([obj] if inspect.isfunction(obj) else

@@ -3,7 +3,7 @@
     async with kernelserve.aio.Client("127.0.0.1:50051") as client:
         result = await client.mean_pooling(x)
         results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
-        async with await client.register_system_shm("tensors", 1 << 26) as region:
+        async with client.register_system_shm("tensors", 1 << 26) as region:
             await client.mean_pooling(region.put(x))
 
 The same methods as kernelserve.Client, each a coroutine, with the same arguments, results and
@@ -190,11 +190,16 @@ class Client:
                          pb.DeleteConfigRequest(cache_key=cache_key,
                                                 device_fingerprint=device_fingerprint))
 
-    async def register_system_shm(self, name: str, byte_size: int, *,
-                                  timeout: Optional[float] = None
-                                  ) -> shm.AsyncSystemSharedMemory:
-        """See kernelserve.Client.register_system_shm: the region's close() is a coroutine
-        (`await region.close()`, `async with`)."""
+    def register_system_shm(self, name: str, byte_size: int, *,
+                            timeout: Optional[float] = None
+                            ) -> shm.Registering[shm.AsyncSystemSharedMemory]:
+        """See kernelserve.Client.register_system_shm. Awaited, the region, whose close() is a
+        coroutine (`await region.close()`); or `async with client.register_system_shm(...) as
+        region:`, which closes it at the end of the block (shm.Registering)."""
+        return shm.Registering(self._register_system_shm(name, byte_size, timeout))
+
+    async def _register_system_shm(self, name: str, byte_size: int,
+                                   timeout: Optional[float]) -> shm.AsyncSystemSharedMemory:
         if byte_size <= 0:
             raise ArgumentError(f"register_system_shm: byte_size must be positive, got "
                                 f"{byte_size}")
@@ -210,10 +215,16 @@ class Client:
         self._regions.add(region)
         return region
 
-    async def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
-                                timeout: Optional[float] = None) -> shm.AsyncCudaSharedMemory:
-        """See kernelserve.Client.register_cuda_shm: the region's close() is a coroutine
-        (`await region.close()`, `async with`)."""
+    def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
+                          timeout: Optional[float] = None
+                          ) -> shm.Registering[shm.AsyncCudaSharedMemory]:
+        """See kernelserve.Client.register_cuda_shm. Awaited, the region, whose close() is a
+        coroutine (`await region.close()`); or `async with client.register_cuda_shm(...) as
+        region:`, which closes it at the end of the block (shm.Registering)."""
+        return shm.Registering(self._register_cuda_shm(name, tensor, device, timeout))
+
+    async def _register_cuda_shm(self, name: str, tensor: Any, device: Optional[int],
+                                 timeout: Optional[float]) -> shm.AsyncCudaSharedMemory:
         region = shm.AsyncCudaSharedMemory(name, tensor, device)
         request = pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=region.handle,
                                                      device=region.device,
