@@ -577,10 +577,69 @@ class HealthTest(unittest.TestCase):
         self.assertEqual(asyncio.run(check()), "NOT_SERVING")
 
     def test_no_server_is_unavailable(self):
-        with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as client:
+        target = f"127.0.0.1:{free_port()}"
+        with kernelserve.Client(target, timeout=2.0) as client:
             with self.assertRaises(kernelserve.KernelserveError) as raised:
                 client.health()
             self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+            # The message says that no server answers there and how to start one.
+            self.assertIn(f"no kernelserve server answers at {target}",
+                          raised.exception.message)
+            self.assertIn(f"`make run` in a kernelserve checkout or `kernelserve-server --listen "
+                          f"{target}`", raised.exception.message)
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.info()
+            self.assertIn(f"no kernelserve server answers at {target}", str(raised.exception))
+
+        async def info():
+            async with kernelserve.aio.Client(target, timeout=2.0) as aclient:
+                await aclient.info()
+
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            asyncio.run(info())
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(f"no kernelserve server answers at {target}", raised.exception.message)
+
+
+class DeadlineTest(unittest.TestCase):
+    """A server that answers too late: DEADLINE_EXCEEDED names the deadline that ran out."""
+
+    @classmethod
+    def setUpClass(cls):
+        def slow_info(request, context):
+            time.sleep(3)
+            return pb.ServerInfo()
+
+        handler = grpc.method_handlers_generic_handler("kernelserve.v1.KernelService", {
+            "GetServerInfo": grpc.unary_unary_rpc_method_handler(
+                slow_info, request_deserializer=pb.GetServerInfoRequest.FromString,
+                response_serializer=pb.ServerInfo.SerializeToString)})
+        cls.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[handler])
+        cls.target = f"127.0.0.1:{cls.server.add_insecure_port('127.0.0.1:0')}"
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop(None)
+
+    def test_the_client_deadline_is_named(self):
+        with kernelserve.Client(self.target, timeout=0.25) as client:
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.info()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("the deadline was 0.25 s: timeout= of the call or of the Client sets it",
+                      raised.exception.message)
+        self.assertNotIn("no kernelserve server answers", raised.exception.message)
+
+    def test_async(self):
+        async def info():
+            async with kernelserve.aio.Client(self.target, timeout=0.5) as client:
+                await client.info()
+
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            asyncio.run(info())
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("the deadline was 0.5 s", raised.exception.message)
 
 
 def git_status(path):

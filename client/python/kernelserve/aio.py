@@ -47,6 +47,7 @@ class Client:
         self._stub = pb_grpc.KernelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._metadata = calls.call_metadata(token)
+        self._target = target
         self._timeout = timeout
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
         self._regions = shm.Regions()  # the shared-memory regions registered and not closed
@@ -67,11 +68,11 @@ class Client:
         await self.close()
 
     async def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        timeout = timeout or self._timeout
         try:
-            return await method(request, timeout=timeout or self._timeout,
-                                metadata=self._metadata)
+            return await method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
 
     async def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                       config: Optional[Config] = None, platform: str = "",
@@ -103,14 +104,14 @@ class Client:
         """See kernelserve.Client.execute_stream: a Result or a KernelserveError per request,
         in request order, over one ExecuteStream call."""
         answers = calls.StreamAnswers(list(requests), self._regions)
+        timeout = timeout or self._timeout
         try:
-            stream = self._stub.ExecuteStream(answers.wire_requests(),
-                                              timeout=timeout or self._timeout,
+            stream = self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                               metadata=self._metadata)
             async for response in stream:
                 answers.add(response)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
         return answers.results()
 
     async def kernels(self) -> list[KernelSchema]:
@@ -155,7 +156,7 @@ class Client:
             response = await self._health.Check(health_pb2.HealthCheckRequest(service=service),
                                                 timeout=self._timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, self._timeout) from None
         return health_name(response.status)
 
     async def info(self) -> ServerInfo:

@@ -62,6 +62,7 @@ class Client:
         self._stub = pb_grpc.KernelServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._metadata = calls.call_metadata(token)
+        self._target = target
         self._timeout = timeout
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
         self._regions = shm.Regions()  # the shared-memory regions registered and not closed
@@ -83,10 +84,11 @@ class Client:
         self.close()
 
     def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        timeout = timeout or self._timeout
         try:
-            return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
+            return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
 
     def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                 config: Optional[Config] = None, platform: str = "",
@@ -128,13 +130,13 @@ class Client:
         (UNAVAILABLE, UNAUTHENTICATED, DEADLINE_EXCEEDED: the timeout covers the whole
         stream). Shared-memory inputs and Request.outputs as in execute()."""
         answers = calls.StreamAnswers(list(requests), self._regions)
+        timeout = timeout or self._timeout
         try:
-            for response in self._stub.ExecuteStream(answers.wire_requests(),
-                                                     timeout=timeout or self._timeout,
+            for response in self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                                      metadata=self._metadata):
                 answers.add(response)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
         return answers.results()
 
     def kernels(self) -> list[KernelSchema]:
@@ -179,7 +181,7 @@ class Client:
             response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
                                           timeout=self._timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, self._timeout) from None
         return health_name(response.status)
 
     def info(self) -> ServerInfo:
