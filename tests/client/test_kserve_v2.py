@@ -1,5 +1,6 @@
 """The KServe v2 (Open Inference Protocol) front door through Triton's own Python client,
-tritonclient.grpc (pinned in tests/client/CMakeLists.txt, in a virtualenv of its own): what
+tritonclient.grpc (the newest, installed with the kernelserve package in the client tests'
+virtualenv: tests/client/CMakeLists.txt): what
 Triton's tools call, results against float64 references and bit for bit against the native API
 (through the kernelserve CLI), system shared memory through tritonclient.utils.shared_memory,
 and the messages' field numbers against tritonclient's own.

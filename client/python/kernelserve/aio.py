@@ -18,9 +18,9 @@ from typing import Any, Awaitable, Callable, Optional
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kernelserve import calls, results, shm
+from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -45,7 +45,7 @@ class Client:
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options)
         self._stub = pb_grpc.KernelServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
         self._target = target
         self._timeout = timeout
@@ -153,11 +153,10 @@ class Client:
     async def health(self, service: str = "") -> str:
         """See kernelserve.Client.health."""
         try:
-            response = await self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                                timeout=self._timeout)
+            status = await self._health(service, timeout=self._timeout)
         except grpc.RpcError as error:
             raise from_rpc_error(error, self._target, self._timeout) from None
-        return health_name(response.status)
+        return health_name(status)
 
     async def info(self) -> ServerInfo:
         """See kernelserve.Client.info."""
