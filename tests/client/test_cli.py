@@ -223,6 +223,18 @@ class CliTest(CliTestBase):
         self.assertGreaterEqual(timings["total_us"], timings["kernel_us"])
         self.assertTrue(result["cache_key"].startswith("mean_pooling"))
 
+    def test_run_prints_where_its_config_came_from(self):
+        def source(*flags):
+            lines = self.cli("run", "mean_pooling", "--shape=x=f32:3,21,8", *flags).stdout
+            lines = lines.splitlines()
+            header = next(line for line in lines if line.startswith("config "))
+            row = lines[lines.index(header) + 2]  # under the rule
+            return row[header.index("source"):header.index("platform")].strip()
+
+        self.assertEqual(source("--config=block_size=8,threads=1"), "override")
+        self.assertIn(source(), {"heuristic", "memory"})  # a miss, or what it left
+        self.assertEqual(source(), "memory")  # the config the first call chose, cached
+
     def test_run_mean_pooling_bwd_sends_x_by_shape(self):
         dout = uniform(self.rng, (2, 8))
         result = self.cli_json("run", "mean_pooling_bwd", f"--input=dout={self.save('dout', dout)}",
@@ -411,7 +423,7 @@ class CliTest(CliTestBase):
         finally:
             if bench.poll() is None:
                 bench.kill()
-                bench.wait()
+                bench.communicate()
             server.stop()
         self.assertLess(time.monotonic() - start, 15)  # not the 60 s of failed calls
         self.assertEqual(bench.returncode, UNAVAILABLE, err)
