@@ -3,7 +3,7 @@
     async with kernelserve.aio.Client("127.0.0.1:50051") as client:
         result = await client.mean_pooling(x)
         results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
-        async with await client.register_system_shm("tensors", 1 << 26) as region:
+        async with client.register_system_shm("tensors", 1 << 26) as region:
             await client.mean_pooling(region.put(x))
 
 The same methods as kernelserve.Client, each a coroutine, with the same arguments, results and
@@ -18,9 +18,9 @@ from typing import Any, Awaitable, Callable, Optional
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kernelserve import calls, results, shm
+from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -45,8 +45,9 @@ class Client:
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options)
         self._stub = pb_grpc.KernelServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
+        self._target = target
         self._timeout = timeout
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
         self._regions = shm.Regions()  # the shared-memory regions registered and not closed
@@ -67,11 +68,11 @@ class Client:
         await self.close()
 
     async def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        timeout = timeout or self._timeout
         try:
-            return await method(request, timeout=timeout or self._timeout,
-                                metadata=self._metadata)
+            return await method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
 
     async def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                       config: Optional[Config] = None, platform: str = "",
@@ -103,14 +104,14 @@ class Client:
         """See kernelserve.Client.execute_stream: a Result or a KernelserveError per request,
         in request order, over one ExecuteStream call."""
         answers = calls.StreamAnswers(list(requests), self._regions)
+        timeout = timeout or self._timeout
         try:
-            stream = self._stub.ExecuteStream(answers.wire_requests(),
-                                              timeout=timeout or self._timeout,
+            stream = self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                               metadata=self._metadata)
             async for response in stream:
                 answers.add(response)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
         return answers.results()
 
     async def kernels(self) -> list[KernelSchema]:
@@ -152,11 +153,10 @@ class Client:
     async def health(self, service: str = "") -> str:
         """See kernelserve.Client.health."""
         try:
-            response = await self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                                timeout=self._timeout)
+            status = await self._health(service, timeout=self._timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
-        return health_name(response.status)
+            raise from_rpc_error(error, self._target, self._timeout) from None
+        return health_name(status)
 
     async def info(self) -> ServerInfo:
         """See kernelserve.Client.info."""
@@ -190,11 +190,16 @@ class Client:
                          pb.DeleteConfigRequest(cache_key=cache_key,
                                                 device_fingerprint=device_fingerprint))
 
-    async def register_system_shm(self, name: str, byte_size: int, *,
-                                  timeout: Optional[float] = None
-                                  ) -> shm.AsyncSystemSharedMemory:
-        """See kernelserve.Client.register_system_shm: the region's close() is a coroutine
-        (`await region.close()`, `async with`)."""
+    def register_system_shm(self, name: str, byte_size: int, *,
+                            timeout: Optional[float] = None
+                            ) -> shm.Registering[shm.AsyncSystemSharedMemory]:
+        """See kernelserve.Client.register_system_shm. Awaited, the region, whose close() is a
+        coroutine (`await region.close()`); or `async with client.register_system_shm(...) as
+        region:`, which closes it at the end of the block (shm.Registering)."""
+        return shm.Registering(self._register_system_shm(name, byte_size, timeout))
+
+    async def _register_system_shm(self, name: str, byte_size: int,
+                                   timeout: Optional[float]) -> shm.AsyncSystemSharedMemory:
         if byte_size <= 0:
             raise ArgumentError(f"register_system_shm: byte_size must be positive, got "
                                 f"{byte_size}")
@@ -210,10 +215,16 @@ class Client:
         self._regions.add(region)
         return region
 
-    async def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
-                                timeout: Optional[float] = None) -> shm.AsyncCudaSharedMemory:
-        """See kernelserve.Client.register_cuda_shm: the region's close() is a coroutine
-        (`await region.close()`, `async with`)."""
+    def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
+                          timeout: Optional[float] = None
+                          ) -> shm.Registering[shm.AsyncCudaSharedMemory]:
+        """See kernelserve.Client.register_cuda_shm. Awaited, the region, whose close() is a
+        coroutine (`await region.close()`); or `async with client.register_cuda_shm(...) as
+        region:`, which closes it at the end of the block (shm.Registering)."""
+        return shm.Registering(self._register_cuda_shm(name, tensor, device, timeout))
+
+    async def _register_cuda_shm(self, name: str, tensor: Any, device: Optional[int],
+                                 timeout: Optional[float]) -> shm.AsyncCudaSharedMemory:
         region = shm.AsyncCudaSharedMemory(name, tensor, device)
         request = pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=region.handle,
                                                      device=region.device,
