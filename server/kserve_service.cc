@@ -112,9 +112,11 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerReady(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(
     Context* context, const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  return Answer(context, "ModelReady", [&](const Caller& /*caller*/) -> absl::Status {
-    KS_RETURN_IF_ERROR(FindModel(*deps_.executor, request->name(), request->version()).status());
-    response->set_ready(deps_.draining == nullptr || !deps_.draining->load());
+  return Answer(context, "ModelReady", [&](const Caller& /*caller*/) {
+    // As Triton answers: a model or version the server does not have is not ready (OK,
+    // ready false), not an error; is_model_ready() of Triton's clients returns False for it.
+    const bool known = FindModel(*deps_.executor, request->name(), request->version()).ok();
+    response->set_ready(known && (deps_.draining == nullptr || !deps_.draining->load()));
     return absl::OkStatus();
   });
 }

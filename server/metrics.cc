@@ -5,12 +5,16 @@
 
 #include <array>
 #include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "core/utils/string_view.h"
 #include "prometheus/text_serializer.h"
+#include "server/listener.h"
 
 namespace kernelserve::server {
 namespace {
@@ -39,6 +43,20 @@ Digest Sha256(std::string_view text) {
   Digest digest;
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest.data());
   return digest;
+}
+
+// Unavailable naming --metrics-listen, `address` and why it cannot be listened on: what a bind
+// of our own says (in use, not an address of this host, ...), else civetweb's `what`; and the
+// flag's ways out.
+absl::Status MetricsListenError(const std::string& address, std::string_view what) {
+  const absl::StatusOr<std::unique_ptr<Listener>> probe = Listener::Bind(address, {});
+  const std::string why = probe.status().code() == absl::StatusCode::kUnavailable
+                              ? std::string(probe.status().message())
+                              : absl::StrCat("cannot listen on this address: ", Sv(what));
+  return absl::UnavailableError(
+      absl::StrCat("--metrics-listen=", address, ": ", why,
+                   "; give --metrics-listen another HOST:PORT (port 0 picks a free one), or "
+                   "--metrics-listen=off to serve no metrics"));
 }
 
 }  // namespace
@@ -224,8 +242,7 @@ absl::StatusOr<int> Metrics::Serve(const std::string& address, const std::string
   try {
     endpoint->Start(address);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("--metrics-listen=", address, ": cannot listen on this address: ", e.what()));
+    return MetricsListenError(address, e.what());
   }
   endpoint_ = std::move(endpoint);
   const std::vector<int> ports = endpoint_->ports();

@@ -44,7 +44,8 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
 
   // Serves /metrics on `address` ("127.0.0.1:9464"; port 0 picks a free one). Returns the port
-  // it listens on. Unavailable when the address cannot be bound. With a `bearer_token`, a scrape
+  // it listens on. Unavailable when the address cannot be bound, naming --metrics-listen, the
+  // address, why (in use, ...) and what to pass instead. With a `bearer_token`, a scrape
   // must carry "Authorization: Bearer <token>" (else 401).
   absl::StatusOr<int> Serve(const std::string& address, const std::string& bearer_token = "");
 

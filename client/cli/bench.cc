@@ -46,6 +46,10 @@ bool IsRetryable(absl::StatusCode code) {
          code == absl::StatusCode::kDeadlineExceeded;
 }
 
+bool EndsTheRun(absl::StatusCode code) {
+  return !IsRetryable(code) || code == absl::StatusCode::kUnavailable;
+}
+
 double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   const double rank = std::ceil(p / 100.0 * static_cast<double>(sorted.size()));
@@ -98,7 +102,7 @@ BenchReport RunBench(const BenchCall& call, const BenchOptions& options) {
         ++mine.failures[absl::StrCat(absl::StatusCodeToString(result.status().code()), ": ",
                                      result.status().message())];
         errors.fetch_add(1);
-        if (!IsRetryable(result.status().code())) {
+        if (EndsTheRun(result.status().code())) {
           mine.fatal = result.status();
           stop.store(true);
         }

@@ -37,8 +37,8 @@ struct BenchReport {
   int64_t errors = 0;                       // calls that failed
   std::map<std::string, int64_t> failures;  // "CODE: message" -> count
   absl::Status first_error;                 // one of the failures (OK when none)
-  absl::Status fatal;     // the first failure that retrying cannot cure (OK when none); it ended
-                          // the run
+  absl::Status fatal;     // the first failure that ends a run (EndsTheRun; OK when none); it
+                          // ended the run
   double seconds = 0;     // wall time of the run
   double throughput = 0;  // successful calls per second
   double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;  // client latency
@@ -50,13 +50,19 @@ struct BenchReport {
 // RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED): the load, not the request, made it fail.
 bool IsRetryable(absl::StatusCode code);
 
+// Whether a failure with `code` ends a run: one that retrying cannot cure (a bad request fails
+// every time), and UNAVAILABLE, though retryable: the server is down or went away, and every
+// further call would fail at once.
+bool EndsTheRun(absl::StatusCode code);
+
 // One call of the load: the server's timings of it, or why it failed. Called from many threads
 // at once.
 using BenchCall = std::function<absl::StatusOr<ServerTimings>()>;
 
 // Makes `call` from options.concurrency threads until the duration or max_requests ends, or
-// until a call fails with a status that is not retryable (a bad request fails every time): then
-// every thread stops and BenchReport::fatal holds it. Retryable failures are counted.
+// until a call fails with a status that ends the run (EndsTheRun): then every thread stops and
+// BenchReport::fatal holds it. Other failures (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED) are
+// counted.
 // REQUIRES: options.concurrency >= 1.
 BenchReport RunBench(const BenchCall& call, const BenchOptions& options);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
+#include "client/cli/explain.h"
 #include "client/cli/parser.h"
 #include "core/status_macros.h"
 
@@ -47,7 +48,7 @@ absl::Status Dispatch(const Args& args, std::ostream& out, std::ostream& err, bo
   ctx.out = &out;
   ctx.err = &err;
   ctx.err_is_tty = err_is_tty;
-  return it->second(ctx);
+  return ExplainFailure(it->second(ctx), options);
 }
 
 }  // namespace

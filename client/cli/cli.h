@@ -20,7 +20,8 @@ absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const Args& args);
 // Runs the tool on `argv` (without the program name). Returns the exit code: 0 on success
 // (help and --version print to `out`), 2 for a command line that does not parse, otherwise the
 // status code of the failure (the server's, or INVALID_ARGUMENT = 3 for a bad flag value),
-// after printing "kernelserve: ..." to `err`.
+// after printing "kernelserve: ..." to `err` (with ExplainFailure's hint: where no server
+// answers and how to start one, or the deadline that ran out).
 int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err,
            bool err_is_tty);
 

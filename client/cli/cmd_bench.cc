@@ -126,8 +126,11 @@ absl::StatusOr<v1::ExecuteRequest> RequestFromArgs(const CommandContext& ctx) {
 absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
                          const CommandContext& ctx) {
   if (!report.fatal.ok()) {  // every further call would fail the same way: no table
+    const bool gone = report.fatal.code() == absl::StatusCode::kUnavailable;
     return absl::Status(report.fatal.code(),
-                        absl::StrCat("bench stopped at the first call that retrying cannot cure (",
+                        absl::StrCat("bench stopped at the first ",
+                                     gone ? "UNAVAILABLE call (the server is down or went away; "
+                                          : "call that retrying cannot cure (",
                                      report.ok, " ok before it): ", report.fatal.message()));
   }
   if (ctx.json) {

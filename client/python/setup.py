@@ -11,7 +11,12 @@ so that it builds without the repository.
 
 Generated code refuses to load on a grpcio older than the grpcio-tools that wrote it, or on a
 protobuf older than the protoc inside it, so those two floors are read from this build and
-become the package's dependencies; the others are fixed below.
+become the package's dependencies; protobuf also gets the ceiling of protobuf's cross-version
+guarantee (code generated for major version V loads on runtimes V and V+1); the others are fixed
+below. The build requirement pins grpcio-tools to 1.72.x, whose protoc writes gencode 6.30.0:
+the stubs then load on every protobuf from 6.30.0 to 7.x, which covers the protobuf < 7 of
+tritonclient[grpc] (Triton's client, for the KServe v2 front door) as well as the newest, so
+that pip installs both in one environment, in one command or one after the other.
 """
 
 import importlib.metadata
@@ -27,7 +32,9 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).absolute().parent
 PROTO_DIR = "kernelserve/v1"  # the package of the stubs, and the protos' folder under the root
-REQUIREMENTS = ["numpy>=1.21", "ml_dtypes>=0.2", "grpcio-health-checking>=1.51"]
+# No grpcio-health-checking: its stubs are generated for the newest protobuf alone (health.py
+# encodes the two health messages instead).
+REQUIREMENTS = ["numpy>=1.21", "ml_dtypes>=0.2"]
 
 
 def proto_root() -> Path:
@@ -65,10 +72,13 @@ def generate_stubs(out: Path) -> str:
 
 
 def stub_requirements() -> list:
-    """grpcio and protobuf at least as new as the stubs this build generates need."""
+    """grpcio at least as new as the stubs this build generates need, and protobuf from their
+    gencode version up to the last major version that loads it (the next one)."""
     with tempfile.TemporaryDirectory() as tmp:
         protobuf = generate_stubs(Path(tmp))
-    return [f"grpcio>={importlib.metadata.version('grpcio-tools')}", f"protobuf>={protobuf}"]
+    ceiling = int(protobuf.split(".")[0]) + 2
+    return [f"grpcio>={importlib.metadata.version('grpcio-tools')}",
+            f"protobuf>={protobuf},<{ceiling}"]
 
 
 class BuildPyWithStubs(build_py):

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "client/cli/bench.h"
+#include "client/cli/explain.h"
 #include "client/cli/format.h"
 #include "client/cli/parser.h"
 #include "gtest/gtest.h"
@@ -64,6 +67,51 @@ TEST(RunCliTest, HelpVersionAndBadCommandLines) {
             static_cast<int>(absl::StatusCode::kNotFound));
 }
 
+TEST(RunCliTest, NoServerSaysWhereAndHowToStartOne) {
+  const CliRun run = RunTool({"--target=127.0.0.1:1", "health"});  // nothing listens on port 1
+  EXPECT_EQ(run.code, static_cast<int>(absl::StatusCode::kUnavailable)) << run.err;
+  for (const char* part :
+       {"kernelserve: UNAVAILABLE: ", "no kernelserve server answers at 127.0.0.1:1", "`make run`",
+        "`kernelserve-server --listen 127.0.0.1:1`"}) {
+    EXPECT_NE(run.err.find(part), std::string::npos) << part << " in " << run.err;
+  }
+}
+
+TEST(ExplainTest, ConnectionFailuresAndDeadlinesGetAHint) {
+  ClientOptions options;
+  options.target = "gpu-host:50051";
+  options.deadline = absl::Milliseconds(250);
+  const absl::Status refused = absl::UnavailableError(
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.0.0.7:50051: Failed to "
+      "connect to remote host: Connection refused");
+  const absl::Status explained = ExplainFailure(refused, options);
+  EXPECT_EQ(explained.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(explained.message(), refused.message())) << explained;
+  EXPECT_TRUE(
+      absl::StrContains(explained.message(), "no kernelserve server answers at gpu-host:50051"))
+      << explained;
+  EXPECT_TRUE(absl::StrContains(explained.message(), "kernelserve-server --listen gpu-host:50051"))
+      << explained;
+  EXPECT_TRUE(IsConnectionFailure(absl::UnavailableError("Socket closed")));  // lost mid-call
+  // An UNAVAILABLE the server sent names no missing server.
+  for (const absl::Status& sent : {absl::UnavailableError("the server is shutting down"),
+                                   absl::UnavailableError("redis 127.0.0.1:6379 unavailable "
+                                                          "(Connection reset by peer)")}) {
+    EXPECT_FALSE(IsConnectionFailure(sent)) << sent;
+    EXPECT_EQ(ExplainFailure(sent, options), sent);
+  }
+  const absl::Status late =
+      ExplainFailure(absl::DeadlineExceededError("Deadline Exceeded"), options);
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(late.message(), "the deadline was 250ms per call: --deadline"))
+      << late;
+  options.deadline = absl::InfiniteDuration();  // none set: the server's own deadline
+  EXPECT_EQ(ExplainFailure(absl::DeadlineExceededError("queue timeout"), options),
+            absl::DeadlineExceededError("queue timeout"));
+  EXPECT_EQ(ExplainFailure(absl::InvalidArgumentError("rank"), options),
+            absl::InvalidArgumentError("rank"));
+}
+
 TEST(ClientOptionsTest, FromFlags) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("cli_test_token_" + std::to_string(getpid())))
@@ -111,6 +159,33 @@ TEST(BenchTest, OnlyLoadFailuresAreRetryable) {
   EXPECT_FALSE(IsRetryable(absl::StatusCode::kNotFound));
   EXPECT_FALSE(IsRetryable(absl::StatusCode::kUnauthenticated));
   EXPECT_FALSE(IsRetryable(absl::StatusCode::kInternal));
+}
+
+TEST(BenchTest, UnavailableAndWhatRetryingCannotCureEndTheRun) {
+  EXPECT_TRUE(EndsTheRun(absl::StatusCode::kUnavailable));  // the server is down or gone
+  EXPECT_TRUE(EndsTheRun(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(EndsTheRun(absl::StatusCode::kUnauthenticated));
+  EXPECT_FALSE(EndsTheRun(absl::StatusCode::kResourceExhausted));
+  EXPECT_FALSE(EndsTheRun(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST(BenchTest, StopsAtTheFirstUnavailable) {
+  std::atomic<int64_t> calls{0};
+  BenchOptions options;
+  options.concurrency = 4;
+  options.duration = absl::Seconds(60);
+  options.max_requests = 100000;
+  const BenchReport report = RunBench(
+      [&]() -> absl::StatusOr<ServerTimings> {
+        if (calls.fetch_add(1) < 20) return ServerTimings{};
+        return absl::UnavailableError("failed to connect to all addresses");  // the server died
+      },
+      options);
+  EXPECT_EQ(report.fatal.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(report.ok, 20);
+  EXPECT_GE(report.errors, 1);
+  EXPECT_LE(report.errors, options.concurrency);  // the calls in flight, no more
+  EXPECT_LT(report.seconds, 30);
 }
 
 TEST(BenchTest, PauseWaitsBetweenEachThreadsCalls) {

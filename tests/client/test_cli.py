@@ -17,8 +17,9 @@ from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as rpc
 from server_fixture import CLI, TOY_SERVER, ServerProcess, free_port
 
-USAGE, INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, UNAVAILABLE, UNAUTHENTICATED = 2, 3, 5, 12, 14, 16
+USAGE, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 2, 3, 4, 5
 ALREADY_EXISTS, RESOURCE_EXHAUSTED = 6, 8
+UNIMPLEMENTED, UNAVAILABLE, UNAUTHENTICATED = 12, 14, 16
 
 
 def uniform(rng, shape, dtype=np.float32):
@@ -223,6 +224,18 @@ class CliTest(CliTestBase):
         self.assertGreaterEqual(timings["total_us"], timings["kernel_us"])
         self.assertTrue(result["cache_key"].startswith("mean_pooling"))
 
+    def test_run_prints_where_its_config_came_from(self):
+        def source(*flags):
+            lines = self.cli("run", "mean_pooling", "--shape=x=f32:3,21,8", *flags).stdout
+            lines = lines.splitlines()
+            header = next(line for line in lines if line.startswith("config "))
+            row = lines[lines.index(header) + 2]  # under the rule
+            return row[header.index("source"):header.index("platform")].strip()
+
+        self.assertEqual(source("--config=block_size=8,threads=1"), "override")
+        self.assertIn(source(), {"heuristic", "memory"})  # a miss, or what it left
+        self.assertEqual(source(), "memory")  # the config the first call chose, cached
+
     def test_run_mean_pooling_bwd_sends_x_by_shape(self):
         dout = uniform(self.rng, (2, 8))
         result = self.cli_json("run", "mean_pooling_bwd", f"--input=dout={self.save('dout', dout)}",
@@ -284,8 +297,17 @@ class CliTest(CliTestBase):
         self.cli("run", "mean_pooling", "--shape=x=f32:2,2,2", "--param=causal=true",
                  code=INVALID_ARGUMENT)
         self.cli("run", "mean_pooling", "--input=x=/nonexistent.npy", code=NOT_FOUND)
-        proc = self.cli("health", target=f"127.0.0.1:{free_port()}", code=UNAVAILABLE)
+        down = f"127.0.0.1:{free_port()}"
+        proc = self.cli("health", target=down, code=UNAVAILABLE)
         self.assertIn("UNAVAILABLE", proc.stderr)
+        # No server there: the message names the target and how to start one.
+        self.assertIn(f"no kernelserve server answers at {down}", proc.stderr)
+        self.assertIn("`make run` in a kernelserve checkout or "
+                      f"`kernelserve-server --listen {down}`", proc.stderr)
+        # A deadline that runs out is named, with the flag that sets it.
+        proc = self.cli("--deadline=1ms", "run", "mean_pooling", "--shape=x=f32:64,512,256",
+                        code=DEADLINE_EXCEEDED)
+        self.assertIn("the deadline was 1ms per call: --deadline sets it", proc.stderr)
 
     def test_bench(self):
         report = self.cli_json("bench", "mean_pooling", "--shape=x=f32:1,16,64",
@@ -386,6 +408,30 @@ class CliTest(CliTestBase):
         self.assertIn("'x'", proc.stderr)
         self.assertNotIn("throughput", proc.stdout)  # no table of zeros
         self.assertEqual(proc.stdout, "")
+
+    def test_bench_stops_at_the_first_unavailable_when_the_server_dies(self):
+        server = ServerProcess()
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KERNELSERVE_")}
+        bench = subprocess.Popen([CLI, f"--target={server.target}", "bench", "mean_pooling",
+                                  "--shape=x=f32:1,16,64", "--concurrency=4", "--duration=60s"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=environ)
+        try:
+            time.sleep(2)
+            server.process.kill()  # gone, as in a crash
+            start = time.monotonic()
+            out, err = bench.communicate(timeout=30)
+        finally:
+            if bench.poll() is None:
+                bench.kill()
+                bench.communicate()
+            server.stop()
+        self.assertLess(time.monotonic() - start, 15)  # not the 60 s of failed calls
+        self.assertEqual(bench.returncode, UNAVAILABLE, err)
+        self.assertIn("bench stopped at the first UNAVAILABLE call (the server is down or went "
+                      "away; ", err)
+        self.assertIn(f"no kernelserve server answers at {server.target}", err)
+        self.assertEqual(out, "")  # no table
 
     def test_tune(self):
         result = self.cli_json("tune", "mean_pooling", "--shape=x=f32:4,96,32")

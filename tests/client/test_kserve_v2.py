@@ -1,5 +1,6 @@
 """The KServe v2 (Open Inference Protocol) front door through Triton's own Python client,
-tritonclient.grpc (pinned in tests/client/CMakeLists.txt, in a virtualenv of its own): what
+tritonclient.grpc (the newest, installed with the kernelserve package in the client tests'
+virtualenv: tests/client/CMakeLists.txt): what
 Triton's tools call, results against float64 references and bit for bit against the native API
 (through the kernelserve CLI), system shared memory through tritonclient.utils.shared_memory,
 and the messages' field numbers against tritonclient's own.
@@ -114,6 +115,20 @@ class KServeV2Test(V2ServerCase):
         index = self.client.get_model_repository_index()
         self.assertEqual({(m.name, m.version, m.state) for m in index.models},
                          {(m, "1", "READY") for m in REQUIRED})
+
+    def test_unknown_models_are_not_ready_as_triton_answers(self):
+        """ModelReady of a model or version the server lacks answers False (Triton's ModelReady
+        is OK with ready false); the calls that describe a model raise NOT_FOUND naming the
+        models there are."""
+        self.assertFalse(self.client.is_model_ready("no_such_model"))
+        self.assertFalse(self.client.is_model_ready("mean_pooling", "2"))
+        self.assertFalse(self.client.is_model_ready("mean_pooling@v1"))  # the native id
+        for describe in (self.client.get_model_metadata, self.client.get_model_config,
+                         self.client.get_inference_statistics):
+            with self.assertRaises(InferenceServerException) as caught:
+                describe("no_such_model")
+            self.assertIn("NOT_FOUND", str(caught.exception.status()), describe.__name__)
+            self.assertIn("mean_pooling", caught.exception.message(), describe.__name__)
 
     def test_metadata_and_config_agree_as_perf_analyzer_needs(self):
         for model, required in REQUIRED.items():

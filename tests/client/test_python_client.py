@@ -906,9 +906,15 @@ class CudaSharedMemoryTest(unittest.TestCase):
                 async with kernelserve.aio.Client(self.server.target) as aclient:
                     await aclient.register_cuda_shm("gpu", buffer)
 
-            with self.assertRaises(kernelserve.KernelserveError) as raised:
-                asyncio.run(register())
-            self.assertEqual(raised.exception.code, grpc.StatusCode.UNIMPLEMENTED)
+            async def register_in_a_block():
+                async with kernelserve.aio.Client(self.server.target) as aclient:
+                    async with aclient.register_cuda_shm("gpu", buffer):
+                        self.fail("entered a region that was not registered")
+
+            for attempt in (register, register_in_a_block):
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    asyncio.run(attempt())
+                self.assertEqual(raised.exception.code, grpc.StatusCode.UNIMPLEMENTED)
 
 
 class AsyncSharedMemoryTest(unittest.IsolatedAsyncioTestCase):
@@ -959,6 +965,29 @@ class AsyncSharedMemoryTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(objects.linked(), [])
         self.client = kernelserve.aio.Client(self.server.target)
         self.assertEqual(await self.client.shm_status(), [])
+
+    async def test_async_with_registers_and_closes_the_region(self):
+        objects = RecordedObjects().__enter__()
+        self.addCleanup(objects.__exit__)
+        x = uniform(self.rng, (2, 5, 8))
+        async with self.client.register_system_shm("with", 4096) as region:
+            self.assertIsInstance(region, kernelserve.AsyncSystemSharedMemory)
+            [listed] = await self.client.shm_status()
+            self.assertEqual((listed.name, listed.key), ("with", region.key))
+            got = await self.client.mean_pooling(region.put(x))
+            np.testing.assert_allclose(got.out, references.mean_pooling(x), rtol=1e-5,
+                                       atol=1e-6)
+        self.assertTrue(region.closed)  # unregistered and unlinked at the end of the block
+        self.assertEqual(await self.client.shm_status(), [])
+        self.assertEqual(len(objects.names), 1)
+        self.assertEqual(objects.linked(), [])
+        # A registration the server refuses raises on entry, and the block does not run.
+        async with self.client.register_system_shm("taken", 4096):
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                async with self.client.register_system_shm("taken", 4096):
+                    self.fail("entered a region that was not registered")
+            self.assertEqual(raised.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+        self.assertEqual(objects.linked(), [])
 
 
 @unittest.skipUnless(TOY_SERVER, "KERNELSERVE_TOY_SERVER is not set")

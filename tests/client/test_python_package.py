@@ -27,17 +27,20 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import kernelserve
+from kernelserve import health as health_wire
 from kernelserve import calls, cuda, info, resident, results, shm, tensors
 from kernelserve.v1 import kernel_service_pb2 as pb
 from server_fixture import free_port
 
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
-MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "cuda.py", "errors.py", "info.py",
-           "resident.py", "results.py", "shm.py", "tensors.py"]
+MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "cuda.py", "errors.py", "health.py",
+           "info.py", "resident.py", "results.py", "shm.py", "tensors.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 
 
@@ -63,10 +66,34 @@ class InstalledPackageTest(unittest.TestCase):
     def test_dependencies_come_from_pypi_packages(self):
         requires = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower().replace("_", "-")
                     for r in importlib.metadata.requires("kernelserve")}
-        self.assertEqual(requires, {"grpcio", "protobuf", "numpy", "ml-dtypes",
-                                    "grpcio-health-checking"})
+        self.assertEqual(requires, {"grpcio", "protobuf", "numpy", "ml-dtypes"})
         for name in requires:
             self.assertTrue(importlib.metadata.version(name), name)  # installed here
+
+    def test_stubs_load_on_every_protobuf_tritonclient_takes(self):
+        """The newest tritonclient[grpc], which make_venv installs beside the package: the
+        package's protobuf range holds the oldest protobuf tritonclient takes and the one
+        installed, and its stubs were generated for no newer a protobuf than that oldest."""
+        import tritonclient.grpc  # noqa: F401  # both load in one process
+
+        def protobuf_range(package):
+            for text in importlib.metadata.requires(package):
+                requirement = Requirement(text)
+                if requirement.name == "protobuf" and (
+                        requirement.marker is None or
+                        requirement.marker.evaluate({"extra": "grpc"})):
+                    return requirement.specifier
+            self.fail(f"{package} does not require protobuf")
+
+        ours, theirs = protobuf_range("kernelserve"), protobuf_range("tritonclient")
+        [oldest] = [Version(s.version) for s in theirs if s.operator == ">="]
+        installed = importlib.metadata.version("protobuf")
+        for version in (oldest, installed):
+            self.assertTrue(ours.contains(version), f"protobuf {version} not in {ours}")
+        stamp = re.search(r"^# Protobuf Python Version: (\S+)$",
+                          Path(pb.__file__).read_text(), re.MULTILINE)
+        self.assertIsNotNone(stamp, pb.__file__)
+        self.assertLessEqual(Version(stamp.group(1)), oldest)
 
     def test_public_api_is_annotated(self):
         """Every parameter and return of the public functions and methods has a type hint, and
@@ -75,8 +102,8 @@ class InstalledPackageTest(unittest.TestCase):
                    kernelserve.from_bf16, kernelserve.KernelserveError, shm.SharedMemoryRegion,
                    kernelserve.SystemSharedMemory, kernelserve.AsyncSystemSharedMemory,
                    kernelserve.RegionTensor, shm.CudaRegion, kernelserve.CudaSharedMemory,
-                   kernelserve.AsyncCudaSharedMemory, cuda.describe, cuda.export,
-                   resident.ResidentTensorBase, kernelserve.ResidentTensor,
+                   kernelserve.AsyncCudaSharedMemory, shm.Registering, cuda.describe,
+                   cuda.export, resident.ResidentTensorBase, kernelserve.ResidentTensor,
                    kernelserve.AsyncResidentTensor, kernelserve.ResidentTensors]
         checked = 0
         for obj in objects:
@@ -542,16 +569,55 @@ class CudaSharedMemoryTest(unittest.TestCase):
         self.assertIn("libcuda.so.1", raised.exception.message)
 
 
+def health_messages():
+    """HealthCheckRequest and HealthCheckResponse of the repository's
+    proto/grpc/health/v1/health.proto (the one the server serves), through protoc (Debian's
+    protobuf-compiler) and a descriptor pool of their own."""
+    protoc = shutil.which("protoc")
+    if protoc is None:
+        raise RuntimeError("protoc (Debian's protobuf-compiler) is needed")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "health.desc"
+        subprocess.run([protoc, f"--proto_path={SOURCE / 'proto'}", f"--descriptor_set_out={out}",
+                        "grpc/health/v1/health.proto"], check=True)
+        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    return [message_factory.GetMessageClass(pool.FindMessageTypeByName(f"grpc.health.v1.{name}"))
+            for name in ("HealthCheckRequest", "HealthCheckResponse")]
+
+
+class HealthServicer:
+    """grpc.health.v1 Health/Check of the services in `statuses`; NOT_FOUND for others."""
+
+    def __init__(self):
+        self.request, self.response = health_messages()
+        self.statuses = {}
+
+    def check(self, request, context):
+        if request.service not in self.statuses:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return self.response(status=self.statuses[request.service])
+
+    def handler(self):
+        return grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+            "Check": grpc.unary_unary_rpc_method_handler(
+                self.check, request_deserializer=self.request.FromString,
+                response_serializer=self.response.SerializeToString)})
+
+
 class HealthTest(unittest.TestCase):
-    """health() through grpcio-health-checking's messages, against its own servicer."""
+    """health() against a servicer of the server's health.proto, and the messages the package
+    encodes by hand against that proto's."""
 
     SERVICE = "kernelserve.v1.KernelService"
 
     @classmethod
     def setUpClass(cls):
-        cls.servicer = health.HealthServicer()
-        cls.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        health_pb2_grpc.add_HealthServicer_to_server(cls.servicer, cls.server)
+        cls.servicer = HealthServicer()
+        cls.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                                 handlers=[cls.servicer.handler()])
         cls.target = f"127.0.0.1:{cls.server.add_insecure_port('127.0.0.1:0')}"
         cls.server.start()
 
@@ -560,18 +626,18 @@ class HealthTest(unittest.TestCase):
         cls.server.stop(None)
 
     def test_statuses(self):
-        status = health_pb2.HealthCheckResponse
+        status = self.servicer.response
         with kernelserve.Client(self.target, timeout=5.0) as client:
             for value, name in ((status.SERVING, "SERVING"), (status.NOT_SERVING, "NOT_SERVING"),
                                 (status.SERVICE_UNKNOWN, "SERVICE_UNKNOWN")):
-                self.servicer.set(self.SERVICE, value)
+                self.servicer.statuses[self.SERVICE] = value
                 self.assertEqual(client.health(self.SERVICE), name)
             with self.assertRaises(kernelserve.KernelserveError) as raised:
                 client.health("no.such.Service")
             self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
 
     def test_async(self):
-        self.servicer.set(self.SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.servicer.statuses[self.SERVICE] = self.servicer.response.NOT_SERVING
 
         async def check():
             async with kernelserve.aio.Client(self.target, timeout=5.0) as client:
@@ -579,11 +645,85 @@ class HealthTest(unittest.TestCase):
 
         self.assertEqual(asyncio.run(check()), "NOT_SERVING")
 
+    def test_messages_as_protobuf_writes_them(self):
+        request, response_class = self.servicer.request, self.servicer.response
+        for service in ("", "kernelserve.v1.KernelService", "é" * 200):
+            self.assertEqual(health_wire.encode_request(service),
+                             request(service=service).SerializeToString())
+        response = response_class(status=response_class.SERVING)
+        unknown_field = b"\x12\x03abc"  # field 2, bytes: skipped
+        self.assertEqual(health_wire.decode_status(response.SerializeToString() + unknown_field),
+                         1)
+        self.assertEqual(health_wire.decode_status(b""), 0)  # UNKNOWN
+        self.assertEqual(health_wire.status_name(7), "UNKNOWN")  # a status added later
+        for malformed in (b"\x08", b"\x12\x05ab", b"\x0f"):
+            with self.assertRaises(ValueError):
+                health_wire.decode_status(malformed)
+
     def test_no_server_is_unavailable(self):
-        with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as client:
+        target = f"127.0.0.1:{free_port()}"
+        with kernelserve.Client(target, timeout=2.0) as client:
             with self.assertRaises(kernelserve.KernelserveError) as raised:
                 client.health()
             self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+            # The message says that no server answers there and how to start one.
+            self.assertIn(f"no kernelserve server answers at {target}",
+                          raised.exception.message)
+            self.assertIn(f"`make run` in a kernelserve checkout or `kernelserve-server --listen "
+                          f"{target}`", raised.exception.message)
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.info()
+            self.assertIn(f"no kernelserve server answers at {target}", str(raised.exception))
+
+        async def info():
+            async with kernelserve.aio.Client(target, timeout=2.0) as aclient:
+                await aclient.info()
+
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            asyncio.run(info())
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(f"no kernelserve server answers at {target}", raised.exception.message)
+
+
+class DeadlineTest(unittest.TestCase):
+    """A server that answers too late: DEADLINE_EXCEEDED names the deadline that ran out."""
+
+    @classmethod
+    def setUpClass(cls):
+        def slow_info(request, context):
+            time.sleep(3)
+            return pb.ServerInfo()
+
+        handler = grpc.method_handlers_generic_handler("kernelserve.v1.KernelService", {
+            "GetServerInfo": grpc.unary_unary_rpc_method_handler(
+                slow_info, request_deserializer=pb.GetServerInfoRequest.FromString,
+                response_serializer=pb.ServerInfo.SerializeToString)})
+        cls.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[handler])
+        cls.target = f"127.0.0.1:{cls.server.add_insecure_port('127.0.0.1:0')}"
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop(None)
+
+    def test_the_client_deadline_is_named(self):
+        with kernelserve.Client(self.target, timeout=0.25) as client:
+            with self.assertRaises(kernelserve.KernelserveError) as raised:
+                client.info()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("the deadline was 0.25 s: timeout= of the call or of the Client sets it",
+                      raised.exception.message)
+        self.assertNotIn("no kernelserve server answers", raised.exception.message)
+
+    def test_async(self):
+        async def info():
+            async with kernelserve.aio.Client(self.target, timeout=0.5) as client:
+                await client.info()
+
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            asyncio.run(info())
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("the deadline was 0.5 s", raised.exception.message)
 
 
 def resident_info(name="w", dtype=np.float32, shape=(4, 3), device=-1):

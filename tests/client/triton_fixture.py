@@ -1,7 +1,7 @@
 """A kernelserve-server process on a free loopback port, driven through tritonclient.grpc.
 
-For the KServe v2 tests, which run in a virtualenv with tritonclient and without the
-kernelserve package (so tests/client/server_fixture.py, which waits through it, is not used).
+For the KServe v2 tests, which drive the server through tritonclient alone (so
+tests/client/server_fixture.py, which waits through the kernelserve package, is not used).
 """
 
 import os

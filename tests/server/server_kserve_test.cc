@@ -553,11 +553,35 @@ TEST_F(KServeTest, ReadinessAndUnknownModels) {
   inference::ServerReadyResponse ready;
   ASSERT_TRUE(v2_->ServerReady(&ready_context, {}, &ready).ok());
   EXPECT_TRUE(ready.ready());
-  grpc::ClientContext model_context;
-  inference::ModelReadyRequest model;
-  model.set_name("flash_attention@v1");  // the native form names no model
-  inference::ModelReadyResponse model_ready;
-  EXPECT_EQ(v2_->ModelReady(&model_context, model, &model_ready).error_code(),
+  // A model or version the server lacks is not ready, as Triton answers: OK, ready false.
+  struct Case {
+    const char* name;
+    const char* version;
+    bool ready;
+  };
+  const Case cases[] = {{"mean_pooling", "", true},
+                        {"mean_pooling", "1", true},
+                        {"flash_attention@v1", "", false},  // the native form names no model
+                        {"no_such_model", "", false},
+                        {"mean_pooling", "2", false}};
+  for (const Case& c : cases) {
+    grpc::ClientContext model_context;
+    Deadline(&model_context);
+    inference::ModelReadyRequest model;
+    model.set_name(c.name);
+    model.set_version(c.version);
+    inference::ModelReadyResponse model_ready;
+    const grpc::Status status = v2_->ModelReady(&model_context, model, &model_ready);
+    ASSERT_TRUE(status.ok()) << c.name << " " << c.version << ": " << status.error_message();
+    EXPECT_EQ(model_ready.ready(), c.ready) << c.name << " " << c.version;
+  }
+  // The metadata of such a model stays an error.
+  grpc::ClientContext metadata_context;
+  Deadline(&metadata_context);
+  inference::ModelMetadataRequest metadata;
+  metadata.set_name("no_such_model");
+  inference::ModelMetadataResponse metadata_response;
+  EXPECT_EQ(v2_->ModelMetadata(&metadata_context, metadata, &metadata_response).error_code(),
             StatusCode::NOT_FOUND);
 }
 

@@ -3,7 +3,7 @@
     async with kernelserve.aio.Client("127.0.0.1:50051") as client:
         result = await client.mean_pooling(x)
         results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
-        async with await client.register_system_shm("tensors", 1 << 26) as region:
+        async with client.register_system_shm("tensors", 1 << 26) as region:
             await client.mean_pooling(region.put(x))
         async with await client.create_tensor(k, name="k") as k_res:
             await client.flash_attention(q, k_res, v)        # k goes by name
@@ -22,9 +22,9 @@ import grpc
 import grpc.aio
 import numpy as np
 import numpy.typing as npt
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kernelserve import calls, resident, results, shm, tensors
+from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -49,8 +49,9 @@ class Client:
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options)
         self._stub = pb_grpc.KernelServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
+        self._target = target
         self._timeout = timeout
         self._max_message_bytes = max_message_bytes
         self._server_max_message_bytes: Optional[int] = None  # from info(), when needed
@@ -73,11 +74,11 @@ class Client:
         await self.close()
 
     async def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        timeout = timeout or self._timeout
         try:
-            return await method(request, timeout=timeout or self._timeout,
-                                metadata=self._metadata)
+            return await method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
 
     async def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                       config: Optional[Config] = None, platform: str = "",
@@ -109,14 +110,14 @@ class Client:
         """See kernelserve.Client.execute_stream: a Result or a KernelserveError per request,
         in request order, over one ExecuteStream call."""
         answers = calls.StreamAnswers(list(requests), self._regions)
+        timeout = timeout or self._timeout
         try:
-            stream = self._stub.ExecuteStream(answers.wire_requests(),
-                                              timeout=timeout or self._timeout,
+            stream = self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                               metadata=self._metadata)
             async for response in stream:
                 answers.add(response)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
         return answers.results()
 
     async def kernels(self) -> list[KernelSchema]:
@@ -158,11 +159,10 @@ class Client:
     async def health(self, service: str = "") -> str:
         """See kernelserve.Client.health."""
         try:
-            response = await self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                                timeout=self._timeout)
+            status = await self._health(service, timeout=self._timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
-        return health_name(response.status)
+            raise from_rpc_error(error, self._target, self._timeout) from None
+        return health_name(status)
 
     async def info(self) -> ServerInfo:
         """See kernelserve.Client.info."""
@@ -196,11 +196,16 @@ class Client:
                          pb.DeleteConfigRequest(cache_key=cache_key,
                                                 device_fingerprint=device_fingerprint))
 
-    async def register_system_shm(self, name: str, byte_size: int, *,
-                                  timeout: Optional[float] = None
-                                  ) -> shm.AsyncSystemSharedMemory:
-        """See kernelserve.Client.register_system_shm: the region's close() is a coroutine
-        (`await region.close()`, `async with`)."""
+    def register_system_shm(self, name: str, byte_size: int, *,
+                            timeout: Optional[float] = None
+                            ) -> shm.Registering[shm.AsyncSystemSharedMemory]:
+        """See kernelserve.Client.register_system_shm. Awaited, the region, whose close() is a
+        coroutine (`await region.close()`); or `async with client.register_system_shm(...) as
+        region:`, which closes it at the end of the block (shm.Registering)."""
+        return shm.Registering(self._register_system_shm(name, byte_size, timeout))
+
+    async def _register_system_shm(self, name: str, byte_size: int,
+                                   timeout: Optional[float]) -> shm.AsyncSystemSharedMemory:
         if byte_size <= 0:
             raise ArgumentError(f"register_system_shm: byte_size must be positive, got "
                                 f"{byte_size}")
@@ -216,10 +221,16 @@ class Client:
         self._regions.add(region)
         return region
 
-    async def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
-                                timeout: Optional[float] = None) -> shm.AsyncCudaSharedMemory:
-        """See kernelserve.Client.register_cuda_shm: the region's close() is a coroutine
-        (`await region.close()`, `async with`)."""
+    def register_cuda_shm(self, name: str, tensor: Any, *, device: Optional[int] = None,
+                          timeout: Optional[float] = None
+                          ) -> shm.Registering[shm.AsyncCudaSharedMemory]:
+        """See kernelserve.Client.register_cuda_shm. Awaited, the region, whose close() is a
+        coroutine (`await region.close()`); or `async with client.register_cuda_shm(...) as
+        region:`, which closes it at the end of the block (shm.Registering)."""
+        return shm.Registering(self._register_cuda_shm(name, tensor, device, timeout))
+
+    async def _register_cuda_shm(self, name: str, tensor: Any, device: Optional[int],
+                                 timeout: Optional[float]) -> shm.AsyncCudaSharedMemory:
         region = shm.AsyncCudaSharedMemory(name, tensor, device)
         request = pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=region.handle,
                                                      device=region.device,

@@ -32,9 +32,9 @@ from typing import Any, Callable, Optional
 import grpc
 import numpy as np
 import numpy.typing as npt
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kernelserve import calls, resident, results, shm, tensors
+from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
 from kernelserve.info import KernelSchema, ServerInfo, kernel_schema_of, server_info_of
@@ -44,8 +44,7 @@ from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
 
 def health_name(status: int) -> str:
     """A grpc.health.v1 serving status by name ("SERVING", ...; "UNKNOWN" for a new one)."""
-    values = health_pb2.HealthCheckResponse.ServingStatus
-    return values.Name(status) if status in values.values() else "UNKNOWN"
+    return health_wire.status_name(status)
 
 
 class Client:
@@ -65,8 +64,9 @@ class Client:
         else:
             self._channel = grpc.secure_channel(target, credentials, options)
         self._stub = pb_grpc.KernelServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
+        self._target = target
         self._timeout = timeout
         self._max_message_bytes = max_message_bytes
         self._server_max_message_bytes: Optional[int] = None  # from info(), when needed
@@ -90,10 +90,11 @@ class Client:
         self.close()
 
     def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        timeout = timeout or self._timeout
         try:
-            return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
+            return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
 
     def execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                 config: Optional[Config] = None, platform: str = "",
@@ -135,13 +136,13 @@ class Client:
         (UNAVAILABLE, UNAUTHENTICATED, DEADLINE_EXCEEDED: the timeout covers the whole
         stream). Shared-memory inputs and Request.outputs as in execute()."""
         answers = calls.StreamAnswers(list(requests), self._regions)
+        timeout = timeout or self._timeout
         try:
-            for response in self._stub.ExecuteStream(answers.wire_requests(),
-                                                     timeout=timeout or self._timeout,
+            for response in self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                                      metadata=self._metadata):
                 answers.add(response)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise from_rpc_error(error, self._target, timeout) from None
         return answers.results()
 
     def kernels(self) -> list[KernelSchema]:
@@ -183,11 +184,10 @@ class Client:
         """grpc.health.v1 Check: "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or "UNKNOWN". No
         token is sent (the server answers health without one)."""
         try:
-            response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                          timeout=self._timeout)
+            status = self._health(service, timeout=self._timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
-        return health_name(response.status)
+            raise from_rpc_error(error, self._target, self._timeout) from None
+        return health_name(status)
 
     def info(self) -> ServerInfo:
         """The server's version, devices, cache tiers, policy and limits."""

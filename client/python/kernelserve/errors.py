@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import grpc
 
@@ -67,9 +67,42 @@ def error_of(status: pb.RpcStatus) -> KernelserveError | None:
     return KernelserveError(code_of(status.code), status.message)
 
 
-def from_rpc_error(error: grpc.RpcError) -> KernelserveError:
-    """The KernelserveError of a failed gRPC call (sync or grpc.aio)."""
-    code = getattr(error, "code", None)
+# Pieces of gRPC's own messages (lower case) for a target where no server answers, and for a
+# connection lost under a call (the CLI's client/cli/explain.cc looks for the same).
+_TRANSPORT_FAILURES = ("failed to connect", "dns resolution failed", "errors resolving",
+                       "socket closed", "connection reset", "broken pipe", "stream removed",
+                       "goaway")
+
+
+def is_connection_failure(code: grpc.StatusCode, message: str) -> bool:
+    """Whether an error is gRPC's own UNAVAILABLE for a target where no server answers (refused,
+    no such socket, a name that does not resolve) or a connection lost under a call; False for
+    an UNAVAILABLE the server sent (shutting down, its Redis store)."""
+    lower = message.lower()
+    return (code == grpc.StatusCode.UNAVAILABLE and not lower.startswith("redis")
+            and any(piece in lower for piece in _TRANSPORT_FAILURES))
+
+
+def _hint(code: grpc.StatusCode, message: str, target: Optional[str],
+          timeout: Optional[float]) -> str:
+    """What to add to the message of a failed call for the person reading it; "" for none."""
+    if target is not None and is_connection_failure(code, message):
+        return (f"; no kernelserve server answers at {target} (not started, or stopped): start "
+                f"one with `make run` in a kernelserve checkout or `kernelserve-server --listen "
+                f"{target}`, or give the Client the target of a running one")
+    if timeout is not None and code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return (f"; the deadline was {timeout:g} s: timeout= of the call or of the Client sets "
+                f"it (None = none)")
+    return ""
+
+
+def from_rpc_error(error: grpc.RpcError, target: Optional[str] = None,
+                   timeout: Optional[float] = None) -> KernelserveError:
+    """The KernelserveError of a failed gRPC call (sync or grpc.aio). Given the client's
+    `target`, the message of a connection failure also says that no server answers there and
+    how to start one; given the call's `timeout` (seconds), a DEADLINE_EXCEEDED names it."""
+    code_of_error = getattr(error, "code", None)
     details = getattr(error, "details", None)
-    return KernelserveError(code() if code else grpc.StatusCode.UNKNOWN,
-                            (details() if details else None) or str(error))
+    code = code_of_error() if code_of_error else grpc.StatusCode.UNKNOWN
+    message = (details() if details else None) or str(error)
+    return KernelserveError(code, message + _hint(code, message, target, timeout))

@@ -42,9 +42,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Coroutine, Generator, Iterator
 from multiprocessing import resource_tracker, shared_memory
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 import grpc
 import numpy as np
@@ -398,6 +398,32 @@ class AsyncCudaSharedMemory(CudaRegion):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+AsyncRegion = TypeVar("AsyncRegion", AsyncSystemSharedMemory, AsyncCudaSharedMemory)
+
+
+class Registering(Generic[AsyncRegion]):
+    """What kernelserve.aio.Client.register_system_shm and register_cuda_shm return: awaited,
+    the registered region (`region = await client.register_system_shm(...)`); or an async
+    context manager that registers the region on entry and closes it at the end of the block,
+    as the blocking client's region is in a with block (`async with
+    client.register_system_shm(...) as region:`). Registers once: await it or enter it, once."""
+
+    def __init__(self, registration: Coroutine[Any, Any, AsyncRegion]) -> None:
+        self._registration = registration
+        self._region: Optional[AsyncRegion] = None
+
+    def __await__(self) -> Generator[Any, None, AsyncRegion]:
+        return self._registration.__await__()
+
+    async def __aenter__(self) -> AsyncRegion:
+        self._region = await self._registration
+        return self._region
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._region is not None:
+            await self._region.close()
 
 
 AnyRegion = Union[SharedMemoryRegion, CudaRegion]
