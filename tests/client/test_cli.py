@@ -606,6 +606,11 @@ class CliResidentTensorTest(CliTestBase):
         report = self.cli_json("bench", "mean_pooling", "--tensor=x=@bx", "--output-to=out=@bout",
                                "--requests=20")
         self.assertEqual((report["ok"], report["errors"]), (20, 0), report["failures"])
+        # With shared memory: the other inputs and outputs there, the resident ones named.
+        report = self.cli_json("bench", "flash_attention", "--shape=q=f32:1,32,2,16",
+                               "--tensor=k=@bk", "--tensor=v=@bv", "--requests=10",
+                               "--shared-memory=system")
+        self.assertEqual((report["ok"], report["errors"]), (10, 0), report["failures"])
         self.cli("bench", "mean_pooling", "--tensor=x=@nope", "--requests=5", code=NOT_FOUND)
         [held] = self.cli_json("tensor", "ls", "bx")["tensors"]
         self.assertEqual(int(held.get("calls", 0)), 0)  # the bench's calls let go of it
