@@ -143,7 +143,7 @@ void AddCacheVerbs(CLI::App* cache) {
 // --tensor and --output-to of run and bench: inputs from and outputs into resident tensors.
 void AddResidentFlags(CLI::App* app) {
   Repeated(app, "tensor", "NAME=@TENSOR",
-           "input NAME from your resident tensor TENSOR (kernelserve tensor), not sent");
+           "input NAME from your resident tensor TENSOR, sent by name");
   Repeated(app, "output-to", "OUT=@TENSOR",
            "write output OUT into your resident tensor TENSOR (its dtype and shape)");
 }
