@@ -53,8 +53,43 @@ std::optional<v1::TensorRef> FindRef(const Tensor& tensor,
   return std::nullopt;
 }
 
+// Names in `request` the resident tensors run.resident_outputs go into. InvalidArgument for an
+// output also in run.outputs.
+absl::Status PutResidentOutputs(const RunOptions& run, v1::ExecuteRequest* request) {
+  for (const auto& [output, tensor] : run.resident_outputs) {
+    if (run.outputs.count(output) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output '", output, "' is in both RunOptions::outputs and resident_outputs: name one"));
+    }
+    (*request->mutable_output_regions())[output].set_tensor(tensor);
+  }
+  return absl::OkStatus();
+}
+
+// Drops from `response` the outputs written into run.resident_outputs (dtype and shape only).
+void DropResidentOutputs(const RunOptions& run, v1::ExecuteResponse* response) {
+  for (const auto& [output, tensor] : run.resident_outputs) {
+    response->mutable_outputs()->erase(output);
+  }
+}
+
+// The contents of CreateTensor or WriteTensor: a reference where `tensor` lies in one of
+// `regions`, else its bytes (moved). `with_shape` false sends dtype and bytes only.
+void PutContents(Tensor tensor, const std::vector<const SharedMemoryRegion*>& regions,
+                 bool with_shape, v1::Tensor* proto) {
+  if (std::optional<v1::TensorRef> ref = FindRef(tensor, regions)) {
+    proto->set_dtype(ToProto(tensor.dtype()));
+    if (with_shape) proto->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+    *proto->mutable_ref() = *std::move(ref);
+    return;
+  }
+  PutTensor(std::move(tensor), proto);
+  if (!with_shape) proto->clear_shape();
+}
+
 // Names in `request` where run.outputs go. InvalidArgument for a view in none of run.regions.
 absl::Status PutOutputRegions(const RunOptions& run, v1::ExecuteRequest* request) {
+  KS_RETURN_IF_ERROR(PutResidentOutputs(run, request));
   for (const auto& [name, view] : run.outputs) {
     std::optional<v1::TensorRef> ref = FindRef(view, run.regions);
     if (!ref) {
@@ -96,7 +131,20 @@ void DropRegionOutputs(const v1::ExecuteRequest& request, v1::ExecuteResponse* r
 
 }  // namespace
 
-void Client::PutInputs(TensorMap inputs, const RunOptions& run, v1::ExecuteRequest* request) {
+absl::Status Client::PutInputs(TensorMap inputs, const RunOptions& run,
+                               v1::ExecuteRequest* request) {
+  for (const auto& [name, tensor_name] : run.resident_inputs) {
+    auto given = inputs.find(name);
+    if (given != inputs.end()) {
+      if (given->second.nbytes() > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", name, "' comes from resident tensor '", tensor_name,
+            "' (RunOptions::resident_inputs) and is also given a tensor: pass Tensor() for it"));
+      }
+      inputs.erase(given);
+    }
+    (*request->mutable_inputs())[name].mutable_ref()->set_tensor(tensor_name);
+  }
   for (auto& [name, tensor] : inputs) {
     v1::Tensor* proto = &(*request->mutable_inputs())[name];
     if (std::optional<v1::TensorRef> ref = FindRef(tensor, run.regions)) {
@@ -107,6 +155,7 @@ void Client::PutInputs(TensorMap inputs, const RunOptions& run, v1::ExecuteReque
       PutTensor(std::move(tensor), proto);
     }
   }
+  return absl::OkStatus();
 }
 
 namespace {}  // namespace
@@ -224,6 +273,7 @@ absl::StatusOr<RunResult> Client::Run(v1::ExecuteRequest& request, const RunOpti
   v1::ExecuteResponse response;
   KS_RETURN_IF_ERROR(FromGrpcStatus(grpc::internal::BlockingUnaryCall(
       channel_.get(), execute_method_, &context, buffer, &response)));
+  DropResidentOutputs(run, &response);
   KS_ASSIGN_OR_RETURN(TensorMap in_regions, TakeRegionOutputs(run, &response));
   KS_ASSIGN_OR_RETURN(RunResult result, TakeRunResult(&response));
   for (auto& [name, view] : in_regions) result.outputs[name] = std::move(view);
@@ -234,7 +284,7 @@ absl::StatusOr<RunResult> Client::Call(const std::string& kernel, TensorMap inpu
                                        const Attributes& params, RunOptions run) const {
   v1::ExecuteRequest request;
   request.set_kernel(kernel);
-  PutInputs(std::move(inputs), run, &request);
+  KS_RETURN_IF_ERROR(PutInputs(std::move(inputs), run, &request));
   for (const auto& [name, value] : params) (*request.mutable_parameters())[name] = ToProto(value);
   return Run(request, run);
 }
@@ -246,7 +296,7 @@ absl::StatusOr<RunResult> Client::MeanPooling(Tensor x, MeanPoolingOptions optio
   inputs["x"] = std::move(x);
   if (options.cu_seqlens) inputs["cu_seqlens"] = std::move(*options.cu_seqlens);
   if (options.mask) inputs["mask"] = std::move(*options.mask);
-  PutInputs(std::move(inputs), options.run, &request);
+  KS_RETURN_IF_ERROR(PutInputs(std::move(inputs), options.run, &request));
   request.mutable_mean_pooling()->set_chunk_size(options.chunk_size);
   return Run(request, options.run);
 }
@@ -259,7 +309,7 @@ absl::StatusOr<RunResult> Client::FlashAttention(Tensor q, Tensor k, Tensor v,
   inputs["q"] = std::move(q);
   inputs["k"] = std::move(k);
   inputs["v"] = std::move(v);
-  PutInputs(std::move(inputs), options.run, &request);
+  KS_RETURN_IF_ERROR(PutInputs(std::move(inputs), options.run, &request));
   v1::FlashAttentionParams* params = request.mutable_flash_attention();
   params->set_causal(options.causal);
   params->set_softmax_scale(options.softmax_scale);
@@ -379,6 +429,74 @@ absl::StatusOr<v1::SharedMemoryStatusResponse> Client::SharedMemoryStatus(
   v1::SharedMemoryStatusRequest request;
   request.set_name(name);
   return Unary(&v1::KernelService::Stub::SharedMemoryStatus, request);
+}
+
+absl::StatusOr<v1::CreateTensorResponse> Client::CreateTensor(
+    const std::string& name, const TensorSpec& spec, const CreateTensorOptions& options) const {
+  v1::CreateTensorRequest request;
+  request.set_name(name);
+  request.set_dtype(ToProto(spec.dtype));
+  request.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+  if (options.device.has_value()) request.set_device(*options.device);
+  request.set_ttl_seconds(options.ttl_seconds);
+  return Unary(&v1::KernelService::Stub::CreateTensor, request);
+}
+
+absl::StatusOr<v1::CreateTensorResponse> Client::CreateTensor(
+    const std::string& name, Tensor contents, const CreateTensorOptions& options) const {
+  v1::CreateTensorRequest request;
+  request.set_name(name);
+  request.set_dtype(ToProto(contents.dtype()));
+  request.mutable_shape()->Assign(contents.shape().begin(), contents.shape().end());
+  if (options.device.has_value()) request.set_device(*options.device);
+  request.set_ttl_seconds(options.ttl_seconds);
+  PutContents(std::move(contents), options.regions, /*with_shape=*/true,
+              request.mutable_contents());
+  return Unary(&v1::KernelService::Stub::CreateTensor, request);
+}
+
+absl::StatusOr<v1::ResidentTensorInfo> Client::WriteTensor(
+    const std::string& name, Tensor contents, const WriteTensorOptions& options) const {
+  v1::WriteTensorRequest request;
+  request.set_name(name);
+  if (options.byte_offset.has_value()) {
+    request.set_byte_offset(*options.byte_offset);
+  } else {
+    request.set_row_offset(options.row);
+  }
+  PutContents(std::move(contents), options.regions,
+              /*with_shape=*/!options.byte_offset.has_value(), request.mutable_contents());
+  KS_ASSIGN_OR_RETURN(v1::WriteTensorResponse response,
+                      Unary(&v1::KernelService::Stub::WriteTensor, request));
+  return std::move(*response.mutable_tensor());
+}
+
+absl::StatusOr<Tensor> Client::ReadTensor(const std::string& name, int64_t row,
+                                          std::optional<int64_t> rows) const {
+  v1::ReadTensorRequest request;
+  request.set_name(name);
+  request.set_row_offset(row);
+  if (rows.has_value()) request.set_rows(*rows);
+  KS_ASSIGN_OR_RETURN(v1::ReadTensorResponse response,
+                      Unary(&v1::KernelService::Stub::ReadTensor, request));
+  return TakeTensor(response.mutable_tensor(), absl::StrCat("resident tensor '", name, "'"));
+}
+
+absl::StatusOr<int> Client::DeleteTensor(const std::string& name, const std::string& owner) const {
+  v1::DeleteTensorRequest request;
+  request.set_name(name);
+  request.set_owner(owner);
+  KS_ASSIGN_OR_RETURN(v1::DeleteTensorResponse response,
+                      Unary(&v1::KernelService::Stub::DeleteTensor, request));
+  return response.deleted();
+}
+
+absl::StatusOr<v1::ListTensorsResponse> Client::ListTensors(const std::string& name,
+                                                            const std::string& owner) const {
+  v1::ListTensorsRequest request;
+  request.set_name(name);
+  request.set_owner(owner);
+  return Unary(&v1::KernelService::Stub::ListTensors, request);
 }
 
 }  // namespace kernelserve

@@ -12,6 +12,7 @@
 #define KERNELSERVE_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,36 @@ struct RunOptions {
   // of the region (SharedMemoryRegion::View) with room for the output. The result's output is
   // then a view of those bytes with the output's dtype and shape.
   TensorMap outputs;
+  // Inputs taken from the caller's resident tensors (CreateTensor), input name -> tensor name:
+  // sent as that name (Tensor.ref.tensor), whole, with no bytes. The call's own tensor of such
+  // an input, if it passes one (MeanPooling's x), must be empty (Tensor()): InvalidArgument
+  // otherwise.
+  std::map<std::string, std::string> resident_inputs;
+  // Outputs the server writes into the caller's resident tensors in place, output name ->
+  // tensor name (output_regions); each tensor must have the output's dtype and shape. They are
+  // not in RunResult::outputs: ReadTensor reads them. An output also in `outputs` is
+  // InvalidArgument.
+  std::map<std::string, std::string> resident_outputs;
+};
+
+// Options of CreateTensor. Every field has a default.
+struct CreateTensorOptions {
+  std::optional<int> device;  // GPU ordinal, -1 = host memory; unset = the server places it
+  // Idle seconds before the tensor expires; 0 = the server's default (--resident-ttl). More
+  // than the server's maximum (--max-resident-ttl) is cut to it.
+  uint32_t ttl_seconds = 0;
+  // Shared-memory regions of this process (not owned): contents whose bytes lie in one of them
+  // go as a reference to them, not as bytes.
+  std::vector<const SharedMemoryRegion*> regions;
+};
+
+// Where WriteTensor writes. Every field has a default.
+struct WriteTensorOptions {
+  // Rows [row, row + contents.shape[0]) of dimension 0 (contents is [rows, shape[1:]...]).
+  int64_t row = 0;
+  // Set: contents' bytes go from this byte of the tensor on, whatever its shape (row unused).
+  std::optional<uint64_t> byte_offset;
+  std::vector<const SharedMemoryRegion*> regions;  // as CreateTensorOptions::regions
 };
 
 // Options of MeanPooling. Every field has a default.
@@ -205,6 +236,44 @@ class Client {
   absl::StatusOr<v1::SharedMemoryStatusResponse> SharedMemoryStatus(
       const std::string& name = "") const;
 
+  // Resident tensors: tensors the server keeps between calls, the caller's identity's, by name
+  // (1 to 128 printable ASCII characters without spaces). Calls name them in
+  // RunOptions::resident_inputs and resident_outputs. They live in the server's memory only (a
+  // restart loses them) and expire when idle for their TTL.
+  //
+  // Creates the caller's resident tensor `name` of `spec`'s dtype and shape, all zeros.
+  // Idempotent: a tensor of that name with the same dtype, shape and device (or none asked) is
+  // left as it is (contents too; the answer's `created` is false); with another, AlreadyExists.
+  // The server's InvalidArgument for a bad name, spec or device, ResourceExhausted past its
+  // limits (--max-resident-bytes, --quota-resident-bytes).
+  absl::StatusOr<v1::CreateTensorResponse> CreateTensor(
+      const std::string& name, const TensorSpec& spec,
+      const CreateTensorOptions& options = {}) const;
+  // The same with `contents` as the initial bytes (and its dtype and shape the tensor's).
+  absl::StatusOr<v1::CreateTensorResponse> CreateTensor(
+      const std::string& name, Tensor contents, const CreateTensorOptions& options = {}) const;
+  // Writes `contents` (its bytes, moved) into the caller's resident tensor `name` at
+  // options.row (contents is [rows, shape[1:]...]) or options.byte_offset (then contents' shape
+  // is not sent). Calls on the tensor wait meanwhile. Returns the tensor as it is then.
+  // NotFound for a name the caller has no tensor of; InvalidArgument for another dtype or a
+  // write past the tensor's end.
+  absl::StatusOr<v1::ResidentTensorInfo> WriteTensor(const std::string& name, Tensor contents,
+                                                     const WriteTensorOptions& options = {}) const;
+  // Rows [row, row + rows) of dimension 0 of the caller's resident tensor `name` (rows unset:
+  // to the last row), copied here: a tensor of its dtype, shape [rows, shape[1:]...].
+  // NotFound for an unknown name; InvalidArgument for rows past its end.
+  absl::StatusOr<Tensor> ReadTensor(const std::string& name, int64_t row = 0,
+                                    std::optional<int64_t> rows = std::nullopt) const;
+  // Deletes the resident tensor `name` ("" = every one not in use) of `owner` ("" = the
+  // caller; another identity or "*" for every one: admins only, PermissionDenied otherwise).
+  // Returns how many went. NotFound for an unknown name; FailedPrecondition, naming its calls,
+  // for a tensor a call holds.
+  absl::StatusOr<int> DeleteTensor(const std::string& name, const std::string& owner = "") const;
+  // The resident tensors `name` ("" = all) of `owner` (as DeleteTensor), with the server's
+  // start time and the bytes held against its limits.
+  absl::StatusOr<v1::ListTensorsResponse> ListTensors(const std::string& name = "",
+                                                      const std::string& owner = "") const;
+
   const ClientOptions& options() const { return options_; }
 
  private:
@@ -214,8 +283,10 @@ class Client {
   // Fills the RunOptions fields of `request` and executes it.
   absl::StatusOr<RunResult> Run(v1::ExecuteRequest& request, const RunOptions& run) const;
   // Adds `inputs` to `request`: as references where they lie in one of run.regions, else
-  // their bytes (moved).
-  static void PutInputs(TensorMap inputs, const RunOptions& run, v1::ExecuteRequest* request);
+  // their bytes (moved); then run.resident_inputs by name. InvalidArgument for a resident input
+  // also given a non-empty tensor.
+  static absl::Status PutInputs(TensorMap inputs, const RunOptions& run,
+                                v1::ExecuteRequest* request);
   template <typename Request, typename Response>
   using UnaryMethod = grpc::Status (v1::KernelService::Stub::*)(grpc::ClientContext*,
                                                                 const Request&, Response*);

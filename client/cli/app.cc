@@ -140,16 +140,57 @@ void AddCacheVerbs(CLI::App* cache) {
   Value(rm, "fingerprint", "F", "the device fingerprint (default: the server's first device)");
 }
 
+// --tensor and --output-to of run and bench: inputs from and outputs into resident tensors.
+void AddResidentFlags(CLI::App* app) {
+  Repeated(app, "tensor", "NAME=@TENSOR",
+           "input NAME from your resident tensor TENSOR, sent by name");
+  Repeated(app, "output-to", "OUT=@TENSOR",
+           "write output OUT into your resident tensor TENSOR (its dtype and shape)");
+}
+
+void AddTensorVerbs(CLI::App* tensor) {
+  CLI::App* create = Command(tensor, "create", "create a resident tensor (zeros or a file's)");
+  create->add_option("NAME")->description("1 to 128 printable characters, no space")->required();
+  Value(create, "input-like", "SPEC",
+        "DTYPE:D0,D1,... (zeros, e.g. f32:4,128) or [DTYPE:]FILE.npy (its contents)");
+  Flag(create, "zeros", "with a FILE.npy: its dtype and shape, contents zeros");
+  Value(create, "device", "N", "a GPU, or -1 for host memory (default: the server places it)");
+  Value(create, "ttl", "DURATION",
+        "idle time before it expires: 10m, 1h, seconds (default: the server's --resident-ttl)");
+  CLI::App* write = Command(tensor, "write", "write a .npy file's bytes into a resident tensor");
+  write->add_option("NAME")->description("the resident tensor")->required();
+  write->add_option("FILE")->description("a .npy file (bf16: '<u2' bits)")->required();
+  Value(write, "row", "R", "its rows go from row R of dimension 0 on (0)");
+  Value(write, "byte-offset", "B", "its bytes go from byte B on, whatever the shape");
+  CLI::App* read = Command(tensor, "read", "read a resident tensor, or rows of it");
+  read->add_option("NAME")->description("the resident tensor")->required();
+  Value(read, "rows", "A:B", "rows A to B-1 of dimension 0 (A: to the last, :B from the first)");
+  read->add_option("-o,--output")
+      ->description("write it to FILE.npy")
+      ->type_name("FILE.npy")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group(kFlagGroup);
+  CLI::App* ls = Command(tensor, "ls", "your resident tensors, and the server's start time");
+  ls->add_option("NAME")->description("only this tensor");
+  Value(ls, "owner", "IDENTITY", "another identity's, or * for every one (admins)");
+  CLI::App* rm = Command(tensor, "rm", "delete a resident tensor, or --all of them");
+  rm->add_option("NAME")->description("the resident tensor");
+  Flag(rm, "all", "every one not in use");
+  Value(rm, "owner", "IDENTITY", "another identity's, or * for every one (admins)");
+}
+
 void AddCallCommands(CLI::App* app) {
   CLI::App* run = Command(app, "run", "run once: outputs (shape, stats), config, source, timings");
   run->add_option("KERNEL")->description("the kernel (kernelserve kernels lists them)")->required();
   AddCallFlags(run);
+  AddResidentFlags(run);
   AddConfigFlag(run);
   Value(run, "output-dir", "DIR", "write DIR/NAME.npy for every output");
   Flag(run, "autotune", "allow tuning on a cache miss for this call");
   CLI::App* bench = Command(app, "bench", "load test: throughput, latency percentiles, phases");
   bench->add_option("KERNEL")->description("the kernel")->required();
   AddCallFlags(bench);
+  AddResidentFlags(bench);
   AddConfigFlag(bench);
   Flag(bench, "autotune", "allow tuning on a cache miss");
   Value(bench, "concurrency", "N", "calls in flight, 1..4096 (1)");
@@ -195,9 +236,12 @@ std::unique_ptr<CLI::App> MakeApp() {
   Command(app.get(), "kernels", "kernels with inputs and outputs (dtype, shape), params");
   AddCallCommands(app.get());
   AddCacheVerbs(Command(app.get(), "cache", "the server's config cache: ls, get, put, rm"));
-  CLI::App* help = Command(app.get(), "help", "help of the tool, a COMMAND or a cache VERB");
+  AddTensorVerbs(Command(app.get(), "tensor",
+                         "resident tensors kept on the server: create, write, read, ls, rm"));
+  CLI::App* help =
+      Command(app.get(), "help", "help of the tool, a COMMAND, a cache or tensor VERB");
   help->add_option("COMMAND")->description("a command");
-  help->add_option("VERB")->description("a verb of the command (cache)");
+  help->add_option("VERB")->description("a verb of the command (cache, tensor)");
   app->footer(
       "Environment: KERNELSERVE_TARGET and KERNELSERVE_TOKEN_FILE stand for --target and\n"
       "--token-file when the flag is absent.\n"

@@ -26,6 +26,7 @@ absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, v1::Execu
   std::map<std::string, uint64_t> offsets;  // inputs', then outputs'
   uint64_t size = 0;
   for (const auto& [name, tensor] : request->inputs()) {
+    if (tensor.has_ref()) continue;  // a resident tensor's name: it stays where it is
     offsets[absl::StrCat("in:", name)] = size;
     size += Aligned(tensor.data().size());
   }
@@ -45,6 +46,7 @@ absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, v1::Execu
     KS_ASSIGN_OR_RETURN(where.region, SharedMemoryRegion::CreateSystem(client, name, size));
   }
   for (auto& [input, tensor] : *request->mutable_inputs()) {
+    if (tensor.has_ref()) continue;
     const uint64_t offset = offsets[absl::StrCat("in:", input)];
     const uint64_t bytes = tensor.data().size();
     if (cuda) {

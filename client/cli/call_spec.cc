@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/npy.h"
+#include "client/cli/tensor_args.h"
 #include "core/status_macros.h"
 #include "core/utils/random_tensor.h"
 #include "core/utils/string_view.h"
@@ -86,6 +87,30 @@ std::string Bytes(int64_t bytes) {
   return absl::StrCat(absl::StrFormat("%.4g ", value), kUnits[unit], " (", bytes, " bytes)");
 }
 
+// --tensor and --output-to into `spec`, after its other inputs: InvalidArgument for an input
+// or output named twice.
+absl::Status ReadResident(const Args& args, CallSpec* spec) {
+  for (const std::string& text : args.GetAll("tensor")) {
+    KS_ASSIGN_OR_RETURN(auto named, ParseResidentArg("tensor", text));
+    if (spec->shapes.count(named.first) || spec->values.count(named.first)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", named.first, "' is given twice (--tensor, and --shape, --values or --input)"));
+    }
+    if (!spec->resident_inputs.insert(named).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensor: input '", named.first, "' is given twice"));
+    }
+  }
+  for (const std::string& text : args.GetAll("output-to")) {
+    KS_ASSIGN_OR_RETURN(auto named, ParseResidentArg("output-to", text));
+    if (!spec->resident_outputs.insert(named).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--output-to: output '", named.first, "' is given twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> CheckDataSize(const CallSpec& spec, int64_t limit_bytes) {
@@ -158,7 +183,17 @@ absl::StatusOr<CallSpec> CallSpecFromArgs(const Args& args) {
   }
   KS_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 0));
   spec.seed = static_cast<uint64_t>(seed);
+  KS_RETURN_IF_ERROR(ReadResident(args, &spec));
   return spec;
+}
+
+void PutResident(const CallSpec& spec, v1::ExecuteRequest* request) {
+  for (const auto& [input, tensor] : spec.resident_inputs) {
+    (*request->mutable_inputs())[input].mutable_ref()->set_tensor(tensor);
+  }
+  for (const auto& [output, tensor] : spec.resident_outputs) {
+    (*request->mutable_output_regions())[output].set_tensor(tensor);
+  }
 }
 
 TensorMap MakeInputs(const CallSpec& spec) {

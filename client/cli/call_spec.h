@@ -28,6 +28,10 @@ struct CallSpec {
   std::optional<int> device;                  // --device
   std::optional<KernelConfig> config;         // --config
   uint64_t seed = 0;                          // --seed: random inputs use seed, seed+1, ...
+  // --tensor NAME=@TENSOR: inputs taken from the caller's resident tensors, input -> tensor.
+  std::map<std::string, std::string> resident_inputs;
+  // --output-to OUT=@TENSOR: outputs written into resident tensors in place, output -> tensor.
+  std::map<std::string, std::string> resident_outputs;
 };
 
 // Reads a CallSpec from `args` (positional[1] is the kernel). InvalidArgument naming the bad
@@ -50,6 +54,10 @@ TensorMap MakeInputs(const CallSpec& spec);
 // true/false a bool, an integer an int, a number a float, anything else a string.
 absl::StatusOr<Attributes> ParamsFromText(const std::map<std::string, std::string>& params,
                                           const v1::KernelInfo* info);
+
+// Names spec's resident tensors in `request`: each of resident_inputs as an input
+// Tensor{ref{tensor}} (no dtype, shape or bytes), each of resident_outputs in output_regions.
+void PutResident(const CallSpec& spec, v1::ExecuteRequest* request);
 
 // Fills kernel, inputs, params (as `parameters`, typed by the kernel's schema from `client`'s
 // ListKernels when params are given), platform and device of an ExecuteRequest,

@@ -19,7 +19,7 @@ using Command = absl::Status (*)(const CommandContext&);
 const std::map<std::string, Command>& Commands() {
   static const auto* commands = new std::map<std::string, Command>{
       {"health", CmdHealth}, {"info", CmdInfo}, {"kernels", CmdKernels}, {"run", CmdRun},
-      {"bench", CmdBench},   {"tune", CmdTune}, {"cache", CmdCache},
+      {"bench", CmdBench},   {"tune", CmdTune}, {"cache", CmdCache},     {"tensor", CmdTensor},
   };
   return *commands;
 }

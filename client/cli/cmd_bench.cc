@@ -76,6 +76,20 @@ absl::StatusOr<std::string> SharedMemoryFromArgs(const Args& args, const std::st
   return kind;
 }
 
+// --tensor and --output-to name resident tensors, which the native protocol alone knows.
+absl::Status ResidentWithProtocol(const Args& args, const std::string& protocol) {
+  if (protocol == "native") return absl::OkStatus();
+  for (const char* flag : {"tensor", "output-to"}) {
+    if (args.Has(flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag,
+                       " is not taken with --protocol=v2 (resident tensors are kernelserve.v1's); "
+                       "use --protocol=native"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BenchOptions> OptionsFromArgs(const CommandContext& ctx) {
   BenchOptions options;
   KS_ASSIGN_OR_RETURN(int64_t concurrency, ctx.args->GetInt("concurrency", 1));
@@ -102,6 +116,7 @@ absl::StatusOr<v1::ExecuteRequest> RequestFromArgs(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
   v1::ExecuteRequest request;
   KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/true, &request));
+  PutResident(spec, &request);  // named, not sent: each call carries the other inputs only
   if (spec.config) *request.mutable_config() = ToProto(*spec.config);
   KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
   if (autotune) request.mutable_policy()->set_allow_autotune(true);
@@ -133,6 +148,7 @@ absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
 absl::Status CmdBench(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(const std::string protocol, ProtocolFromArgs(*ctx.args));
   KS_ASSIGN_OR_RETURN(const std::string shared_memory, SharedMemoryFromArgs(*ctx.args, protocol));
+  KS_RETURN_IF_ERROR(ResidentWithProtocol(*ctx.args, protocol));
   KS_ASSIGN_OR_RETURN(const BenchOptions options, OptionsFromArgs(ctx));
   KS_ASSIGN_OR_RETURN(v1::ExecuteRequest request, RequestFromArgs(ctx));
   BenchRegion region;  // registered while the bench runs

@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
 #include "core/status_macros.h"
@@ -149,6 +150,22 @@ absl::Status CmdInfo(const CommandContext& ctx) {
   summary.AddRow({"max message", Bytes(info.max_message_bytes())});
   summary.AddRow({"max queue", absl::StrCat(info.max_queue())});
   summary.AddRow({"max in-flight", Bytes(info.max_inflight_bytes())});
+  summary.AddRow({"resident tensors",
+                  absl::StrCat(info.resident_tensors(), " holding ", info.resident_bytes(),
+                               " bytes, of at most ", Bytes(info.max_resident_bytes()), "; ",
+                               info.quota_resident_bytes() > 0 ? Bytes(info.quota_resident_bytes())
+                                                               : std::string("no quota"),
+                               " per identity")});
+  summary.AddRow(
+      {"resident ttl",
+       absl::StrCat(absl::FormatDuration(absl::Seconds(info.resident_ttl_seconds())),
+                    " idle (at most ",
+                    absl::FormatDuration(absl::Seconds(info.max_resident_ttl_seconds())), ")")});
+  summary.AddRow({"started", info.started_unix_ms() > 0
+                                 ? absl::FormatTime("%Y-%m-%d %H:%M:%SZ",
+                                                    absl::FromUnixMillis(info.started_unix_ms()),
+                                                    absl::UTCTimeZone())
+                                 : "-"});
   Table devices(
       {"device", "platform", "name", "fingerprint", "memory used", "memory total", "queue"});
   for (const v1::DeviceStatus& d : info.devices()) {

@@ -15,11 +15,13 @@ namespace kernelserve::cli {
 namespace {
 
 absl::Status NeedInputs(const CallSpec& spec, const std::string& command) {
-  if (!spec.shapes.empty() || !spec.values.empty()) return absl::OkStatus();
+  if (!spec.shapes.empty() || !spec.values.empty() || !spec.resident_inputs.empty()) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(command, " ", spec.kernel,
-                   ": no inputs: give --shape NAME=DTYPE:DIMS, --input NAME=FILE"
-                   " or --values NAME=DTYPE:V,..."));
+                   ": no inputs: give --shape NAME=DTYPE:DIMS, --input NAME=FILE,"
+                   " --values NAME=DTYPE:V,... or --tensor NAME=@TENSOR"));
 }
 
 // Writes every output to DIR/NAME.npy; returns NAME -> path.
@@ -82,6 +84,7 @@ absl::Status CmdRun(const CommandContext& ctx) {
   KS_RETURN_IF_ERROR(NeedInputs(spec, "run"));
   v1::ExecuteRequest request;
   KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/true, &request));
+  PutResident(spec, &request);
   if (spec.config) *request.mutable_config() = ToProto(*spec.config);
   KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
   if (autotune) request.mutable_policy()->set_allow_autotune(true);
@@ -90,12 +93,19 @@ absl::Status CmdRun(const CommandContext& ctx) {
                       WriteOutputs(result.outputs, ctx.args->Get("output-dir"), *ctx.err));
   if (!ctx.json) {
     PrintRunResult(result, files, *ctx.out);
+    for (const auto& [output, tensor] : spec.resident_outputs) {
+      *ctx.out << "output " << output << " is in resident tensor " << tensor
+               << " (kernelserve tensor read " << tensor << ")\n";
+    }
     return absl::OkStatus();
   }
   nlohmann::json outputs = nlohmann::json::object();
   for (const auto& [name, tensor] : result.outputs) {
     outputs[name] = TensorSummary(tensor);
     if (files.count(name)) outputs[name]["file"] = files.at(name);
+  }
+  for (const auto& [output, tensor] : spec.resident_outputs) {
+    outputs[output] = {{"resident_tensor", tensor}};
   }
   const nlohmann::json j = {
       {"kernel", spec.kernel},

@@ -28,6 +28,7 @@ absl::Status CmdRun(const CommandContext& ctx);      // run KERNEL --shape/--inp
 absl::Status CmdBench(const CommandContext& ctx);    // bench KERNEL --shape ... --concurrency N
 absl::Status CmdTune(const CommandContext& ctx);     // tune KERNEL --shape ...
 absl::Status CmdCache(const CommandContext& ctx);    // cache ls|get|put|rm
+absl::Status CmdTensor(const CommandContext& ctx);   // tensor create|write|read|ls|rm
 
 }  // namespace kernelserve::cli
 

@@ -18,6 +18,7 @@ from kernelserve.v1 import kernel_service_pb2_grpc as rpc
 from server_fixture import CLI, TOY_SERVER, ServerProcess, free_port
 
 USAGE, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 2, 3, 4, 5
+ALREADY_EXISTS, RESOURCE_EXHAUSTED = 6, 8
 UNIMPLEMENTED, UNAVAILABLE, UNAUTHENTICATED = 12, 14, 16
 
 
@@ -482,6 +483,179 @@ class CliTest(CliTestBase):
                                   put["device_fingerprint"]).stdout, f"deleted {key}\n")
         self.cli("cache", "rm", key, code=NOT_FOUND)
         self.cli("cache", "get", key, code=NOT_FOUND)
+
+
+class CliResidentTensorTest(CliTestBase):
+    """tensor create|write|read|ls|rm, and run and bench naming resident tensors."""
+
+    def tearDown(self):
+        self.cli("tensor", "rm", "--all")
+
+    def read(self, name, *flags):
+        path = os.path.join(self.dir, f"{self.id()}.read-{name}.npy")
+        self.cli("tensor", "read", name, "-o", path, *flags)
+        return np.load(path)
+
+    def test_create_from_a_file_and_zeros_then_ls(self):
+        x = uniform(self.rng, (3, 6, 4))
+        created = self.cli_json("tensor", "create", "x", f"--input-like={self.save('x', x)}")
+        self.assertTrue(created["created"])
+        self.assertEqual(created["tensor"]["name"], "x")
+        self.assertEqual(int(created["tensor"]["byte_size"]), x.nbytes)
+        np.testing.assert_array_equal(self.read("x"), x)
+        text = self.cli("tensor", "create", "z", "--input-like=i32:5,2", "--ttl=1m").stdout
+        self.assertIn("created z i32[5,2]", text)
+        np.testing.assert_array_equal(self.read("z"), np.zeros((5, 2), np.int32))
+        # A file's dtype and shape only.
+        self.cli("tensor", "create", "xz", f"--input-like={self.save('x', x)}", "--zeros")
+        np.testing.assert_array_equal(self.read("xz"), np.zeros_like(x))
+        # Again with the same dtype and shape: left as it is.
+        text = self.cli("tensor", "create", "x", "--input-like=f32:3,6,4").stdout
+        self.assertIn("exists already", text)
+        np.testing.assert_array_equal(self.read("x"), x)
+        ls = self.cli("tensor", "ls").stdout
+        for word in ("name", "dtype", "shape", "device", "bytes", "owner", "created",
+                     "last used", "calls", "ttl", "server started", "f32", "[3,6,4]", "host"):
+            self.assertIn(word, ls)
+        self.assertEqual(sum(line.startswith(("x ", "z ", "xz ")) for line in ls.splitlines()),
+                         3, ls)
+        listed = self.cli_json("tensor", "ls")
+        self.assertEqual(sorted(t["name"] for t in listed["tensors"]), ["x", "xz", "z"])
+        self.assertGreater(int(listed["server_started_unix_ms"]), 0)
+        [z] = self.cli_json("tensor", "ls", "z")["tensors"]
+        self.assertLessEqual(int(z["ttl_seconds"]), 60)
+        # info has the server's limits and what it holds.
+        info = self.cli("info").stdout
+        self.assertRegex(info, r"resident tensors +3 holding %d bytes, of at most" %
+                         (2 * x.nbytes + 5 * 2 * 4))
+        self.assertRegex(info, r"resident ttl +1h idle \(at most 24h\)")
+
+    def test_run_with_a_resident_input_equals_the_inline_run(self):
+        x = uniform(self.rng, (2, 9, 8))
+        path = self.save("x", x)
+        self.cli("tensor", "create", "rx", f"--input-like={path}")
+        inline_dir, resident_dir = self.out_dir() + "-inline", self.out_dir() + "-resident"
+        inline = self.cli_json("run", "mean_pooling", f"--input=x={path}",
+                               f"--output-dir={inline_dir}")
+        resident = self.cli_json("run", "mean_pooling", "--tensor=x=@rx",
+                                 f"--output-dir={resident_dir}")
+        self.assertEqual(resident["cache_key"], inline["cache_key"])
+        np.testing.assert_array_equal(np.load(os.path.join(resident_dir, "out.npy")),
+                                      np.load(os.path.join(inline_dir, "out.npy")))
+        # The output into a resident tensor, then read.
+        self.cli("tensor", "create", "pooled", "--input-like=f32:2,8")
+        text = self.cli("run", "mean_pooling", "--tensor=x=@rx", "--output-to=out=@pooled").stdout
+        self.assertIn("output out is in resident tensor pooled", text)
+        np.testing.assert_allclose(self.read("pooled"), references.mean_pooling(x), rtol=1e-5,
+                                   atol=1e-6)
+        result = self.cli_json("run", "mean_pooling", f"--input=x={path}",
+                               "--output-to=out=@pooled")
+        self.assertEqual(result["outputs"]["out"], {"resident_tensor": "pooled"})
+
+    def test_write_rows_and_read_rows(self):
+        self.cli("tensor", "create", "w", "--input-like=f32:4,3")
+        rows = uniform(self.rng, (2, 3))
+        text = self.cli("tensor", "write", "w", self.save("rows", rows), "--row=1").stdout
+        self.assertIn("at row 1", text)
+        self.cli("tensor", "write", "w", self.save("one", np.array([5.0], np.float32)),
+                 "--byte-offset=8")  # element [0, 2]
+        want = np.zeros((4, 3), np.float32)
+        want[1:3] = rows
+        want[0, 2] = 5
+        np.testing.assert_array_equal(self.read("w"), want)
+        np.testing.assert_array_equal(self.read("w", "--rows=1:3"), rows)
+        np.testing.assert_array_equal(self.read("w", "--rows=3:"), want[3:])
+        summary = self.cli_json("tensor", "read", "w", "--rows=0:1")
+        self.assertEqual((summary["shape"], summary["max"]), ([1, 3], 5.0))
+
+    def test_rm_one_and_all(self):
+        for name in ("a", "b", "c"):
+            self.cli("tensor", "create", name, "--input-like=f32:2")
+        self.assertEqual(self.cli("tensor", "rm", "a").stdout, "deleted 1 tensor (a)\n")
+        self.assertEqual(self.cli_json("tensor", "rm", "--all"), {"deleted": 2})
+        self.assertEqual(self.cli_json("tensor", "ls")["tensors"], [])
+
+    def test_errors_exit_with_the_status_code(self):
+        self.cli("tensor", "read", "nope", code=NOT_FOUND)
+        self.cli("tensor", "rm", "nope", code=NOT_FOUND)
+        self.cli("run", "mean_pooling", "--tensor=x=@nope", code=NOT_FOUND)
+        self.cli("tensor", "create", "t", "--input-like=f32:2,3")
+        proc = self.cli("tensor", "create", "t", "--input-like=f32:3,2", code=ALREADY_EXISTS)
+        self.assertIn("ALREADY_EXISTS", proc.stderr)
+        rows = self.save("rows", np.ones((2, 3), np.float32))
+        self.cli("tensor", "write", "t", rows, "--row=1", code=INVALID_ARGUMENT)
+        self.cli("tensor", "write", "nope", rows, code=NOT_FOUND)
+        self.cli("tensor", "read", "t", "--rows=1:5", code=INVALID_ARGUMENT)
+        proc = self.cli("run", "mean_pooling", "--tensor=x=t", code=INVALID_ARGUMENT)
+        self.assertIn("expected NAME=@TENSOR", proc.stderr)
+        proc = self.cli("tensor", "create", "u", "--input-like=f32:2,x", code=INVALID_ARGUMENT)
+        self.assertIn("expected DTYPE:D0,D1,...", proc.stderr)
+        self.cli("tensor", "frob", code=USAGE)
+
+    def test_bench_sends_only_the_inputs_that_are_not_resident(self):
+        q = uniform(self.rng, (1, 32, 2, 16))
+        self.cli("tensor", "create", "bk", f"--input-like={self.save('k', q)}")
+        self.cli("tensor", "create", "bv", f"--input-like={self.save('v', q)}")
+        report = self.cli_json("bench", "flash_attention", "--shape=q=f32:1,32,2,16",
+                               "--tensor=k=@bk", "--tensor=v=@bv", "--requests=20",
+                               "--concurrency=2")
+        self.assertEqual((report["ok"], report["errors"]), (20, 0), report["failures"])
+        # The resident inputs alone, and the output into one as well.
+        self.cli("tensor", "create", "bx", "--input-like=f32:2,16,8")
+        self.cli("tensor", "create", "bout", "--input-like=f32:2,8")
+        report = self.cli_json("bench", "mean_pooling", "--tensor=x=@bx", "--output-to=out=@bout",
+                               "--requests=20")
+        self.assertEqual((report["ok"], report["errors"]), (20, 0), report["failures"])
+        # With shared memory: the other inputs and outputs there, the resident ones named.
+        report = self.cli_json("bench", "flash_attention", "--shape=q=f32:1,32,2,16",
+                               "--tensor=k=@bk", "--tensor=v=@bv", "--requests=10",
+                               "--shared-memory=system")
+        self.assertEqual((report["ok"], report["errors"]), (10, 0), report["failures"])
+        self.cli("bench", "mean_pooling", "--tensor=x=@nope", "--requests=5", code=NOT_FOUND)
+        [held] = self.cli_json("tensor", "ls", "bx")["tensors"]
+        self.assertEqual(int(held.get("calls", 0)), 0)  # the bench's calls let go of it
+
+
+class CliResidentPiecesTest(CliTestBase):
+    """Tensors larger than the server's largest message go in and out in pieces."""
+    server_args = ("--max-message-bytes=65536",)
+
+    def read(self, name, *flags):
+        path = os.path.join(self.dir, f"{self.id()}.read-{name}.npy")
+        self.cli("tensor", "read", name, "-o", path, *flags)
+        return np.load(path)
+
+    def test_create_write_read_and_run_past_a_message(self):
+        x = uniform(self.rng, (4, 25, 512))  # 200 KiB: four messages
+        path = self.save("x", x)
+        proc = self.cli("run", "mean_pooling", f"--input=x={path}", code=RESOURCE_EXHAUSTED)
+        self.assertIn("RESOURCE_EXHAUSTED", proc.stderr)
+        self.cli("tensor", "create", "x", f"--input-like={path}")
+        np.testing.assert_array_equal(self.read("x"), x)
+        np.testing.assert_array_equal(self.read("x", "--rows=1:3"), x[1:3])
+        result = self.cli_json("run", "mean_pooling", "--tensor=x=@x",
+                               f"--output-dir={self.out_dir()}")
+        self.assertEqual(result["outputs"]["out"]["shape"], [4, 512])
+        np.testing.assert_allclose(np.load(os.path.join(self.out_dir(), "out.npy")),
+                                   references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        rows = uniform(self.rng, (3, 25, 512))
+        self.cli("tensor", "write", "x", self.save("rows", rows), "--row=1")
+        x[1:] = rows
+        np.testing.assert_array_equal(self.read("x"), x)
+        # A write that cannot be is refused whole: no piece of it is written.
+        proc = self.cli("tensor", "write", "x", self.save("rows", rows), "--row=2",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("do not fit", proc.stderr)
+        proc = self.cli("tensor", "write", "x", self.save("f16", rows.astype(np.float16)),
+                        code=INVALID_ARGUMENT)
+        self.assertIn("contents are f16; the tensor is f32", proc.stderr)
+        np.testing.assert_array_equal(self.read("x"), x)
+        # bench sends the resident input by name alone: 200 KiB inline do not fit a message.
+        report = self.cli_json("bench", "mean_pooling", "--tensor=x=@x", "--requests=10")
+        self.assertEqual((report["ok"], report["errors"]), (10, 0), report["failures"])
+        self.cli("bench", "mean_pooling", f"--input=x={path}", "--requests=3",
+                 code=RESOURCE_EXHAUSTED)
+        self.cli("tensor", "rm", "x")
 
 
 class CliFileStoreTest(CliTestBase):

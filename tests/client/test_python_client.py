@@ -5,6 +5,7 @@ client_python_env): the package under test is the one pip installed there.
 """
 
 import asyncio
+import dataclasses
 import os
 import tempfile
 import unittest
@@ -1034,6 +1035,260 @@ class ToyKernelTest(unittest.TestCase):
             self.client.rms_norm(x, weight=uniform(rng, (6,)))
         self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("input 'weight': expected shape [H] = [7], got [6]", str(raised.exception))
+
+class ResidentTensorTest(unittest.TestCase):
+    """Resident tensors: kept on the server between calls, named by inputs and outputs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
+
+    def tearDown(self):
+        self.client.delete_tensor("")  # every tensor of the test's identity
+
+    def assertCode(self, code, fn, *args, **kwargs):
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
+            fn(*args, **kwargs)
+        self.assertEqual(ctx.exception.code, code, ctx.exception.message)
+        return ctx.exception
+
+    def test_create_from_data_and_zeros(self):
+        x = uniform(self.rng, (3, 7, 8))
+        t = self.client.create_tensor(x, name="x")
+        self.assertIsInstance(t, kernelserve.ResidentTensor)
+        self.assertTrue(t.created)
+        self.assertEqual((t.name, t.shape, t.dtype, t.nbytes), ("x", (3, 7, 8),
+                                                                np.dtype(np.float32), x.nbytes))
+        self.assertEqual(t.device, -1)  # a server without GPUs holds it in host memory
+        np.testing.assert_array_equal(t.read(), x)
+        z = self.client.create_tensor(None, name="z", dtype=kernelserve.bfloat16, shape=(4, 2),
+                                      ttl=30)
+        zeros = z.read()
+        self.assertEqual((zeros.dtype, zeros.shape), (np.dtype(kernelserve.bfloat16), (4, 2)))
+        self.assertFalse(zeros.astype(np.float32).any())
+        self.assertLessEqual(z.info().ttl_seconds, 30)
+        self.assertGreater(z.info().ttl_seconds, 0)
+        # Idempotent: the same name, dtype and shape leaves it as it is, contents too.
+        again = self.client.create_tensor(None, name="x", shape=(3, 7, 8))
+        self.assertFalse(again.created)
+        np.testing.assert_array_equal(again.read(), x)
+
+    def test_resident_inputs_equal_inline(self):
+        x = uniform(self.rng, (2, 9, 16))
+        with self.client.create_tensor(x, name="pool-x") as resident_x:
+            by_name = self.client.mean_pooling(resident_x, chunk_size=4)
+            inline = self.client.mean_pooling(x, chunk_size=4)
+            np.testing.assert_array_equal(by_name.out, inline.out)
+            self.assertEqual(by_name.cache_key, inline.cache_key)
+        q = uniform(self.rng, (1, 6, 4, 8))
+        k, v = uniform(self.rng, (1, 10, 2, 8)), uniform(self.rng, (1, 10, 2, 8))
+        with self.client.create_tensor(k, name="k") as rk, \
+                self.client.create_tensor(v, name="v") as rv:
+            mixed = self.client.flash_attention(q, rk, rv, causal=True, return_lse=True)
+            inline = self.client.flash_attention(q, k, v, causal=True, return_lse=True)
+            np.testing.assert_array_equal(mixed.out, inline.out)
+            np.testing.assert_array_equal(mixed.lse, inline.lse)
+            # A stream names them the same way.
+            [streamed] = self.client.execute_stream([kernelserve.Request(
+                "flash_attention", {"q": q, "k": rk, "v": rv}, params={"causal": True})])
+            np.testing.assert_array_equal(streamed.out, inline.out)
+        self.assertEqual(list(self.client.list_tensors()), [])  # the with blocks deleted them
+
+    def test_output_into_a_resident_tensor(self):
+        x = uniform(self.rng, (3, 5, 8))
+        out = self.client.create_tensor(None, name="pooled", shape=(3, 8))
+        r = self.client.mean_pooling(x, outputs={"out": out})
+        self.assertIs(r.out, out)
+        np.testing.assert_allclose(out.read(), references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        # In and out both resident: nothing but names on the wire.
+        with self.client.create_tensor(x * 2, name="x2") as x2:
+            self.client.execute("mean_pooling", {"x": x2}, outputs={"out": out})
+        np.testing.assert_allclose(out.read(), references.mean_pooling(x * 2), rtol=1e-5,
+                                   atol=1e-6)
+        # The output's dtype and shape must be the tensor's.
+        wrong = self.client.create_tensor(None, name="wrong", shape=(3, 9))
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling, x,
+                        outputs={"out": wrong})
+
+    def test_in_place_only_where_the_schema_says(self):
+        [out] = [o for o in self.client.schema("flash_attention").outputs if o.name == "out"]
+        self.assertEqual(out.in_place_of, "q")
+        q = uniform(self.rng, (1, 5, 2, 8))
+        k, v = uniform(self.rng, (1, 7, 2, 8)), uniform(self.rng, (1, 7, 2, 8))
+        want = self.client.flash_attention(q, k, v).out
+        with self.client.create_tensor(q, name="q") as rq:
+            r = self.client.flash_attention(rq, k, v, outputs={"out": rq})  # out over q
+            self.assertIs(r.out, rq)
+            np.testing.assert_allclose(rq.read(), want, rtol=1e-6, atol=1e-6)
+        # mean_pooling_bwd's dx has x's shape, but its schema writes no output over an input.
+        dout = uniform(self.rng, (2, 4))
+        with self.client.create_tensor(uniform(self.rng, (2, 3, 4)), name="x") as rx:
+            self.client.mean_pooling_bwd(dout, rx)  # read alone: fine
+            error = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling_bwd,
+                                    dout, rx, outputs={"dx": rx})
+            self.assertIn("dx", error.message)
+
+    def test_write_rows_and_bytes_then_read_rows(self):
+        t = self.client.create_tensor(None, name="rows", shape=(5, 3))
+        rows = uniform(self.rng, (2, 3))
+        info = t.write(rows, row=1)
+        self.assertEqual(info.name, "rows")
+        t.write(np.full(3, 7, np.float32), row=4)  # one row, without its leading 1
+        t.write(np.array([9], np.float32), byte_offset=4)  # element [0, 1]
+        want = np.zeros((5, 3), np.float32)
+        want[1:3] = rows
+        want[4] = 7
+        want[0, 1] = 9
+        np.testing.assert_array_equal(t.read(), want)
+        np.testing.assert_array_equal(t.read(rows=slice(1, 3)), rows)
+        np.testing.assert_array_equal(t.read(rows=(4, None)), want[4:])
+        np.testing.assert_array_equal(self.client.read_tensor("rows", (0, 1)), want[:1])
+
+    def test_list_info_and_delete(self):
+        a = self.client.create_tensor(uniform(self.rng, (2, 4)), name="list-a")
+        self.client.create_tensor(None, name="list-b", dtype=np.int32, shape=(8,))
+        listed = self.client.list_tensors()
+        self.assertEqual(sorted(listed.names()), ["list-a", "list-b"])
+        self.assertGreaterEqual(listed.resident_bytes, 2 * 4 * 4 + 8 * 4)
+        self.assertEqual(listed.owner_bytes, 2 * 4 * 4 + 8 * 4)
+        self.assertGreater(listed.server_started_unix_ms, 0)
+        b = next(t for t in listed if t.name == "list-b")
+        self.assertEqual((b.dtype, b.shape, b.byte_size, b.calls), (np.dtype(np.int32), (8,), 32,
+                                                                     0))
+        self.assertTrue(b.owner)
+        self.assertGreater(b.created_unix_ms, 0)
+        info = self.client.info()
+        self.assertEqual(info.resident_tensors, 2)
+        self.assertEqual(info.started_unix_ms, listed.server_started_unix_ms)
+        self.assertEqual(a.info().name, "list-a")
+        self.assertEqual(self.client.get_tensor("list-b").shape, (8,))
+        a.delete()
+        self.assertEqual(self.client.list_tensors().names(), ["list-b"])
+        self.assertCode(grpc.StatusCode.NOT_FOUND, a.info)
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.delete_tensor, "list-a")
+        self.assertEqual(self.client.delete_tensor(""), 1)
+        self.assertEqual(list(self.client.list_tensors()), [])
+
+    def test_errors_carry_the_right_codes(self):
+        x = uniform(self.rng, (2, 4))
+        t = self.client.create_tensor(x, name="e")
+        # An unknown name: NOT_FOUND, whatever names it.
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.read_tensor, "nope")
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.write_tensor, "nope", x)
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.delete_tensor, "nope")
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.get_tensor, "nope")
+        unknown = kernelserve.ResidentTensor(self.client, dataclasses.replace(t.info(),
+                                                                              name="nope"))
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.client.mean_pooling, unknown)
+        # The same name with another shape or dtype: ALREADY_EXISTS.
+        self.assertCode(grpc.StatusCode.ALREADY_EXISTS, self.client.create_tensor, None,
+                        name="e", shape=(4, 2))
+        self.assertCode(grpc.StatusCode.ALREADY_EXISTS, self.client.create_tensor, None,
+                        name="e", shape=(2, 4), dtype=np.float16)
+        # Past the end: INVALID_ARGUMENT; nothing written.
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, t.write, x, row=1)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, t.write, x[0], byte_offset=4 * 5)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, t.write, x.astype(np.float16))
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, t.read, (1, 3))
+        np.testing.assert_array_equal(t.read(), x)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.create_tensor, x,
+                        name="has space")
+
+
+class ResidentPiecesTest(unittest.TestCase):
+    """Contents larger than the server's largest message go in and out in pieces."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--max-message-bytes=65536")
+        cls.client = kernelserve.Client(cls.server.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def test_create_write_read_past_a_message(self):
+        rng = np.random.default_rng(5)
+        x = uniform(rng, (4, 25, 512))  # 200 KiB: four messages
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            self.client.mean_pooling(x)  # inline: too big
+        self.assertEqual(raised.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        with self.client.create_tensor(x, name="big") as t:
+            self.assertTrue(t.created)
+            np.testing.assert_array_equal(t.read(), x)
+            np.testing.assert_array_equal(t.read(rows=(1, 3)), x[1:3])
+            np.testing.assert_allclose(self.client.mean_pooling(t).out,
+                                       references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+            rows = uniform(rng, (3, 25, 512))
+            t.write(rows, row=1)
+            x[1:] = rows
+            np.testing.assert_array_equal(t.read(), x)
+            # A write that cannot be is refused whole, before any piece.
+            with self.assertRaisesRegex(kernelserve.ArgumentError, "do not fit"):
+                t.write(rows, row=2)
+            np.testing.assert_array_equal(t.read(), x)
+
+        async def by_aio():
+            async with kernelserve.aio.Client(self.server.target) as client:
+                async with await client.create_tensor(x, name="abig") as t:
+                    await t.write(rows[:2], row=2)
+                    return await t.read()
+
+        want = x.copy()
+        want[2:4] = rows[:2]
+        np.testing.assert_array_equal(asyncio.run(by_aio()), want)
+        self.assertEqual(list(self.client.list_tensors()), [])
+
+
+class AsyncResidentTensorTest(unittest.IsolatedAsyncioTestCase):
+    """kernelserve.aio.Client's resident tensors."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    async def asyncSetUp(self):
+        asyncio.get_running_loop().slow_callback_duration = 1.0
+        self.client = kernelserve.aio.Client(self.server.target)
+        self.rng = np.random.default_rng(12)
+
+    async def asyncTearDown(self):
+        await self.client.close()
+
+    async def test_create_call_write_read_delete(self):
+        x = uniform(self.rng, (2, 6, 4))
+        async with await self.client.create_tensor(x, name="ax") as rx:
+            self.assertIsInstance(rx, kernelserve.AsyncResidentTensor)
+            out = await self.client.create_tensor(None, name="aout", shape=(2, 4))
+            r = await self.client.mean_pooling(rx, outputs={"out": out})
+            self.assertIs(r.out, out)
+            np.testing.assert_allclose(await out.read(), references.mean_pooling(x),
+                                       rtol=1e-5, atol=1e-6)
+            await rx.write(np.zeros((1, 6, 4), np.float32), row=1)
+            np.testing.assert_array_equal(await rx.read(rows=slice(1, 2)),
+                                          np.zeros((1, 6, 4), np.float32))
+            self.assertEqual((await rx.info()).shape, (2, 6, 4))
+            self.assertEqual(sorted((await self.client.list_tensors()).names()), ["aout", "ax"])
+            await out.delete()
+        self.assertEqual(list(await self.client.list_tensors()), [])
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.read_tensor("ax")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
 
 if __name__ == "__main__":
     unittest.main()

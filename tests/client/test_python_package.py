@@ -6,6 +6,7 @@ client_python_env). KERNELSERVE_SOURCE_DIR is the repository, for the build test
 """
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import inspect
 import os
@@ -32,14 +33,14 @@ from packaging.version import Version
 
 import kernelserve
 from kernelserve import health as health_wire
-from kernelserve import calls, cuda, info, results, shm, tensors
+from kernelserve import calls, cuda, info, resident, results, shm, tensors
 from kernelserve.v1 import kernel_service_pb2 as pb
 from server_fixture import free_port
 
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
 MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "cuda.py", "errors.py", "health.py",
-           "info.py", "results.py", "shm.py", "tensors.py"]
+           "info.py", "resident.py", "results.py", "shm.py", "tensors.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 
 
@@ -102,7 +103,8 @@ class InstalledPackageTest(unittest.TestCase):
                    kernelserve.SystemSharedMemory, kernelserve.AsyncSystemSharedMemory,
                    kernelserve.RegionTensor, shm.CudaRegion, kernelserve.CudaSharedMemory,
                    kernelserve.AsyncCudaSharedMemory, shm.Registering, cuda.describe,
-                   cuda.export]
+                   cuda.export, resident.ResidentTensorBase, kernelserve.ResidentTensor,
+                   kernelserve.AsyncResidentTensor, kernelserve.ResidentTensors]
         checked = 0
         for obj in objects:
             functions = ([obj] if inspect.isfunction(obj) else
@@ -122,7 +124,8 @@ class InstalledPackageTest(unittest.TestCase):
         self.assertGreater(checked, 25)
         for cls in (kernelserve.Result, kernelserve.ServerInfo, kernelserve.KernelSchema,
                     kernelserve.TuneResult, kernelserve.ConfigEntry, kernelserve.RegionStatus,
-                    kernelserve.RegionTensor):
+                    kernelserve.RegionTensor, kernelserve.ResidentTensorInfo,
+                    kernelserve.ResidentTensors):
             self.assertTrue(typing.get_type_hints(cls), cls)
 
 
@@ -721,6 +724,239 @@ class DeadlineTest(unittest.TestCase):
             asyncio.run(info())
         self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
         self.assertIn("the deadline was 0.5 s", raised.exception.message)
+
+
+def resident_info(name="w", dtype=np.float32, shape=(4, 3), device=-1):
+    return resident.ResidentTensorInfo(name=name, dtype=np.dtype(dtype), shape=shape,
+                                       device=device, byte_size=48, owner="anonymous",
+                                       created_unix_ms=1, last_used_unix_ms=2, calls=0,
+                                       ttl_seconds=600)
+
+
+class RecordingClient:
+    """Stands for a client behind a ResidentTensor: records its calls, answers as told."""
+
+    def __init__(self, error=None):
+        self.calls = []
+        self.error = error
+
+    def _record(self, *call):
+        self.calls.append(call)
+        if self.error is not None:
+            raise self.error
+
+    def write_tensor(self, name, array, *, row=0, byte_offset=None):
+        self._record("write", name, np.asarray(array).shape, row, byte_offset)
+        return resident_info(name)
+
+    def read_tensor(self, name, rows=None):
+        self._record("read", name, rows)
+        return np.zeros((1, 3), np.float32)
+
+    def delete_tensor(self, name):
+        self._record("delete", name)
+        return 1
+
+
+class ResidentTensorTest(unittest.TestCase):
+    """Resident tensors without a server: the requests that create, write and read them, their
+    wire form as inputs and outputs of a call, and the handle's own logic."""
+
+    def test_create_request(self):
+        w = np.arange(12, dtype=np.float32).reshape(4, 3)
+        request = resident.create_request("w", w, None, None, 0, 90.5)
+        self.assertEqual((request.name, request.dtype, list(request.shape), request.device,
+                          request.ttl_seconds), ("w", pb.DTYPE_F32, [4, 3], 0, 91))
+        self.assertEqual(request.contents.data, w.tobytes())
+        self.assertEqual(list(request.contents.shape), [4, 3])
+        # dtype converts the array; shape must be its own.
+        request = resident.create_request("w", [[1.0, 2.0]], kernelserve.bfloat16, None, None,
+                                          None)
+        self.assertEqual((request.dtype, list(request.shape)), (pb.DTYPE_BF16, [1, 2]))
+        self.assertFalse(request.HasField("device"))
+        self.assertEqual(request.ttl_seconds, 0)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, r"shape \(3, 4\) is not the "
+                                                               r"array's \(4, 3\)"):
+            resident.create_request("w", w, None, (3, 4), None, None)
+        # Zeros: shape and dtype only, no contents.
+        request = resident.create_request("z", None, np.int32, (2, 0, 5), -1, None)
+        self.assertEqual((request.dtype, list(request.shape), request.device),
+                         (pb.DTYPE_I32, [2, 0, 5], -1))
+        self.assertFalse(request.HasField("contents"))
+        self.assertEqual(resident.create_request("z", None, None, (3,), None, None).dtype,
+                         pb.DTYPE_F32)
+        for args, message in (((None, None, None, None, None), "give an array, or a shape"),
+                              ((w, None, None, None, -1), "ttl must be seconds >= 0"),
+                              ((w.astype(np.float64), None, None, None, None),
+                               "dtype float64 is not sent")):
+            with self.assertRaisesRegex(kernelserve.ArgumentError, message):
+                resident.create_request("w", *args)
+        with self.assertRaisesRegex(kernelserve.ArgumentError, "name must be a non-empty str"):
+            resident.create_request("", w, None, None, None, None)
+
+    def test_write_and_read_requests(self):
+        rows = np.ones((2, 3), np.float16)
+        request = resident.write_request("w", rows, row=2)
+        self.assertEqual((request.row_offset, request.HasField("byte_offset")), (2, False))
+        self.assertEqual((request.contents.dtype, list(request.contents.shape)),
+                         (pb.DTYPE_F16, [2, 3]))
+        self.assertEqual(request.contents.data, rows.tobytes())
+        # At a byte offset the shape is left out: the bytes go whatever the tensor's shape.
+        request = resident.write_request("w", rows, byte_offset=6)
+        self.assertEqual((request.byte_offset, request.row_offset, list(request.contents.shape)),
+                         (6, 0, []))
+        for kwargs in ({"row": 1, "byte_offset": 0}, {"row": -1}, {"byte_offset": -2}):
+            with self.assertRaises(kernelserve.ArgumentError):
+                resident.write_request("w", rows, **kwargs)
+        self.assertFalse(resident.read_request("w").HasField("rows"))
+        for rows, (offset, count) in ((slice(2, 5), (2, 3)), ((1, 1), (1, 0)),
+                                      (slice(None, 4), (0, 4))):
+            request = resident.read_request("w", rows)
+            self.assertEqual((request.row_offset, request.rows), (offset, count))
+        request = resident.read_request("w", slice(3, None))
+        self.assertEqual((request.row_offset, request.HasField("rows")), (3, False))
+        for rows in (slice(5, 2), slice(0, 4, 2), (-1, 2), 3, (1, 2, 3)):
+            with self.assertRaises(kernelserve.ArgumentError, msg=repr(rows)):
+                resident.read_request("w", rows)
+
+    def test_wire_form_in_a_call(self):
+        weights = resident.ResidentTensorBase(None, resident_info("weights"))
+        out = resident.ResidentTensorBase(None, resident_info("pooled", shape=(2, 4)))
+        x = np.ones((2, 3, 4), np.float32)
+        call = kernelserve.Request("mean_pooling", {"x": x, "w": weights}, outputs={"out": out})
+        request = calls.execute_request(call)
+        sent = request.inputs["w"]
+        # The name alone: no dtype, shape, bytes or region.
+        self.assertEqual((sent.ref.tensor, sent.dtype, list(sent.shape), sent.data,
+                          sent.ref.region), ("weights", pb.DTYPE_UNSPECIFIED, [], b"", ""))
+        self.assertEqual(request.inputs["x"].data, x.tobytes())
+        self.assertEqual((request.output_regions["out"].tensor,
+                          request.output_regions["out"].region), ("pooled", ""))
+        # The result's output is the resident tensor itself.
+        places = calls.output_places({"out": out}, None)
+        response = pb.ExecuteResponse()
+        response.outputs["out"].dtype = pb.DTYPE_F32
+        response.outputs["out"].shape[:] = [2, 4]
+        response.outputs["lse"].dtype = pb.DTYPE_F32
+        response.outputs["lse"].shape[:] = [2]
+        response.outputs["lse"].data = np.ones(2, np.float32).tobytes()
+        result = results.result_of(response, places)
+        self.assertIs(result.out, out)
+        np.testing.assert_array_equal(result.lse, [1, 1])
+        # Batches take data only.
+        with self.assertRaisesRegex(kernelserve.ArgumentError,
+                                    "input 'w': a resident tensor is taken by execute"):
+            calls.batch_request("k", [{"w": weights}], None, None, "", (), None, "")
+
+    @unittest.skipUnless(os.path.isdir("/dev/shm"), "no /dev/shm")
+    def test_contents_in_shared_memory_go_as_a_reference(self):
+        with kernelserve.SystemSharedMemory("r", 4096) as region:
+            regions = shm.Regions()
+            regions.add(region)
+            view = region.put(np.ones((4, 3), np.float32), offset=64)
+            request = resident.create_request("w", view, None, None, None, None, regions)
+            ref = request.contents.ref
+            self.assertEqual((ref.region, ref.offset, ref.byte_size, request.contents.data),
+                             ("r", 64, 48, b""))
+            self.assertEqual((request.dtype, list(request.shape)), (pb.DTYPE_F32, [4, 3]))
+            request = resident.write_request("w", view[1:], byte_offset=12, regions=regions)
+            self.assertEqual((request.contents.ref.offset, list(request.contents.shape)),
+                             (76, []))
+
+    def test_handle_writes_one_row_reads_and_deletes_once(self):
+        client = RecordingClient()
+        w = kernelserve.ResidentTensor(client, resident_info("w", shape=(4, 3)))
+        self.assertEqual((w.name, w.shape, w.dtype, w.device, w.nbytes),
+                         ("w", (4, 3), np.dtype(np.float32), -1, 48))
+        w.write(np.ones(3, np.float32), row=2)  # one row, without its leading 1
+        w.write(np.ones((2, 3), np.float32))
+        w.write(np.ones(3, np.float32), byte_offset=4)  # bytes: as given
+        w.read(slice(0, 1))
+        with w:
+            pass
+        w.delete()  # once only
+        self.assertTrue(w.deleted)
+        self.assertEqual(client.calls, [("write", "w", (1, 3), 2, None),
+                                        ("write", "w", (2, 3), 0, None),
+                                        ("write", "w", (3,), 0, 4),
+                                        ("read", "w", slice(0, 1)), ("delete", "w")])
+        self.assertIn("deleted", repr(w))
+
+    def test_with_block_ignores_a_tensor_gone_already_but_not_other_errors(self):
+        gone = RecordingClient(kernelserve.KernelserveError(grpc.StatusCode.NOT_FOUND, "gone"))
+        with kernelserve.ResidentTensor(gone, resident_info()) as w:
+            pass
+        self.assertTrue(w.deleted)
+        busy = RecordingClient(kernelserve.KernelserveError(grpc.StatusCode.FAILED_PRECONDITION,
+                                                            "held by 1 call"))
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            with kernelserve.ResidentTensor(busy, resident_info()):
+                pass
+        self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_async_handle(self):
+        class AsyncClient:
+            def __init__(self):
+                self.deleted = []
+
+            async def delete_tensor(self, name):
+                self.deleted.append(name)
+                return 1
+
+        client = AsyncClient()
+
+        async def use():
+            async with kernelserve.AsyncResidentTensor(client, resident_info("a")) as t:
+                self.assertEqual(t.name, "a")
+            await t.delete()
+
+        asyncio.run(use())
+        self.assertEqual(client.deleted, ["a"])
+
+    def test_pieces(self):
+        self.assertEqual(resident.split(10, 4, 1), [(0, 4), (4, 4), (8, 2)])
+        self.assertEqual(resident.split(12, 10, 4), [(0, 8), (8, 4)])
+        self.assertEqual(resident.split(8, 3, 4), [(0, 4), (4, 4)])
+        self.assertEqual(resident.piece_bytes(1 << 30, 65536), 65536 - (8 << 10))
+        self.assertEqual(resident.piece_bytes(1 << 20, 0), (1 << 20) - (8 << 10))
+        write = resident.write_request("w", np.arange(6, dtype=np.float32).reshape(3, 2), row=1)
+        pieces = resident.write_pieces(write, 8, 10)  # 10 bytes: two f32 a piece
+        self.assertEqual([(p.byte_offset, len(p.contents.data)) for p in pieces],
+                         [(8, 8), (16, 8), (24, 8)])
+        self.assertEqual(b"".join(p.contents.data for p in pieces), write.contents.data)
+        self.assertTrue(all(p.contents.dtype == pb.DTYPE_F32 for p in pieces))
+        info = resident_info("w", shape=(4, 2))  # 32 bytes, rows of 8
+        info = dataclasses.replace(info, byte_size=32)
+        self.assertEqual(resident.write_start(info, write), 8)
+        for bad, message in ((resident.write_request("w", np.zeros((4, 2), np.float32), row=1),
+                              "do not fit"),
+                             (resident.write_request("w", np.zeros(3, np.float32)),
+                              "whole rows of 8"),
+                             (resident.write_request("w", np.zeros((1, 2), np.float16)),
+                              "contents are f16; the tensor is f32")):
+            with self.assertRaisesRegex(kernelserve.ArgumentError, message):
+                resident.write_start(info, bad)
+        reads = resident.read_pieces(info, resident.read_request("w", (1, 4)), 16)
+        self.assertEqual([(r.row_offset, r.rows) for r in reads], [(1, 2), (3, 1)])
+        self.assertIsNone(resident.read_pieces(info, resident.read_request("w"), 32))
+        self.assertIsNone(resident.read_pieces(info, resident.read_request("w", (3, 9)), 8))
+
+    def test_listing(self):
+        response = pb.ListTensorsResponse(server_started_unix_ms=5, resident_bytes=96,
+                                          max_resident_bytes=1 << 20, quota_bytes=0,
+                                          owner_bytes=48)
+        t = response.tensors.add(name="w", dtype=pb.DTYPE_BF16, shape=[4, 3], device=-1,
+                                 byte_size=24, owner="anonymous", calls=1, ttl_seconds=60)
+        listed = resident.list_of(response)
+        self.assertEqual(listed.names(), ["w"])
+        self.assertEqual(len(listed), 1)
+        self.assertEqual(listed[0].dtype, np.dtype(kernelserve.bfloat16))
+        self.assertEqual(listed[0].shape, (4, 3))
+        self.assertEqual((listed.server_started_unix_ms, listed.owner_bytes), (5, 48))
+        self.assertEqual([i.name for i in listed], ["w"])
+        t.dtype = 99
+        with self.assertRaises(kernelserve.KernelserveError):
+            resident.list_of(response)
 
 
 def git_status(path):

@@ -5,6 +5,8 @@
         client.mean_pooling(x).out
         region = client.register_system_shm("tensors", 1 << 26)  # shared memory (same host)
         gpu = client.register_cuda_shm("gpu", torch_or_cupy_tensor)  # its GPU allocation
+        with client.create_tensor(k, name="k") as k_res:    # kept on the server, by name
+            client.flash_attention(q, k_res, v)
 
 kernelserve.aio.Client is the same client for asyncio.
 """
@@ -18,13 +20,17 @@ from kernelserve.info import (ConfigFieldSchema, DeviceInfo, InputSchema, Kernel
                               OutputSchema, ParamSchema, ServerInfo)
 from kernelserve.results import (Candidate, ConfigEntry, ItemResult, RegionStatus, Result,
                                  TuneResult)
+from kernelserve.resident import (AsyncResidentTensor, ResidentTensor, ResidentTensorInfo,
+                                  ResidentTensors)
 from kernelserve.shm import (AsyncCudaSharedMemory, AsyncSystemSharedMemory, CudaSharedMemory,
                              RegionTensor, SystemSharedMemory)
 from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
 
-__all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncSystemSharedMemory", "Candidate",
+__all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncResidentTensor",
+           "AsyncSystemSharedMemory", "Candidate",
            "Client", "ConfigEntry", "ConfigFieldSchema", "CudaSharedMemory", "DeviceInfo", "InputSchema", "ItemResult",
            "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema", "ParamSchema",
-           "RegionStatus", "RegionTensor", "Request", "Result", "ServerInfo", "SystemSharedMemory",
+           "RegionStatus", "RegionTensor", "Request", "ResidentTensor", "ResidentTensorInfo",
+           "ResidentTensors", "Result", "ServerInfo", "SystemSharedMemory",
            "TensorSpec", "TuneResult", "UnknownKernelError", "aio", "bfloat16", "cuda", "from_bf16",
            "to_bf16"]

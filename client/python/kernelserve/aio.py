@@ -5,6 +5,8 @@
         results = await client.execute_stream([kernelserve.Request("mean_pooling", {"x": x})])
         async with client.register_system_shm("tensors", 1 << 26) as region:
             await client.mean_pooling(region.put(x))
+        async with await client.create_tensor(k, name="k") as k_res:
+            await client.flash_attention(q, k_res, v)        # k goes by name
 
 The same methods as kernelserve.Client, each a coroutine, with the same arguments, results and
 errors; every kernel the server lists is a method here too. Make the client inside the event
@@ -18,8 +20,10 @@ from typing import Any, Awaitable, Callable, Optional
 
 import grpc
 import grpc.aio
+import numpy as np
+import numpy.typing as npt
 
-from kernelserve import calls, results, shm
+from kernelserve import calls, resident, results, shm, tensors
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
@@ -49,6 +53,8 @@ class Client:
         self._metadata = calls.call_metadata(token)
         self._target = target
         self._timeout = timeout
+        self._max_message_bytes = max_message_bytes
+        self._server_max_message_bytes: Optional[int] = None  # from info(), when needed
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
         self._regions = shm.Regions()  # the shared-memory regions registered and not closed
 
@@ -248,3 +254,106 @@ class Client:
         response = await self._call(self._stub.SharedMemoryStatus,
                                     pb.SharedMemoryStatusRequest(name=name))
         return [results.region_status_of(region) for region in response.regions]
+
+    async def create_tensor(self, array: Optional[npt.ArrayLike] = None, *, name: str,
+                            dtype: Optional[npt.DTypeLike] = None,
+                            shape: Optional[tuple[int, ...]] = None,
+                            device: Optional[int] = None, ttl: Optional[float] = None,
+                            timeout: Optional[float] = None) -> resident.AsyncResidentTensor:
+        """See kernelserve.Client.create_tensor: the tensor's calls are coroutines (`await
+        t.read()`, `async with`)."""
+        request = resident.create_request(name, array, dtype, shape, device, ttl, self._regions)
+        try:
+            response = await self._call(self._stub.CreateTensor, request, timeout)
+        except KernelserveError as error:
+            if not await self._too_big(error, request.contents):
+                raise
+            response = await self._create_in_pieces(request, timeout)
+        return resident.AsyncResidentTensor(self, resident.info_of(response.tensor),
+                                            response.created)
+
+    async def _piece_bytes(self) -> int:
+        """See kernelserve.Client._piece_bytes."""
+        if self._server_max_message_bytes is None:
+            try:
+                self._server_max_message_bytes = (await self.info()).max_message_bytes
+            except KernelserveError:
+                self._server_max_message_bytes = 0
+        return resident.piece_bytes(self._max_message_bytes, self._server_max_message_bytes)
+
+    async def _too_big(self, error: KernelserveError, contents: pb.Tensor) -> bool:
+        """See kernelserve.Client._too_big."""
+        return (error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and
+                len(contents.data) > await self._piece_bytes())
+
+    async def _create_in_pieces(self, request: pb.CreateTensorRequest,
+                                timeout: Optional[float]) -> pb.CreateTensorResponse:
+        """See kernelserve.Client._create_in_pieces."""
+        write = pb.WriteTensorRequest(name=request.name, contents=request.contents)
+        request.ClearField("contents")
+        response = await self._call(self._stub.CreateTensor, request, timeout)
+        if not response.created:
+            return response
+        try:
+            for piece in resident.write_pieces(write, 0, await self._piece_bytes()):
+                answer = await self._call(self._stub.WriteTensor, piece, timeout)
+                response.tensor.CopyFrom(answer.tensor)
+        except BaseException:
+            try:
+                await self.delete_tensor(request.name)  # not left half written
+            except KernelserveError:
+                pass
+            raise
+        return response
+
+    async def get_tensor(self, name: str) -> resident.AsyncResidentTensor:
+        """See kernelserve.Client.get_tensor."""
+        for info in await self.list_tensors(name):
+            if info.name == name:
+                return resident.AsyncResidentTensor(self, info, created=False)
+        raise resident.not_found(name)
+
+    async def write_tensor(self, name: str, array: npt.ArrayLike, *, row: int = 0,
+                           byte_offset: Optional[int] = None, timeout: Optional[float] = None
+                           ) -> resident.ResidentTensorInfo:
+        """See kernelserve.Client.write_tensor."""
+        request = resident.write_request(name, array, row, byte_offset, self._regions)
+        try:
+            response = await self._call(self._stub.WriteTensor, request, timeout)
+            return resident.info_of(response.tensor)
+        except KernelserveError as error:
+            if not await self._too_big(error, request.contents):
+                raise
+        start = resident.write_start((await self.get_tensor(name))._info, request)
+        for piece in resident.write_pieces(request, start, await self._piece_bytes()):
+            response = await self._call(self._stub.WriteTensor, piece, timeout)
+        return resident.info_of(response.tensor)
+
+    async def read_tensor(self, name: str, rows: resident.Rows = None, *,
+                          timeout: Optional[float] = None) -> np.ndarray:
+        """See kernelserve.Client.read_tensor."""
+        request = resident.read_request(name, rows)
+        try:
+            return tensors.from_proto((await self._call(self._stub.ReadTensor, request,
+                                                        timeout)).tensor)
+        except KernelserveError as error:
+            if error.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            pieces = resident.read_pieces((await self.get_tensor(name))._info, request,
+                                          await self._piece_bytes())
+            if pieces is None:
+                raise
+        return np.concatenate([tensors.from_proto((await self._call(
+            self._stub.ReadTensor, piece, timeout)).tensor) for piece in pieces])
+
+    async def delete_tensor(self, name: str, *, owner: str = "",
+                            timeout: Optional[float] = None) -> int:
+        """See kernelserve.Client.delete_tensor."""
+        request = pb.DeleteTensorRequest(name=name, owner=owner)
+        return int((await self._call(self._stub.DeleteTensor, request, timeout)).deleted)
+
+    async def list_tensors(self, name: str = "", *, owner: str = "",
+                           timeout: Optional[float] = None) -> resident.ResidentTensors:
+        """See kernelserve.Client.list_tensors."""
+        request = pb.ListTensorsRequest(name=name, owner=owner)
+        return resident.list_of(await self._call(self._stub.ListTensors, request, timeout))

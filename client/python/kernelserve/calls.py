@@ -22,6 +22,7 @@ import numpy as np
 from kernelserve import results, tensors
 from kernelserve.errors import ArgumentError, KernelserveError, UnknownKernelError
 from kernelserve.info import KernelSchema, ParamValue
+from kernelserve.resident import ResidentTensorBase
 from kernelserve.shm import CudaRegion, OutputPlace, Regions, RegionTensor
 from kernelserve.tensors import TensorLike
 from kernelserve.v1 import kernel_service_pb2 as pb
@@ -32,14 +33,16 @@ RUN_OPTIONS = ("config", "platform", "device", "allow_autotune", "request_id", "
 # The fixed fields of KernelConfig (a config dict's other names are named fields).
 _CONFIG_FIELDS = tuple(f.name for f in pb.KernelConfig.DESCRIPTOR.fields if f.name != "fields")
 
-Inputs = Mapping[str, TensorLike]  # input name -> array (or TensorSpec where shapes suffice)
+# Input name -> array (or TensorSpec where shapes suffice, or a resident tensor: execute and
+# execute_stream).
+Inputs = Mapping[str, Union[TensorLike, ResidentTensorBase]]
 Params = Mapping[str, ParamValue]  # param name -> value
 # KernelConfig field (fixed or a platform's named field) -> value: an explicit config.
 Config = Mapping[str, Union[int, str]]
 # Output name -> where the server writes it: a view into a shared-memory region the client
 # registered (region.ndarray), a CUDA tensor in a CUDA region it registered, or a RegionTensor
-# (region.ref(view)).
-Outputs = Mapping[str, Union[np.ndarray, RegionTensor, Any]]
+# (region.ref(view)), or a resident tensor (client.create_tensor) written in place.
+Outputs = Mapping[str, Union[np.ndarray, RegionTensor, ResidentTensorBase, Any]]
 
 
 @dataclasses.dataclass
@@ -120,10 +123,14 @@ def kernel_config(config: Config) -> pb.KernelConfig:
         raise ArgumentError(f"config: {error}") from None
 
 
-def input_tensor(value: tensors.TensorLike, out: pb.Tensor, name: str,
-                 regions: Optional[Regions]) -> None:
-    """Writes the input `value` into `out`: a RegionTensor, or an array (or CUDA tensor) lying
-    in one of `regions`, as a Tensor.ref (dtype, shape and the place); anything else as data."""
+def input_tensor(value: Union[tensors.TensorLike, ResidentTensorBase], out: pb.Tensor,
+                 name: str, regions: Optional[Regions]) -> None:
+    """Writes the input `value` into `out`: a resident tensor as Tensor.ref.tensor (its name
+    alone); a RegionTensor, or an array (or CUDA tensor) lying in one of `regions`, as a
+    Tensor.ref (dtype, shape and the place); anything else as data."""
+    if isinstance(value, ResidentTensorBase):
+        out.ref.tensor = value.name
+        return
     ref = value if isinstance(value, RegionTensor) else (
         regions.locate(value, f"input {name!r}") if regions is not None else None)
     if ref is None:
@@ -149,12 +156,15 @@ def fill_call(request: Any, kernel: str, inputs: Inputs, params: Optional[Params
 
 
 def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
-                  ) -> dict[str, OutputPlace]:
-    """Where each output of `outputs` goes; ArgumentError for one that is neither a view into a
-    region of `regions`, a CUDA tensor in one, nor a RegionTensor of a region whose memory is
-    here (or of a CUDA region: its `device` set)."""
-    places: dict[str, OutputPlace] = {}
+                  ) -> dict[str, Union[OutputPlace, ResidentTensorBase]]:
+    """Where each output of `outputs` goes; ArgumentError for one that is neither a resident
+    tensor, a view into a region of `regions`, a CUDA tensor in one, nor a RegionTensor of a
+    region whose memory is here (or of a CUDA region: its `device` set)."""
+    places: dict[str, Union[OutputPlace, ResidentTensorBase]] = {}
     for name, target in (outputs or {}).items():
+        if isinstance(target, ResidentTensorBase):
+            places[name] = target
+            continue
         if isinstance(target, RegionTensor):
             ref = target
             if ref.memory is None and ref.device is None:
@@ -175,7 +185,8 @@ def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
             raise ArgumentError(
                 f"output {name!r}: expected a C-contiguous view into a shared-memory region this "
                 "client registered (region.ndarray), a CUDA tensor in a CUDA region it "
-                "registered, or a RegionTensor (region.ref(view)), got "
+                "registered, a RegionTensor (region.ref(view)) or a resident tensor "
+                "(client.create_tensor), got "
                 f"{type(target).__name__}")
         places[name] = OutputPlace(located, target)
     return places
@@ -183,7 +194,7 @@ def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
 
 def execute_request(call: Request, request_id: Optional[str] = None,
                     regions: Optional[Regions] = None,
-                    places: Optional[Mapping[str, OutputPlace]] = None) -> pb.ExecuteRequest:
+                    places: Optional[results.Places] = None) -> pb.ExecuteRequest:
     """The ExecuteRequest of `call` (request_id: the id to send instead of call.request_id).
     regions: the client's shared-memory regions (inputs lying in one go as references). places:
     output_places(call.outputs, regions), when the caller has it already."""
@@ -194,6 +205,9 @@ def execute_request(call: Request, request_id: Optional[str] = None,
         places = output_places(call.outputs, regions)
     for name, place in places.items():
         target = request.output_regions[name]
+        if isinstance(place, ResidentTensorBase):
+            target.tensor = place.name
+            continue
         target.region = place.ref.region
         target.offset = place.ref.offset
         target.byte_size = place.ref.nbytes
@@ -215,6 +229,9 @@ def batch_request(kernel: str, items: Sequence[Inputs], params: Optional[Params]
     for inputs in items:
         item = request.items.add()
         for name, array in inputs.items():
+            if isinstance(array, ResidentTensorBase):
+                raise ArgumentError(f"input {name!r}: a resident tensor is taken by execute and "
+                                    "execute_stream only; pass the array here (t.read())")
             tensors.to_proto(array, item.inputs[name], name)
     for name, value in (params or {}).items():
         request.parameters[name].CopyFrom(param_value(name, value))

@@ -11,6 +11,8 @@
             client.mean_pooling(region.put(x), outputs={"out": out})   # out holds the result
         with client.register_cuda_shm("gpu", gpu_buffer):   # a torch/CuPy GPU tensor's memory
             client.mean_pooling(gpu_x, outputs={"out": gpu_out})   # views of it, on its GPU
+        with client.create_tensor(k, name="k") as k_res:     # kept on the server by name
+            client.flash_attention(q, k_res, v)               # k goes by name, not its bytes
 
 Every kernel the server lists (ListKernels) is a method: its required inputs positional or by
 name, its optional inputs and params by name, checked against the kernel's schema before the
@@ -18,7 +20,8 @@ call: a misspelt name is an ArgumentError (a KernelserveError and a TypeError) t
 the closest right one and every one the kernel takes.
 
 Calls raise KernelserveError carrying the server's status code and message. kernelserve.aio
-has the same client for asyncio; kernelserve.shm describes the shared-memory regions.
+has the same client for asyncio; kernelserve.shm describes the shared-memory regions,
+kernelserve.resident the resident tensors.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 
-from kernelserve import calls, results, shm
+from kernelserve import calls, resident, results, shm, tensors
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -63,6 +68,8 @@ class Client:
         self._metadata = calls.call_metadata(token)
         self._target = target
         self._timeout = timeout
+        self._max_message_bytes = max_message_bytes
+        self._server_max_message_bytes: Optional[int] = None  # from info(), when needed
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
         self._regions = shm.Regions()  # the shared-memory regions registered and not closed
 
@@ -296,3 +303,128 @@ class Client:
         response = self._call(self._stub.SharedMemoryStatus,
                               pb.SharedMemoryStatusRequest(name=name))
         return [results.region_status_of(region) for region in response.regions]
+
+    def create_tensor(self, array: Optional[npt.ArrayLike] = None, *, name: str,
+                      dtype: Optional[npt.DTypeLike] = None,
+                      shape: Optional[tuple[int, ...]] = None, device: Optional[int] = None,
+                      ttl: Optional[float] = None, timeout: Optional[float] = None
+                      ) -> resident.ResidentTensor:
+        """Creates the resident tensor `name` (1 to 128 printable ASCII characters, no space)
+        of this client's identity: `array`'s dtype, shape and bytes (dtype given: the array
+        converted to it; a view into a shared-memory region of this client goes as a
+        reference), or with array None zeros of `shape` and `dtype` (float32). device: a GPU,
+        or -1 for host memory (None: the server places it). ttl: idle seconds before it
+        expires (None: the server's default; more than its maximum is cut to it). Returns the
+        ResidentTensor (an input or output place of execute; `with` deletes it at the end).
+        Idempotent: a tensor of that name with the same dtype, shape and device is left as it
+        is, contents too (`.created` False); with another, ALREADY_EXISTS. The server's
+        INVALID_ARGUMENT for a bad name, shape or device, RESOURCE_EXHAUSTED past its limits
+        (--max-resident-bytes, --quota-resident-bytes)."""
+        request = resident.create_request(name, array, dtype, shape, device, ttl, self._regions)
+        try:
+            response = self._call(self._stub.CreateTensor, request, timeout)
+        except KernelserveError as error:
+            if not self._too_big(error, request.contents):
+                raise
+            response = self._create_in_pieces(request, timeout)
+        return resident.ResidentTensor(self, resident.info_of(response.tensor), response.created)
+
+    def _piece_bytes(self) -> int:
+        """The most tensor bytes a message carries (resident.piece_bytes), asking the server
+        its limit once."""
+        if self._server_max_message_bytes is None:
+            try:
+                self._server_max_message_bytes = self.info().max_message_bytes
+            except KernelserveError:
+                self._server_max_message_bytes = 0
+        return resident.piece_bytes(self._max_message_bytes, self._server_max_message_bytes)
+
+    def _too_big(self, error: KernelserveError, contents: pb.Tensor) -> bool:
+        """Whether a create or write failed because its inline contents pass a message."""
+        return (error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and
+                len(contents.data) > self._piece_bytes())
+
+    def _create_in_pieces(self, request: pb.CreateTensorRequest, timeout: Optional[float]
+                          ) -> pb.CreateTensorResponse:
+        """Creates the tensor as zeros, then writes its contents in pieces (deleting it again
+        when a piece fails); one that was there is left as it is."""
+        write = pb.WriteTensorRequest(name=request.name, contents=request.contents)
+        request.ClearField("contents")
+        response = self._call(self._stub.CreateTensor, request, timeout)
+        if not response.created:
+            return response
+        try:
+            for piece in resident.write_pieces(write, 0, self._piece_bytes()):
+                response.tensor.CopyFrom(self._call(self._stub.WriteTensor, piece, timeout).tensor)
+        except BaseException:
+            try:
+                self.delete_tensor(request.name)  # not left half written
+            except KernelserveError:
+                pass
+            raise
+        return response
+
+    def get_tensor(self, name: str) -> resident.ResidentTensor:
+        """The ResidentTensor of the existing tensor `name` of this client's identity (made by
+        another client or the CLI, say); NOT_FOUND when there is none."""
+        for info in self.list_tensors(name):
+            if info.name == name:
+                return resident.ResidentTensor(self, info, created=False)
+        raise resident.not_found(name)
+
+    def write_tensor(self, name: str, array: npt.ArrayLike, *, row: int = 0,
+                     byte_offset: Optional[int] = None, timeout: Optional[float] = None
+                     ) -> resident.ResidentTensorInfo:
+        """Writes `array` into the resident tensor `name`: rows [row, row + len(array)) of
+        dimension 0 (array is [rows, shape[1:]...]), or with byte_offset its bytes from that
+        byte on whatever the shape. Calls on the tensor wait meanwhile. Returns the tensor as
+        it is then. NOT_FOUND for an unknown name; INVALID_ARGUMENT for another dtype or a
+        write past its end. Bytes larger than a message (the client's or the server's largest)
+        go in pieces, checked whole first (an ArgumentError then), calls possibly running
+        between two of them; create_tensor and read_tensor do the same."""
+        request = resident.write_request(name, array, row, byte_offset, self._regions)
+        try:
+            return resident.info_of(self._call(self._stub.WriteTensor, request, timeout).tensor)
+        except KernelserveError as error:
+            if not self._too_big(error, request.contents):
+                raise
+        start = resident.write_start(self.get_tensor(name)._info, request)
+        for piece in resident.write_pieces(request, start, self._piece_bytes()):
+            answer = self._call(self._stub.WriteTensor, piece, timeout).tensor
+        return resident.info_of(answer)
+
+    def read_tensor(self, name: str, rows: resident.Rows = None, *,
+                    timeout: Optional[float] = None) -> np.ndarray:
+        """Rows `rows` of dimension 0 of the resident tensor `name` (slice(start, stop) or
+        (start, stop), stop None = to the last row; None = all) as a read-only array.
+        NOT_FOUND for an unknown name; INVALID_ARGUMENT for rows past its end."""
+        request = resident.read_request(name, rows)
+        try:
+            return tensors.from_proto(self._call(self._stub.ReadTensor, request, timeout).tensor)
+        except KernelserveError as error:
+            if error.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            pieces = resident.read_pieces(self.get_tensor(name)._info, request,
+                                          self._piece_bytes())
+            if pieces is None:
+                raise
+        return np.concatenate([tensors.from_proto(self._call(self._stub.ReadTensor, piece,
+                                                             timeout).tensor)
+                               for piece in pieces])
+
+    def delete_tensor(self, name: str, *, owner: str = "", timeout: Optional[float] = None
+                      ) -> int:
+        """Deletes the resident tensor `name` ("" = every one not in use) of `owner` ("" =
+        this client's identity; another identity or "*" for every one: admins only,
+        PERMISSION_DENIED otherwise). Returns how many went. NOT_FOUND for an unknown name;
+        FAILED_PRECONDITION, naming its calls, for a tensor a call holds."""
+        request = pb.DeleteTensorRequest(name=name, owner=owner)
+        return int(self._call(self._stub.DeleteTensor, request, timeout).deleted)
+
+    def list_tensors(self, name: str = "", *, owner: str = "",
+                     timeout: Optional[float] = None) -> resident.ResidentTensors:
+        """The resident tensors `name` ("" = all) of `owner` (as delete_tensor): iterate over
+        the answer for each ResidentTensorInfo; it also says when the server started (a restart
+        loses them) and the bytes held against its limits."""
+        request = pb.ListTensorsRequest(name=name, owner=owner)
+        return resident.list_of(self._call(self._stub.ListTensors, request, timeout))

@@ -43,6 +43,14 @@ class ServerInfo:
     max_inflight_bytes: int
     built_with_cuda: bool
     cudnn_version: str = "none"  # cuDNN the server loaded (the cudnn platform), or "none"
+    # Resident tensors (create_tensor): the server's limits and what it holds now.
+    max_resident_bytes: int = 0  # --max-resident-bytes, of every owner
+    quota_resident_bytes: int = 0  # --quota-resident-bytes per identity; 0 = none but the max
+    resident_ttl_seconds: int = 0  # --resident-ttl: idle expiry of a tensor that names none
+    max_resident_ttl_seconds: int = 0  # --max-resident-ttl
+    resident_bytes: int = 0
+    resident_tensors: int = 0
+    started_unix_ms: int = 0  # resident tensors live in memory only: a restart loses them
 
 
 @dataclasses.dataclass
@@ -66,6 +74,9 @@ class OutputSchema:
     dtype: str  # for people: "dtype of q", "f32"
     shape: str  # for people: "[B,Hq,Sq]"
     doc: str
+    # The input whose resident tensor this output may be written into, in place (the same
+    # tensor as that input and in outputs=); "" = none.
+    in_place_of: str = ""
 
 
 @dataclasses.dataclass
@@ -140,7 +151,13 @@ def server_info_of(info: pb.ServerInfo) -> ServerInfo:
         allow_autotune=info.allow_autotune, allow_heuristics=info.allow_heuristics,
         persist=info.persist, max_message_bytes=info.max_message_bytes,
         max_queue=info.max_queue, max_inflight_bytes=info.max_inflight_bytes,
-        built_with_cuda=info.built_with_cuda, cudnn_version=info.cudnn_version or "none")
+        built_with_cuda=info.built_with_cuda, cudnn_version=info.cudnn_version or "none",
+        max_resident_bytes=info.max_resident_bytes,
+        quota_resident_bytes=info.quota_resident_bytes,
+        resident_ttl_seconds=info.resident_ttl_seconds,
+        max_resident_ttl_seconds=info.max_resident_ttl_seconds,
+        resident_bytes=info.resident_bytes, resident_tensors=info.resident_tensors,
+        started_unix_ms=info.started_unix_ms)
 
 
 def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
@@ -150,7 +167,8 @@ def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
                           ranks=list(i.ranks), shape=i.shape, doc=i.doc,
                           shape_only=i.shape_only)
               for i in kernel.input_schema]
-    outputs = [OutputSchema(name=o.name, dtype=o.dtype, shape=o.shape, doc=o.doc)
+    outputs = [OutputSchema(name=o.name, dtype=o.dtype, shape=o.shape, doc=o.doc,
+                            in_place_of=o.in_place_of)
                for o in kernel.output_schema]
     params = [ParamSchema(name=p.name, type=p.type, default=param_value_of(p.default_value),
                           min=p.min if p.HasField("min") else None,

@@ -11,6 +11,7 @@ import numpy as np
 
 from kernelserve import tensors
 from kernelserve.errors import ArgumentError, KernelserveError, error_of
+from kernelserve.resident import ResidentTensorBase
 from kernelserve.shm import OutputPlace
 from kernelserve.v1 import kernel_service_pb2 as pb
 
@@ -24,7 +25,8 @@ class Result:
 
     # name -> array (bf16 as ml_dtypes.bfloat16): read-only, sharing the response's bytes, or
     # for an output placed in shared memory (outputs=) the writable view the server wrote; for
-    # one placed in a CUDA region, the CUDA tensor (or RegionTensor) given for it.
+    # one placed in a CUDA region, the CUDA tensor (or RegionTensor) given for it; for one
+    # written into a resident tensor, that ResidentTensor (its .read() reads it).
     outputs: dict[str, Any]
     timings: dict[str, int]  # recv_us, queue_us, select_us, h2d_us, launch_us, kernel_us, d2h_us,
     #                          total_us
@@ -165,16 +167,20 @@ def placed_output(name: str, tensor: pb.Tensor, place: OutputPlace) -> Any:
                                f"output {name!r} in shared memory: {error}") from None
 
 
-def output_of(name: str, tensor: pb.Tensor, places: Optional[Mapping[str, OutputPlace]]
-              ) -> Any:
+# Where each output of a call goes: a place in shared memory, or a resident tensor.
+Places = Mapping[str, Union[OutputPlace, ResidentTensorBase]]
+
+
+def output_of(name: str, tensor: pb.Tensor, places: Optional[Places]) -> Any:
     place = places.get(name) if places else None
-    if place is None or tensor.data:
+    if isinstance(place, ResidentTensorBase) and not tensor.data:
+        return place  # written into the resident tensor: read it with place.read()
+    if place is None or isinstance(place, ResidentTensorBase) or tensor.data:
         return tensors.from_proto(tensor)
     return placed_output(name, tensor, place)
 
 
-def item_of(response: pb.ExecuteResponse,
-            places: Optional[Mapping[str, OutputPlace]] = None) -> ItemResult:
+def item_of(response: pb.ExecuteResponse, places: Optional[Places] = None) -> ItemResult:
     """The Result of a pb.ExecuteResponse, or its in-band error. places: the outputs the call
     put in shared memory."""
     error = error_of(response.status)
@@ -194,8 +200,7 @@ def item_of(response: pb.ExecuteResponse,
     )
 
 
-def result_of(response: pb.ExecuteResponse,
-              places: Optional[Mapping[str, OutputPlace]] = None) -> Result:
+def result_of(response: pb.ExecuteResponse, places: Optional[Places] = None) -> Result:
     """The Result of a pb.ExecuteResponse; raises its in-band error."""
     item = item_of(response, places)
     if isinstance(item, KernelserveError):
