@@ -20,7 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/client_calls.h"
 #include "client/client.h"
+#include "core/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -38,51 +40,12 @@ ABSL_FLAG(std::string, create_mib, "64,256", "sizes of the timed creates, MiB");
 ABSL_FLAG(std::string, json, "", "also write the results to this JSON file");
 
 namespace ks = kernelserve;
+using ks::bench::CallSamples;
+using ks::bench::Median;
+using ks::bench::RandomF16;
+using ks::bench::TimeCall;
 
 namespace {
-
-// Random f16 values in (-1, 1) of `shape` (a cheap generator).
-ks::v1::Tensor Random(const ks::Shape& shape, uint32_t seed) {
-  ks::Tensor t = ks::Tensor::Empty(ks::DType::kF16, shape);
-  auto* bits = static_cast<uint16_t*>(t.data());
-  uint32_t state = seed * 2654435761u + 1;
-  for (size_t i = 0; i < t.nbytes() / 2; ++i) {
-    state = state * 1664525u + 1013904223u;
-    bits[i] = static_cast<uint16_t>((state >> 16) & 0xbbff);
-  }
-  ks::v1::Tensor wire;
-  ks::PutTensor(std::move(t), &wire);
-  return wire;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-struct Samples {
-  std::vector<double> round_trip_us, total_us, kernel_us, recv_us;
-  int errors = 0;
-  std::string last_error;
-};
-
-void Run(const ks::Client& client, const std::shared_ptr<const ks::v1::ExecuteRequest>& request,
-         Samples* samples) {
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ks::RunResult> result = client.Execute(request);
-  const double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  if (!result.ok()) {
-    ++samples->errors;
-    samples->last_error = std::string(result.status().message());
-    return;
-  }
-  samples->round_trip_us.push_back(us);
-  samples->total_us.push_back(static_cast<double>(result->timings.total_us));
-  samples->kernel_us.push_back(static_cast<double>(result->timings.kernel_us));
-  samples->recv_us.push_back(static_cast<double>(result->timings.recv_us));
-}
 
 struct Case {
   std::string name;
@@ -90,6 +53,27 @@ struct Case {
   ks::v1::ExecuteRequest resident_request;      // q inline, k and v resident
   ks::v1::ExecuteRequest resident_out_request;  // the same, out written into a resident tensor
 };
+
+// Deletes the tensor `name` (from an earlier run) and creates it again: f16 `shape` holding
+// `contents` (nullable: zeros).
+absl::Status Recreate(ks::v1::KernelService::Stub& stub, const std::string& name,
+                      const ks::Shape& shape, const ks::v1::Tensor* contents) {
+  ks::v1::DeleteTensorRequest del;
+  del.set_name(name);
+  ks::v1::DeleteTensorResponse deleted;
+  grpc::ClientContext delete_context;
+  (void)stub.DeleteTensor(&delete_context, del, &deleted);
+  ks::v1::CreateTensorRequest create;
+  create.set_name(name);
+  create.set_dtype(ks::v1::DTYPE_F16);
+  for (int64_t d : shape) create.add_shape(d);
+  if (contents != nullptr) *create.mutable_contents() = *contents;
+  ks::v1::CreateTensorResponse created;
+  grpc::ClientContext context;
+  grpc::Status status = stub.CreateTensor(&context, create, &created);
+  if (!status.ok()) return absl::InternalError("CreateTensor: " + status.error_message());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Case> MakeCase(ks::v1::KernelService::Stub& stub, const std::string& which,
                               uint32_t seed) {
@@ -100,38 +84,18 @@ absl::StatusOr<Case> MakeCase(ks::v1::KernelService::Stub& stub, const std::stri
   c.inline_request.set_kernel("flash_attention");
   c.inline_request.mutable_flash_attention()->set_causal(true);
   for (const char* name : {"q", "k", "v"}) {
-    (*c.inline_request.mutable_inputs())[name] = Random(shape, seed++);
+    (*c.inline_request.mutable_inputs())[name] = RandomF16(shape, seed++);
   }
   c.resident_request = c.inline_request;
   for (const char* name : {"k", "v"}) {
     const std::string tensor = absl::StrCat("bench-", which, "-", name);
-    ks::v1::DeleteTensorRequest del;
-    del.set_name(tensor);
-    ks::v1::DeleteTensorResponse deleted;
-    grpc::ClientContext delete_context;
-    (void)stub.DeleteTensor(&delete_context, del, &deleted);  // from an earlier run
-    ks::v1::CreateTensorRequest create;
-    create.set_name(tensor);
-    create.set_dtype(ks::v1::DTYPE_F16);
-    for (int64_t d : shape) create.add_shape(d);
-    *create.mutable_contents() = c.inline_request.inputs().at(name);
-    ks::v1::CreateTensorResponse created;
-    grpc::ClientContext context;
-    grpc::Status status = stub.CreateTensor(&context, create, &created);
-    if (!status.ok()) return absl::InternalError("CreateTensor: " + status.error_message());
+    KS_RETURN_IF_ERROR(Recreate(stub, tensor, shape, &c.inline_request.inputs().at(name)));
     ks::v1::Tensor& ref = (*c.resident_request.mutable_inputs())[name];
     ref.Clear();
     ref.mutable_ref()->set_tensor(tensor);
   }
   const std::string out = absl::StrCat("bench-", which, "-out");
-  ks::v1::CreateTensorRequest create;
-  create.set_name(out);
-  create.set_dtype(ks::v1::DTYPE_F16);
-  for (int64_t d : shape) create.add_shape(d);
-  ks::v1::CreateTensorResponse created;
-  grpc::ClientContext context;
-  grpc::Status status = stub.CreateTensor(&context, create, &created);
-  if (!status.ok()) return absl::InternalError("CreateTensor: " + status.error_message());
+  KS_RETURN_IF_ERROR(Recreate(stub, out, shape, nullptr));
   c.resident_out_request = c.resident_request;
   (*c.resident_out_request.mutable_output_regions())["out"].set_tensor(out);
   return c;
@@ -143,7 +107,7 @@ nlohmann::json TimeCreates(ks::v1::KernelService::Stub& stub, int64_t mib, int r
   create.set_name("bench-create");
   create.set_dtype(ks::v1::DTYPE_F16);
   create.add_shape(mib << 19);
-  *create.mutable_contents() = Random({mib << 19}, 77);
+  *create.mutable_contents() = RandomF16({mib << 19}, 77);
   std::vector<double> copy_us, round_trip_us, recv_us;
   for (int i = 0; i < repeats; ++i) {
     ks::v1::DeleteTensorRequest del;
@@ -216,7 +180,7 @@ int main(int argc, char** argv) {
     cases.push_back(*std::move(made));
   }
   // case -> way -> samples; ways: inline, resident, and the floor of each message.
-  std::map<std::string, std::map<std::string, Samples>> samples;
+  std::map<std::string, std::map<std::string, CallSamples>> samples;
   for (int round = 0; round <= absl::GetFlag(FLAGS_rounds); ++round) {  // round 0 warms up
     for (const Case& c : cases) {
       auto inline_request = std::make_shared<const ks::v1::ExecuteRequest>(c.inline_request);
@@ -234,10 +198,10 @@ int main(int argc, char** argv) {
         ways.push_back({"floor resident+out", {floor.get(), resident_out_request}});
       }
       for (const auto& [way, target] : ways) {
-        Samples scratch;
-        Samples& into = round == 0 ? scratch : samples[c.name][way];
+        CallSamples scratch;
+        CallSamples& into = round == 0 ? scratch : samples[c.name][way];
         for (int i = 0; i < absl::GetFlag(FLAGS_calls); ++i)
-          Run(*target.first, target.second, &into);
+          TimeCall(*target.first, target.second, &into);
       }
     }
   }
@@ -270,7 +234,7 @@ int main(int argc, char** argv) {
     }
     const double inline_p50 = Median(samples[c.name]["inline"].round_trip_us);
     for (const std::string way : {"resident", "resident+out"}) {
-      const Samples& res = samples[c.name][way];
+      const CallSamples& res = samples[c.name][way];
       const auto [sent, answered] = wire(way);
       const auto [inline_sent, inline_answered] = wire("inline");
       std::printf("  %s: bytes sent inline / %s %.2fx (both ways %.2fx); round trip %.2fx\n",

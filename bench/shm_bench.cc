@@ -19,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/client_calls.h"
 #include "client/client.h"
 #include "client/shared_memory.h"
 #include "nlohmann/json.hpp"
@@ -45,21 +46,6 @@ struct Case {
   int calls_per_round = 1;
 };
 
-// Random f16 values of `shape` (a cheap generator: 200 MB of them take a moment).
-ks::v1::Tensor Random(ks::DType dtype, const ks::Shape& shape, uint32_t seed) {
-  ks::Tensor t = ks::Tensor::Empty(dtype, shape);
-  auto* bits = static_cast<uint16_t*>(t.data());
-  uint32_t state = seed * 2654435761u + 1;
-  for (size_t i = 0; i < t.nbytes() / 2; ++i) {
-    state = state * 1664525u + 1013904223u;
-    // f16 in (-1, 1): any sign, exponent 14 or below, any mantissa.
-    bits[i] = static_cast<uint16_t>((state >> 16) & 0xbbff);
-  }
-  ks::v1::Tensor wire;
-  ks::PutTensor(std::move(t), &wire);
-  return wire;
-}
-
 std::vector<Case> Cases() {
   Case attention{
       "flash_attention f16 [4,4096,16,128] causal", {}, {}, absl::GetFlag(FLAGS_large_calls)};
@@ -67,13 +53,12 @@ std::vector<Case> Cases() {
   attention.request.mutable_flash_attention()->set_causal(true);
   uint32_t seed = 1;
   for (const char* name : {"q", "k", "v"}) {
-    (*attention.request.mutable_inputs())[name] =
-        Random(ks::DType::kF16, {4, 4096, 16, 128}, seed++);
+    (*attention.request.mutable_inputs())[name] = ks::bench::RandomF16({4, 4096, 16, 128}, seed++);
   }
   attention.output_bytes["out"] = uint64_t{4} * 4096 * 16 * 128 * 2;
   Case tiny{"mean_pooling f16 [1,16,64]", {}, {}, absl::GetFlag(FLAGS_tiny_calls)};
   tiny.request.set_kernel("mean_pooling");
-  (*tiny.request.mutable_inputs())["x"] = Random(ks::DType::kF16, {1, 16, 64}, seed++);
+  (*tiny.request.mutable_inputs())["x"] = ks::bench::RandomF16({1, 16, 64}, seed++);
   tiny.output_bytes["out"] = 64 * 2;
   return {attention, tiny};
 }
@@ -119,44 +104,6 @@ ks::v1::ExecuteRequest InRegion(const Case& c, const std::string& region, char* 
   return request;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double Min(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
-}
-
-struct Samples {
-  std::vector<double> round_trip_us, recv_us, queue_us, select_us, total_us, kernel_us, h2d_us,
-      d2h_us;
-  int errors = 0;
-  std::string last_error;
-};
-
-void Run(const ks::Client& client, const std::shared_ptr<const ks::v1::ExecuteRequest>& request,
-         Samples* samples) {
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ks::RunResult> result = client.Execute(request);
-  const double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  if (!result.ok()) {
-    ++samples->errors;
-    samples->last_error = std::string(result.status().message());
-    return;
-  }
-  samples->round_trip_us.push_back(us);
-  samples->recv_us.push_back(static_cast<double>(result->timings.recv_us));
-  samples->queue_us.push_back(static_cast<double>(result->timings.queue_us));
-  samples->select_us.push_back(static_cast<double>(result->timings.select_us));
-  samples->total_us.push_back(static_cast<double>(result->timings.total_us));
-  samples->kernel_us.push_back(static_cast<double>(result->timings.kernel_us));
-  samples->h2d_us.push_back(static_cast<double>(result->timings.h2d_us));
-  samples->d2h_us.push_back(static_cast<double>(result->timings.d2h_us));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,7 +138,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::string> ways = {"inline", "system", "cuda"};
-  std::map<std::string, std::map<std::string, Samples>> samples;  // case -> way -> samples
+  std::map<std::string, std::map<std::string, ks::bench::CallSamples>>
+      samples;  // case -> way -> samples
   for (int round = 0; round <= absl::GetFlag(FLAGS_rounds); ++round) {
     for (const Case& c : cases) {
       for (const std::string& way : ways) {
@@ -199,9 +147,10 @@ int main(int argc, char** argv) {
             way == "inline"   ? c.request
             : way == "system" ? InRegion(c, "bench-system", (*system)->data(), /*gpu=*/false)
                               : InRegion(c, "bench-cuda", static_cast<char*>(gpu), /*gpu=*/true));
-        Samples discard;
-        Samples* into = round == 0 ? &discard : &samples[c.name][way];  // round 0 warms up
-        for (int i = 0; i < c.calls_per_round; ++i) Run(**client, request, into);
+        ks::bench::CallSamples discard;
+        ks::bench::CallSamples* into =
+            round == 0 ? &discard : &samples[c.name][way];  // round 0 warms up
+        for (int i = 0; i < c.calls_per_round; ++i) ks::bench::TimeCall(**client, request, into);
       }
     }
   }
@@ -212,26 +161,28 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {
     for (const std::string& way : ways) {
-      const Samples& s = samples[c.name][way];
+      const ks::bench::CallSamples& s = samples[c.name][way];
       std::printf(
           "| %s | %s | %.0f us | %.0f | %.0f | %.0f | %.0f | %.0f us | %.0f | %.0f | %.0f | "
           "%d%s%s |\n",
-          c.name.c_str(), way.c_str(), Median(s.round_trip_us), Min(s.round_trip_us),
-          Median(s.recv_us), Median(s.queue_us), Median(s.select_us), Median(s.total_us),
-          Median(s.kernel_us), Median(s.h2d_us), Median(s.d2h_us), s.errors,
+          c.name.c_str(), way.c_str(), ks::bench::Median(s.round_trip_us),
+          ks::bench::Min(s.round_trip_us), ks::bench::Median(s.recv_us),
+          ks::bench::Median(s.queue_us), ks::bench::Median(s.select_us),
+          ks::bench::Median(s.total_us), ks::bench::Median(s.kernel_us),
+          ks::bench::Median(s.h2d_us), ks::bench::Median(s.d2h_us), s.errors,
           s.errors > 0 ? " " : "", s.last_error.c_str());
       report.push_back({{"case", c.name},
                         {"way", way},
                         {"calls", s.round_trip_us.size()},
-                        {"round_trip_p50_us", Median(s.round_trip_us)},
-                        {"round_trip_min_us", Min(s.round_trip_us)},
-                        {"recv_p50_us", Median(s.recv_us)},
-                        {"queue_p50_us", Median(s.queue_us)},
-                        {"select_p50_us", Median(s.select_us)},
-                        {"server_total_p50_us", Median(s.total_us)},
-                        {"kernel_p50_us", Median(s.kernel_us)},
-                        {"h2d_p50_us", Median(s.h2d_us)},
-                        {"d2h_p50_us", Median(s.d2h_us)},
+                        {"round_trip_p50_us", ks::bench::Median(s.round_trip_us)},
+                        {"round_trip_min_us", ks::bench::Min(s.round_trip_us)},
+                        {"recv_p50_us", ks::bench::Median(s.recv_us)},
+                        {"queue_p50_us", ks::bench::Median(s.queue_us)},
+                        {"select_p50_us", ks::bench::Median(s.select_us)},
+                        {"server_total_p50_us", ks::bench::Median(s.total_us)},
+                        {"kernel_p50_us", ks::bench::Median(s.kernel_us)},
+                        {"h2d_p50_us", ks::bench::Median(s.h2d_us)},
+                        {"d2h_p50_us", ks::bench::Median(s.d2h_us)},
                         {"errors", s.errors}});
     }
   }

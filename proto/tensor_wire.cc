@@ -485,6 +485,15 @@ bool ParseExtracting(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message) {
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message) {
   return ParseLarge(buffer, message);
 }
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::CreateTensorRequest* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* message) {
+  return ParseLarge(buffer, message);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ReadTensorResponse* message) {
+  return ParseLarge(buffer, message);
+}
 
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message) {
   return DeserializeMessage(buffer, message);

@@ -94,6 +94,9 @@ bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchRequest* message)
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteBatchResponse* message);
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::AutotuneRequest* message);
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::PutConfigRequest* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::CreateTensorRequest* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* message);
+bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ReadTensorResponse* message);
 
 // Serializes `message` into `buffer`. In a message of kLargeMessageBytes or more, the large
 // bytes and string fields (those protobuf hands to WriteAliasedRaw: any that does not fit the

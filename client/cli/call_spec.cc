@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/format.h"
 #include "client/cli/npy.h"
 #include "client/cli/tensor_args.h"
 #include "core/status_macros.h"
@@ -76,15 +77,8 @@ AttrValue ParseUntyped(const std::string& text) {
 
 // "4 GiB (4294967296 bytes)".
 std::string Bytes(int64_t bytes) {
-  constexpr std::array<const char*, 5> kUnits = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < kUnits.size()) {
-    value /= 1024;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, " bytes");
-  return absl::StrCat(absl::StrFormat("%.4g ", value), kUnits[unit], " (", bytes, " bytes)");
+  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  return absl::StrCat(FormatBytes(static_cast<uint64_t>(bytes)), " (", bytes, " bytes)");
 }
 
 // --tensor and --output-to into `spec`, after its other inputs: InvalidArgument for an input

@@ -17,19 +17,6 @@
 namespace kernelserve::cli {
 namespace {
 
-// "512 bytes", "1.5 KiB", "64 MiB".
-std::string HumanBytes(uint64_t bytes) {
-  constexpr std::array<const char*, 5> kUnits = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < kUnits.size()) {
-    value /= 1024;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, " bytes");
-  return absl::StrCat(absl::StrFormat("%.4g", value), " ", kUnits[unit]);
-}
-
 // "2026-11-27 21:30:05Z"; "-" for 0.
 std::string UnixMillis(int64_t ms) {
   if (ms <= 0) return "-";
@@ -229,7 +216,7 @@ absl::Status Create(const CommandContext& ctx) {
   const v1::ResidentTensorInfo& t = response->tensor();
   *ctx.out << (response->created() ? "created " : "exists already, left as it is: ") << t.name()
            << " " << SpecString(t) << " on " << DeviceString(t.device()) << ", "
-           << HumanBytes(t.byte_size()) << ", ttl "
+           << FormatBytes(t.byte_size()) << ", ttl "
            << absl::FormatDuration(absl::Seconds(t.ttl_seconds())) << "\n";
   return absl::OkStatus();
 }
@@ -258,7 +245,7 @@ absl::Status Write(const CommandContext& ctx) {
     *ctx.out << MessageJson(t).dump(2) << "\n";
     return absl::OkStatus();
   }
-  *ctx.out << "wrote " << what << " (" << HumanBytes(bytes) << ") into " << t.name() << " "
+  *ctx.out << "wrote " << what << " (" << FormatBytes(bytes) << ") into " << t.name() << " "
            << SpecString(t) << " at "
            << (options.byte_offset ? absl::StrCat("byte ", *options.byte_offset)
                                    : absl::StrCat("row ", options.row))
@@ -307,16 +294,16 @@ void PrintList(const v1::ListTensorsResponse& list, std::ostream& out) {
   for (const v1::ResidentTensorInfo& t : list.tensors()) {
     table.AddRow({t.name(), DTypeString(t.dtype()),
                   ShapeString(Shape(t.shape().begin(), t.shape().end())), DeviceString(t.device()),
-                  HumanBytes(t.byte_size()), t.owner(), UnixMillis(t.created_unix_ms()),
+                  FormatBytes(t.byte_size()), t.owner(), UnixMillis(t.created_unix_ms()),
                   UnixMillis(t.last_used_unix_ms()), absl::StrCat(t.calls()),
                   absl::FormatDuration(absl::Seconds(t.ttl_seconds()))});
   }
   out << table.ToString() << "\nserver started " << UnixMillis(list.server_started_unix_ms())
       << " (resident tensors live in its memory only: a restart loses them)\nresident "
-      << HumanBytes(list.resident_bytes()) << " of at most "
-      << HumanBytes(list.max_resident_bytes()) << "; yours " << HumanBytes(list.owner_bytes())
+      << FormatBytes(list.resident_bytes()) << " of at most "
+      << FormatBytes(list.max_resident_bytes()) << "; yours " << FormatBytes(list.owner_bytes())
       << " of "
-      << (list.quota_bytes() > 0 ? HumanBytes(list.quota_bytes()) : "no quota but the maximum")
+      << (list.quota_bytes() > 0 ? FormatBytes(list.quota_bytes()) : "no quota but the maximum")
       << "\n";
 }
 

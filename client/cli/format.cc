@@ -1,6 +1,7 @@
 #include "client/cli/format.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,18 @@ nlohmann::json MessageJson(const google::protobuf::Message& message) {
     return nlohmann::json::object();
   }
   return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  constexpr std::array<const char*, 5> kUnits = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < kUnits.size()) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " bytes");
+  return absl::StrCat(absl::StrFormat("%.4g", value), " ", kUnits[unit]);
 }
 
 std::string FormatMicros(double us) {

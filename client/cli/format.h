@@ -33,6 +33,8 @@ std::string ConfigString(const v1::KernelConfig& config);
 nlohmann::json MessageJson(const google::protobuf::Message& message);
 // Microseconds as "850 us", "12.3 ms" or "1.50 s".
 std::string FormatMicros(double us);
+// Bytes as "512 bytes", "1.5 KiB", "64 MiB" (4 significant digits, binary units up to TiB).
+std::string FormatBytes(uint64_t bytes);
 // {"dtype", "shape", "min", "max", "mean"} of a tensor (stats over its values as doubles;
 // absent for an empty tensor).
 nlohmann::json TensorSummary(const Tensor& tensor);

@@ -234,5 +234,38 @@ TEST(TensorBuffersTest, PutTensorWithoutABufferCopiesIntoTheMessage) {
   EXPECT_EQ(proto.data().size(), 8u);
 }
 
+TEST(TensorBuffersTest, ResidentContentsAreParsedIntoABufferAndReadBackAsSent) {
+  HostBufferPool pool(HeapPool(64 * kMiB));
+  v1::CreateTensorRequest create;
+  create.set_name("k");
+  create.set_dtype(v1::DTYPE_F16);
+  create.add_shape(3 * kMiB / 2);
+  *create.mutable_contents() = WireTensor(3 * kMiB, 4);
+  grpc::Slice bytes(create.SerializeAsString());
+  grpc::ByteBuffer buffer(&bytes, 1);
+  v1::CreateTensorRequest got;
+  wire::TensorBuffers buffers;
+  ASSERT_TRUE(wire::Deserialize(&buffer, &got, &pool, &buffers).ok());
+  ASSERT_EQ(buffers.size(), 1u);
+  ASSERT_TRUE(buffers.contains(&got.contents()));
+  EXPECT_TRUE(got.contents().data().empty());
+  const std::shared_ptr<HostBuffer>& held = buffers.at(&got.contents());
+  got.mutable_contents()->set_data(static_cast<const char*>(held->data()), held->size());
+  EXPECT_TRUE(MessageDifferencer::Equals(got, create));
+
+  v1::WriteTensorRequest write;
+  write.set_name("k");
+  write.set_byte_offset(2);
+  *write.mutable_contents() = WireTensor(2 * kMiB, 5);
+  grpc::Slice write_bytes(write.SerializeAsString());
+  grpc::ByteBuffer write_buffer(&write_bytes, 1);
+  v1::WriteTensorRequest write_got;
+  ASSERT_TRUE(wire::Deserialize(&write_buffer, &write_got, &pool, &buffers).ok());
+  ASSERT_EQ(buffers.size(), 1u);
+  EXPECT_EQ(std::string(static_cast<const char*>(buffers.begin()->second->data()),
+                        buffers.begin()->second->size()),
+            write.contents().data());
+}
+
 }  // namespace
 }  // namespace kernelserve

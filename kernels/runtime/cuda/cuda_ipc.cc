@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "kernels/runtime/cuda/cuda_check.h"
 
 namespace kernelserve::cuda {
@@ -39,6 +40,18 @@ absl::StatusOr<size_t> AllocationBytes(void* address) {
   return size - (reinterpret_cast<CUdeviceptr>(address) - base);
 }
 
+// Makes GPU `device` the thread's current one; InvalidArgument for a GPU this process lacks.
+absl::Status UseGpu(int device) {
+  int count = 0;
+  KS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device, ": this server has GPUs 0..", count - 1));
+  }
+  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<void>> OpenIpcBuffer(std::string_view raw_handle, int device,
@@ -49,13 +62,7 @@ absl::StatusOr<std::shared_ptr<void>> OpenIpcBuffer(std::string_view raw_handle,
         "raw_handle: ", raw_handle.size(), " bytes; a cudaIpcMemHandle_t has ", sizeof(handle)));
   }
   std::memcpy(&handle, raw_handle.data(), sizeof(handle));
-  int count = 0;
-  KS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
-  if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ", device, ": this server has GPUs 0..", count - 1));
-  }
-  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  KS_RETURN_IF_ERROR(UseGpu(device));
   void* address = nullptr;
   if (cudaError_t error = cudaIpcOpenMemHandle(&address, handle, cudaIpcMemLazyEnablePeerAccess);
       error != cudaSuccess) {
@@ -99,13 +106,7 @@ absl::Status CopyHostToGpu(void* gpu, const void* host, size_t bytes) {
 }
 
 absl::StatusOr<std::shared_ptr<void>> AllocateGpuMemory(int device, uint64_t bytes) {
-  int count = 0;
-  KS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
-  if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ", device, ": this server has GPUs 0..", count - 1));
-  }
-  KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  KS_RETURN_IF_ERROR(UseGpu(device));
   // On the legacy default stream, which the workers' non-blocking streams do not wait for; the
   // memory is usable by any stream once this stream is synchronized below.
   void* address = nullptr;
