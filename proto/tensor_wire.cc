@@ -287,14 +287,15 @@ bool RestoreAll(v1::AutotuneRequest& m, Extraction& e, std::vector<bool>& u) {
 bool RestoreAll(v1::PutConfigRequest& m, Extraction& e, std::vector<bool>& u) {
   return RestoreMap(*m.mutable_inputs(), e, u);
 }
+// A message's one Tensor field (mutable_* would make an absent one present).
 bool RestoreAll(v1::CreateTensorRequest& m, Extraction& e, std::vector<bool>& u) {
-  return Restore(*m.mutable_contents(), e, u);
+  return !m.has_contents() || Restore(*m.mutable_contents(), e, u);
 }
 bool RestoreAll(v1::WriteTensorRequest& m, Extraction& e, std::vector<bool>& u) {
-  return Restore(*m.mutable_contents(), e, u);
+  return !m.has_contents() || Restore(*m.mutable_contents(), e, u);
 }
 bool RestoreAll(v1::ReadTensorResponse& m, Extraction& e, std::vector<bool>& u) {
-  return Restore(*m.mutable_tensor(), e, u);
+  return !m.has_tensor() || Restore(*m.mutable_tensor(), e, u);
 }
 bool RestoreAll(v1::ExecuteBatchRequest& m, Extraction& e, std::vector<bool>& u) {
   for (v1::ExecuteRequest& item : *m.mutable_items()) {
