@@ -303,6 +303,10 @@ absl::Status Run(const CallDeps& deps, const PreparedCall& call, absl::Status st
                      call.regions.get());
     });
   }
+  // Done with its regions and resident tensors before it answers: a client that deletes a
+  // tensor as soon as its call is answered finds no call holding it.
+  if (call.lease != nullptr) call.lease->Release();
+  if (call.regions != nullptr) call.regions->Release();
   response->mutable_timing()->set_queue_us(waits.queue_us);
   response->mutable_timing()->set_recv_us(waits.recv_us);
   RecordInference(deps.stats, call.plan.kernel->name(), tracker.Outcome(status), response->timing(),

@@ -199,7 +199,8 @@ struct CallWaits {
 // until the call's deadline: DeadlineExceeded naming the tensors then), into `response` (outputs of
 // call.output_spans written into their regions, the others kept in `buffers` when non-null, as
 // FillResponse), with `waits` in its timing, and counts the inference with the code the client sees
-// (RecordInference). Returns the run's status.
+// (RecordInference); then gives its lease back and stops counting in its regions, before the
+// front door answers. Returns the run's status.
 absl::Status Run(const CallDeps& deps, const PreparedCall& call, absl::Status status,
                  CallWaits waits, const CallTracker& tracker, v1::ExecuteResponse* response,
                  wire::TensorBuffers* buffers);

@@ -301,8 +301,11 @@ int64_t ResidentTensors::OwnerBytes(const std::string& owner) const {
   return owned == owners_.end() ? 0 : owned->second.bytes;
 }
 
-ResidentLease::~ResidentLease() {
+ResidentLease::~ResidentLease() { Release(); }
+
+void ResidentLease::Release() {
   if (!acquired_) return;
+  acquired_ = false;
   absl::MutexLock lock(&registry_->mu_);
   const absl::Time now = absl::Now();
   for (Held& held : held_) {

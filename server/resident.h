@@ -203,7 +203,10 @@ class ResidentLease {
   // Waits until every tensor can be taken as the lease asks, then takes them all. False when
   // `deadline` comes first (nothing taken). REQUIRES: not acquired yet.
   bool Acquire(absl::Time deadline = absl::InfiniteFuture());
-  // The tensors of the lease, written ones first, for messages.
+  // Gives every tensor back now, as the destructor would (the call is done with them, before it
+  // answers). Idempotent.
+  void Release();
+  // The tensors of the lease, for messages.
   std::string Names() const;
 
  private:

@@ -286,8 +286,11 @@ bool SharedRegion::ObjectHolds(uint64_t end) const {
   return static_cast<uint64_t>(st.st_size) >= offset_ + end;
 }
 
-CallRegions::~CallRegions() {
+CallRegions::~CallRegions() { Release(); }
+
+void CallRegions::Release() {
   for (const Held& held : regions_) held.region->calls_.fetch_sub(1, std::memory_order_relaxed);
+  regions_.clear();
 }
 
 void CallRegions::Add(const RegionSpan& span) {

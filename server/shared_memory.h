@@ -209,6 +209,9 @@ class CallRegions {
   // Counts the call in `span`'s region unless it is counted already, and notes the bytes of the
   // registered part the call uses there (up to the span's end).
   void Add(const RegionSpan& span);
+  // Stops counting the call in its regions now (the call is done with them, before it answers),
+  // as the destructor would. Idempotent.
+  void Release();
   // DataLoss naming the first region whose object shrank while the call used it: its mapping
   // was damaged (the call read zeros, its writes there are lost) or the object no longer holds
   // the bytes the call used (a GPU's copies into pinned pages the object let go of are lost

@@ -189,6 +189,13 @@ TEST_F(ResidentTest, OutWrittenInPlaceOverQIsTheInlineAnswer) {
   grpc::Status status = Execute(request, &got);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(Read("q").tensor().data(), want.outputs().at("out").data());
+  // Answered, the call holds q no more: a delete right away is OK.
+  v1::DeleteTensorRequest del;
+  del.set_name("q");
+  v1::DeleteTensorResponse deleted;
+  ASSERT_TRUE(Execute(request, &got).ok());
+  grpc::Status gone = stub_->DeleteTensor(As("tok-alice").get(), del, &deleted);
+  EXPECT_TRUE(gone.ok()) << gone.error_message();
 
   // Over k the schema does not allow it.
   ASSERT_TRUE(Create(CreateOf("k2", inputs.at("k"))).ok());
