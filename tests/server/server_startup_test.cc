@@ -113,8 +113,9 @@ TEST(ServerStartupTest, StartupLineNamesProtocolsDevicesAndModes) {
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--cache=memory", "--reflection"}).ok());
   const std::string& line = server.startup_line();
-  for (const char* part : {"(plaintext)", "protocols kernelserve.v1 kserve.v2 grpc.health.v1 grpc.reflection",
-                           "devices cpu", "store memory", "autotune on a miss"}) {
+  for (const char* part :
+       {"(plaintext)", "protocols kernelserve.v1 kserve.v2 grpc.health.v1 grpc.reflection",
+        "devices cpu", "store memory", "autotune on a miss"}) {
     EXPECT_TRUE(absl::StrContains(line, part)) << part << " in " << line;
   }
 }
