@@ -445,8 +445,10 @@ class AuthTest(unittest.TestCase):
             np.testing.assert_allclose(s.out, r.out)
 
 
-class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
-    """kernelserve.aio.Client: the same calls as coroutines, on grpc.aio."""
+class AsyncServerTest(unittest.IsolatedAsyncioTestCase):
+    """A server for the class and an asyncio client for each test (self.client, self.rng)."""
+
+    SEED = 11
 
     @classmethod
     def setUpClass(cls):
@@ -461,10 +463,14 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         # call can take that long on a busy machine.
         asyncio.get_running_loop().slow_callback_duration = 1.0
         self.client = kernelserve.aio.Client(self.server.target)  # in the test's event loop
-        self.rng = np.random.default_rng(11)
+        self.rng = np.random.default_rng(self.SEED)
 
     async def asyncTearDown(self):
         await self.client.close()
+
+
+class AsyncClientTest(AsyncServerTest):
+    """kernelserve.aio.Client: the same calls as coroutines, on grpc.aio."""
 
     async def test_health_info_and_kernel_methods(self):
         self.assertEqual(await self.client.health(), "SERVING")
@@ -917,24 +923,10 @@ class CudaSharedMemoryTest(unittest.TestCase):
                 self.assertEqual(raised.exception.code, grpc.StatusCode.UNIMPLEMENTED)
 
 
-class AsyncSharedMemoryTest(unittest.IsolatedAsyncioTestCase):
+class AsyncSharedMemoryTest(AsyncServerTest):
     """kernelserve.aio.Client.register_system_shm."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.server = ServerProcess()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
-    async def asyncSetUp(self):
-        asyncio.get_running_loop().slow_callback_duration = 1.0
-        self.client = kernelserve.aio.Client(self.server.target)
-        self.rng = np.random.default_rng(12)
-
-    async def asyncTearDown(self):
-        await self.client.close()
+    SEED = 12
 
     async def test_region_in_and_out(self):
         objects = RecordedObjects().__enter__()
@@ -1250,24 +1242,10 @@ class ResidentPiecesTest(unittest.TestCase):
         self.assertEqual(list(self.client.list_tensors()), [])
 
 
-class AsyncResidentTensorTest(unittest.IsolatedAsyncioTestCase):
+class AsyncResidentTensorTest(AsyncServerTest):
     """kernelserve.aio.Client's resident tensors."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.server = ServerProcess()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
-    async def asyncSetUp(self):
-        asyncio.get_running_loop().slow_callback_duration = 1.0
-        self.client = kernelserve.aio.Client(self.server.target)
-        self.rng = np.random.default_rng(12)
-
-    async def asyncTearDown(self):
-        await self.client.close()
+    SEED = 12
 
     async def test_create_call_write_read_delete(self):
         x = uniform(self.rng, (2, 6, 4))
