@@ -9,6 +9,12 @@ The protos are read where they are: the repository's proto/ two levels up. Nothi
 into client/python; an sdist gets a copy of the .proto files alone, under proto/ in the archive,
 so that it builds without the repository.
 
+The extension kernelserve._native (kernelserve/_native.cc: the transport of calls with large
+tensors over gRPC's C++ library, see kernelserve/transport.py) is built with nanobind (a build
+requirement) against the gRPC that pkg-config finds (grpc++, the library the server is built
+with; Debian's libgrpc++-dev). Where either is missing, or the compiler fails, the package is
+built without it and uses grpcio alone; KERNELSERVE_BUILD_NATIVE=0 skips it on purpose.
+
 Generated code refuses to load on a grpcio older than the grpcio-tools that wrote it, or on a
 protobuf older than the protoc inside it, so those two floors are read from this build and
 become the package's dependencies; protobuf also gets the ceiling of protobuf's cross-version
@@ -20,13 +26,16 @@ that pip installs both in one environment, in one command or one after the other
 """
 
 import importlib.metadata
+import os
 import re
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
@@ -81,6 +90,41 @@ def stub_requirements() -> list:
             f"protobuf>={protobuf},<{ceiling}"]
 
 
+def pkg_config(*args: str) -> list:
+    """pkg-config's answer as arguments; [] when it fails or is missing."""
+    try:
+        done = subprocess.run(["pkg-config", *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return shlex.split(done.stdout)
+
+
+def native_extensions() -> list:
+    """kernelserve._native when nanobind and gRPC's C++ library are here; [] otherwise (the
+    package then sends through grpcio alone), saying why."""
+    if os.environ.get("KERNELSERVE_BUILD_NATIVE", "1") == "0":
+        return []
+    try:
+        import nanobind  # a build requirement (pyproject.toml)
+    except ImportError:
+        print("kernelserve: nanobind is missing: building without kernelserve._native")
+        return []
+    cflags, libs = pkg_config("--cflags", "grpc++"), pkg_config("--libs", "grpc++")
+    if not libs:
+        print("kernelserve: pkg-config finds no grpc++ (Debian: libgrpc++-dev): building "
+              "without kernelserve._native")
+        return []
+    nb = Path(nanobind.__file__).parent
+    return [Extension(
+        "kernelserve._native",
+        sources=["kernelserve/_native.cc", str(nb / "src" / "nb_combined.cpp")],
+        include_dirs=[str(nb / "include"), str(nb / "ext" / "robin_map" / "include")],
+        extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
+                            "-fno-strict-aliasing", *cflags],
+        extra_link_args=libs, language="c++",
+        optional=True)]  # a compiler error leaves the extension out, not the package
+
+
 class BuildPyWithStubs(build_py):
     """build_py into a clean package folder, then the gRPC stubs into it."""
 
@@ -106,4 +150,5 @@ class SdistWithProtos(sdist):
 
 
 setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProtos},
-      install_requires=REQUIREMENTS + stub_requirements())
+      install_requires=REQUIREMENTS + stub_requirements(),
+      ext_modules=native_extensions())

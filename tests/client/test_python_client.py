@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import os
 import tempfile
+import threading
 import unittest
 from multiprocessing import shared_memory
 from unittest import mock
@@ -445,6 +446,110 @@ class AuthTest(unittest.TestCase):
             np.testing.assert_allclose(s.out, r.out)
 
 
+class LargeCallTest(unittest.TestCase):
+    """Calls whose inputs go beside the message (kernelserve.wire), through the native transport
+    (kernelserve._native) and through grpcio."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+        cls.clients = {"native": kernelserve.Client(cls.server.target, native=True),
+                       "grpcio": kernelserve.Client(cls.server.target, native=False)}
+
+    @classmethod
+    def tearDownClass(cls):
+        for client in cls.clients.values():
+            client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
+
+    def test_large_calls_match_the_references(self):
+        for name, client in self.clients.items():
+            with self.subTest(transport=name):
+                x = uniform(self.rng, (4, 300, 96))
+                r = client.mean_pooling(x, chunk_size=8)
+                np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5,
+                                           atol=1e-6)
+                q, k, v = (uniform(self.rng, (1, 160, 2, 64)) for _ in range(3))
+                a = client.flash_attention(q, k, v, causal=True, return_lse=True)
+                out, lse = references.attention(q, k, v, causal=True)
+                np.testing.assert_allclose(a.out, out, rtol=1e-4, atol=1e-5)
+                np.testing.assert_allclose(a.lse, lse, rtol=1e-4, atol=1e-5)
+                self.assertTrue(a.out.flags.aligned)
+                self.assertGreater(a.timings["total_us"], 0)
+                qb, kb, vb = (t.astype(kernelserve.bfloat16) for t in (q, k, v))
+                b = client.flash_attention(qb, kb, vb)
+                self.assertEqual(b.out.dtype, kernelserve.bfloat16)
+                want, _ = references.attention(*(t.astype(np.float32) for t in (qb, kb, vb)))
+                np.testing.assert_allclose(b.out.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+
+    def test_errors_of_large_calls(self):
+        flat = uniform(self.rng, (300, 100))
+        for name, client in self.clients.items():
+            with self.subTest(transport=name):
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    client.mean_pooling(flat)
+                self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("x", raised.exception.message)
+                q = uniform(self.rng, (1, 2048, 4, 64))
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    client.flash_attention(q, q, q, timeout=0.001)
+                self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+                self.assertIn("the deadline was 0.001 s", raised.exception.message)
+
+    def test_no_server(self):
+        target = f"127.0.0.1:{free_port()}"
+        for native in (True, False):
+            with kernelserve.Client(target, native=native, timeout=10) as client:
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    client.mean_pooling(uniform(self.rng, (4, 300, 96)))
+                self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+                self.assertIn(f"no kernelserve server answers at {target}",
+                              raised.exception.message)
+
+    def test_native_calls_release_the_gil(self):
+        counted = []
+        stop = threading.Event()
+
+        def count():
+            n = 0
+            while not stop.is_set():
+                n += 1
+            counted.append(n)
+
+        q = uniform(self.rng, (1, 1024, 4, 64))
+        self.clients["native"].flash_attention(q, q, q)  # warm
+        thread = threading.Thread(target=count)
+        thread.start()
+        try:
+            self.clients["native"].flash_attention(q, q, q)
+        finally:
+            stop.set()
+            thread.join()
+        self.assertGreater(counted[0], 1000)  # the thread ran while the call was in flight
+
+    def test_token_goes_with_native_calls(self):
+        token_file = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+        token_file.write("large-call-token\n")
+        token_file.close()
+        server = ServerProcess(f"--auth-token-file={token_file.name}")
+        try:
+            x = uniform(self.rng, (4, 300, 96))
+            with kernelserve.Client(server.target, native=True) as client:
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    client.mean_pooling(x)
+                self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+            with kernelserve.Client(server.target, native=True,
+                                    token="large-call-token") as client:
+                np.testing.assert_allclose(client.mean_pooling(x).out,
+                                           references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        finally:
+            server.stop()
+            os.unlink(token_file.name)
+
+
 class AsyncServerTest(unittest.IsolatedAsyncioTestCase):
     """A server for the class and an asyncio client for each test (self.client, self.rng)."""
 
@@ -524,6 +629,26 @@ class AsyncClientTest(AsyncServerTest):
                                        rtol=1e-5, atol=1e-6)
 
 
+
+
+class AsyncLargeCallTest(AsyncServerTest):
+    """kernelserve.aio.Client's calls with large inputs, native (in the loop's executor) and
+    through grpc.aio."""
+
+    async def test_large_calls_both_transports(self):
+        x = uniform(self.rng, (4, 300, 96))
+        for native in (True, False):
+            client = kernelserve.aio.Client(self.server.target, native=native)
+            try:
+                results = await asyncio.gather(*(client.mean_pooling(x[i:]) for i in range(3)))
+                for i, r in enumerate(results):
+                    np.testing.assert_allclose(r.out, references.mean_pooling(x[i:]), rtol=1e-5,
+                                               atol=1e-6)
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    await client.mean_pooling(x[0])
+                self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            finally:
+                await client.close()
 
 
 def shm_objects():

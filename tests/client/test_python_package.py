@@ -40,7 +40,8 @@ from server_fixture import free_port
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
 MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "cuda.py", "errors.py", "health.py",
-           "info.py", "resident.py", "results.py", "shm.py", "tensors.py"]
+           "info.py", "resident.py", "results.py", "shm.py", "tensors.py", "transport.py",
+           "wire.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 
 
@@ -992,12 +993,16 @@ class BuildTest(unittest.TestCase):
         for name in ["pyproject.toml", "setup.py", "kernelserve/py.typed"] + [
                 f"kernelserve/{m}" for m in MODULES]:
             self.assertIn(name, names)
+        # The extension's one source file (nanobind's come from the build requirement).
         self.assertEqual([n for n in names if n.endswith((".cc", ".h", ".txt", ".cmake"))
-                          and "egg-info" not in n], [])
+                          and "egg-info" not in n], ["kernelserve/_native.cc"])
 
-        # The wheel: the package, its stubs (generated in the build), py.typed; nothing else.
+        # The wheel: the package, its stubs (generated in the build), py.typed, the extension
+        # built from the sdist; nothing else.
         package = sorted(n for n in wheel_names if ".dist-info/" not in n)
-        expected = sorted([f"kernelserve/{m}" for m in MODULES + ["py.typed"]] +
+        native = [n for n in package if n.startswith("kernelserve/_native.") and n.endswith(".so")]
+        self.assertEqual(len(native), 1, package)
+        expected = sorted([f"kernelserve/{m}" for m in MODULES + ["py.typed"]] + native +
                           ["kernelserve/v1/__init__.py"] + [f"kernelserve/v1/{s}" for s in STUBS])
         self.assertEqual(package, expected)
 

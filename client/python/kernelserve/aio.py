@@ -15,6 +15,7 @@ loop that uses it (grpc.aio channels belong to one loop).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any, Awaitable, Callable, Optional
 
@@ -23,7 +24,7 @@ import grpc.aio
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import calls, resident, results, shm, tensors
+from kernelserve import calls, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
@@ -39,8 +40,10 @@ class Client:
     def __init__(self, target: str = "127.0.0.1:50051", *, token: Optional[str] = None,
                  tls: bool = False, root_certificates: Optional[bytes] = None,
                  private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None,
-                 timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30) -> None:
-        """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call."""
+                 timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30,
+                 native: Optional[bool] = None) -> None:
+        """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call, native
+        (a native call runs in the loop's default executor, the GIL released)."""
         options = calls.channel_options(max_message_bytes)
         credentials = calls.channel_credentials(tls, root_certificates, private_key,
                                                 certificate_chain)
@@ -49,6 +52,11 @@ class Client:
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options)
         self._stub = pb_grpc.KernelServiceStub(self._channel)
+        # Execute calls with large inputs (kernelserve.wire, kernelserve.transport).
+        self._native = (transport.NativeTransport(target, max_message_bytes)
+                        if transport.use_native(native, credentials is not None) else None)
+        self._grpcio = transport.GrpcioTransport(self._channel, target)
+        self._methods: dict[str, Callable[..., Awaitable[results.Result]]] = {}  # kernel methods
         self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
         self._target = target
@@ -87,12 +95,22 @@ class Client:
                       outputs: Optional[Outputs] = None) -> results.Result:
         """See kernelserve.Client.execute."""
         places = calls.output_places(outputs, self._regions)
+        aside: calls.Aside = {}
         request = calls.execute_request(Request(
             kernel=kernel, inputs=inputs, params=params, config=config, platform=platform,
             device=device, allow_autotune=allow_autotune, request_id=request_id),
-            regions=self._regions, places=places)
-        return results.result_of(await self._call(self._stub.Execute, request, timeout),
-                                 places)
+            regions=self._regions, places=places, aside=aside)
+        if not aside:
+            return results.result_of(await self._call(self._stub.Execute, request, timeout),
+                                     places)
+        spliced = wire.splice(request.SerializeToString(), aside)
+        timeout = timeout or self._timeout
+        if self._native is not None:
+            response, datas = await asyncio.get_running_loop().run_in_executor(
+                None, self._native.execute, spliced, timeout, self._metadata)
+        else:
+            response, datas = await self._grpcio.execute_async(spliced, timeout, self._metadata)
+        return results.result_of(response, places, datas)
 
     async def execute_batch(self, kernel: str, items: Sequence[Inputs],
                             params: Optional[Params] = None, *, config: Optional[Config] = None,
@@ -145,6 +163,9 @@ class Client:
             raise AttributeError(name)
         if self._schemas is not None and name not in self._schemas:
             raise calls.unknown_kernel(name, self._schemas)
+        made = self._methods.get(name)
+        if made is not None:
+            return made
 
         async def method(*args: Any, **kwargs: Any) -> results.Result:
             return await self.call(name, *args, **kwargs)
@@ -154,6 +175,7 @@ class Client:
             method.__doc__ = calls.method_doc(self._schemas[name])
             method.__signature__ = calls.method_signature(  # type: ignore[attr-defined]
                 self._schemas[name])
+            self._methods[name] = method  # complete once the schemas are known
         return method
 
     async def health(self, service: str = "") -> str:

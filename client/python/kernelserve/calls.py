@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 import grpc
 import numpy as np
 
-from kernelserve import results, tensors
+from kernelserve import results, tensors, wire
 from kernelserve.errors import ArgumentError, KernelserveError, UnknownKernelError
 from kernelserve.info import KernelSchema, ParamValue
 from kernelserve.resident import ResidentTensorBase
@@ -123,18 +123,29 @@ def kernel_config(config: Config) -> pb.KernelConfig:
         raise ArgumentError(f"config: {error}") from None
 
 
+# Inputs sent beside the message (kernelserve.wire): name -> its Tensor without data, its bytes.
+Aside = dict[str, tuple[pb.Tensor, np.ndarray]]
+
+
 def input_tensor(value: Union[tensors.TensorLike, ResidentTensorBase], out: pb.Tensor,
-                 name: str, regions: Optional[Regions]) -> None:
+                 name: str, regions: Optional[Regions], aside: Optional[Aside] = None) -> None:
     """Writes the input `value` into `out`: a resident tensor as Tensor.ref.tensor (its name
     alone); a RegionTensor, or an array (or CUDA tensor) lying in one of `regions`, as a
-    Tensor.ref (dtype, shape and the place); anything else as data."""
+    Tensor.ref (dtype, shape and the place); anything else as data, unless `aside` is given and
+    the array is large (wire.LARGE_TENSOR_BYTES): then it goes into aside[name], `out` left
+    empty for the caller to drop."""
     if isinstance(value, ResidentTensorBase):
         out.ref.tensor = value.name
         return
     ref = value if isinstance(value, RegionTensor) else (
         regions.locate(value, f"input {name!r}") if regions is not None else None)
     if ref is None:
-        tensors.to_proto(value, out, name)
+        held = (tensors.sent_aside(value, name, wire.LARGE_TENSOR_BYTES)
+                if aside is not None else None)
+        if held is not None and aside is not None:
+            aside[name] = held
+        else:
+            tensors.to_proto(value, out, name)
         return
     out.dtype = tensors.wire_dtype(ref.dtype, name)  # type: ignore[assignment]
     out.shape[:] = ref.shape
@@ -144,13 +155,16 @@ def input_tensor(value: Union[tensors.TensorLike, ResidentTensorBase], out: pb.T
 
 
 def fill_call(request: Any, kernel: str, inputs: Inputs, params: Optional[Params],
-              regions: Optional[Regions] = None) -> None:
+              regions: Optional[Regions] = None, aside: Optional[Aside] = None) -> None:
     """Sets the kernel, inputs and params (sent as `parameters`) of `request` (ExecuteRequest,
     AutotuneRequest or PutConfigRequest). regions (ExecuteRequest only): inputs lying in one of
-    them go as references."""
+    them go as references. aside (ExecuteRequest only): large arrays go there, not into the
+    request (see input_tensor)."""
     request.kernel = kernel
     for name, array in inputs.items():
-        input_tensor(array, request.inputs[name], name, regions)
+        input_tensor(array, request.inputs[name], name, regions, aside)
+        if aside is not None and name in aside:
+            del request.inputs[name]
     for name, value in (params or {}).items():
         request.parameters[name].CopyFrom(param_value(name, value))
 
@@ -194,13 +208,15 @@ def output_places(outputs: Optional[Outputs], regions: Optional[Regions]
 
 def execute_request(call: Request, request_id: Optional[str] = None,
                     regions: Optional[Regions] = None,
-                    places: Optional[results.Places] = None) -> pb.ExecuteRequest:
+                    places: Optional[results.Places] = None,
+                    aside: Optional[Aside] = None) -> pb.ExecuteRequest:
     """The ExecuteRequest of `call` (request_id: the id to send instead of call.request_id).
     regions: the client's shared-memory regions (inputs lying in one go as references). places:
-    output_places(call.outputs, regions), when the caller has it already."""
+    output_places(call.outputs, regions), when the caller has it already. aside: large arrays go
+    there, not into the request (for wire.splice)."""
     request = pb.ExecuteRequest(platform=call.platform,
                                 request_id=call.request_id if request_id is None else request_id)
-    fill_call(request, call.kernel, call.inputs, call.params, regions)
+    fill_call(request, call.kernel, call.inputs, call.params, regions, aside)
     if places is None:
         places = output_places(call.outputs, regions)
     for name, place in places.items():

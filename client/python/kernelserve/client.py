@@ -33,7 +33,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import calls, resident, results, shm, tensors
+from kernelserve import calls, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -53,9 +53,13 @@ class Client:
     def __init__(self, target: str = "127.0.0.1:50051", *, token: Optional[str] = None,
                  tls: bool = False, root_certificates: Optional[bytes] = None,
                  private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None,
-                 timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30) -> None:
+                 timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30,
+                 native: Optional[bool] = None) -> None:
         """token: bearer token. tls (or any PEM bytes given): a TLS channel; private_key and
-        certificate_chain make it mTLS. timeout: seconds per call (None = none)."""
+        certificate_chain make it mTLS. timeout: seconds per call (None = none). native: send
+        calls with large inputs through kernelserve._native (gRPC's C++ library, no copy of the
+        arrays): None = when it is built and the channel is plaintext, True = required, False =
+        never (kernelserve.transport)."""
         options = calls.channel_options(max_message_bytes)
         credentials = calls.channel_credentials(tls, root_certificates, private_key,
                                                 certificate_chain)
@@ -64,6 +68,12 @@ class Client:
         else:
             self._channel = grpc.secure_channel(target, credentials, options)
         self._stub = pb_grpc.KernelServiceStub(self._channel)
+        # Execute calls (kernelserve.wire, kernelserve.transport): every one through the native
+        # transport when it is there, else those with large inputs through grpcio on wire bytes.
+        self._native = (transport.NativeTransport(target, max_message_bytes)
+                        if transport.use_native(native, credentials is not None) else None)
+        self._grpcio = transport.GrpcioTransport(self._channel, target)
+        self._methods: dict[str, Callable[..., results.Result]] = {}  # kernel methods made
         self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
         self._target = target
@@ -109,11 +119,20 @@ class Client:
         reference, not its bytes. outputs: output name -> such a view (or RegionTensor), for the
         server to write that output into; the result's output is then that view."""
         places = calls.output_places(outputs, self._regions)
+        aside: calls.Aside = {}
         request = calls.execute_request(Request(
             kernel=kernel, inputs=inputs, params=params, config=config, platform=platform,
             device=device, allow_autotune=allow_autotune, request_id=request_id),
-            regions=self._regions, places=places)
-        return results.result_of(self._call(self._stub.Execute, request, timeout), places)
+            regions=self._regions, places=places, aside=aside)
+        if self._native is None and not aside:
+            return results.result_of(self._call(self._stub.Execute, request, timeout), places)
+        # The message spliced around the large inputs' buffers, the answer's tensors read in
+        # place (kernelserve.wire); every call, when the native transport is there: it is also
+        # the faster way for a tiny call (gRPC's C++ library, not grpcio's Python layers).
+        spliced = wire.splice(request.SerializeToString(), aside)
+        sender = self._native if self._native is not None else self._grpcio
+        response, datas = sender.execute(spliced, timeout or self._timeout, self._metadata)
+        return results.result_of(response, places, datas)
 
     def execute_batch(self, kernel: str, items: Sequence[Inputs], params: Optional[Params] = None,
                       *, config: Optional[Config] = None, platform: str = "",
@@ -170,6 +189,9 @@ class Client:
         """client.<kernel>(...) for every kernel the server lists: see call()."""
         if name.startswith("_"):
             raise AttributeError(name)
+        made = self._methods.get(name)
+        if made is not None:
+            return made
         schema = self.schema(name)  # UnknownKernelError, an AttributeError
 
         def method(*args: Any, **kwargs: Any) -> results.Result:
@@ -178,6 +200,7 @@ class Client:
         method.__name__ = method.__qualname__ = name
         method.__doc__ = calls.method_doc(schema)
         method.__signature__ = calls.method_signature(schema)  # type: ignore[attr-defined]
+        self._methods[name] = method
         return method
 
     def health(self, service: str = "") -> str:

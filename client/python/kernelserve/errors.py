@@ -106,3 +106,11 @@ def from_rpc_error(error: grpc.RpcError, target: Optional[str] = None,
     code = code_of_error() if code_of_error else grpc.StatusCode.UNKNOWN
     message = (details() if details else None) or str(error)
     return KernelserveError(code, message + _hint(code, message, target, timeout))
+
+
+def from_status(number: int, message: str, target: Optional[str] = None,
+                timeout: Optional[float] = None) -> KernelserveError:
+    """from_rpc_error for a failed call of the native transport (kernelserve._native), which
+    gives the status as its number and message."""
+    code = code_of(number)
+    return KernelserveError(code, message + _hint(code, message, target, timeout))

@@ -118,12 +118,15 @@ class RegionStatus:
     pinned: bool = False  # a "system" region page-locked for the server's GPUs
 
 
+# The fixed fields of KernelConfig a config dict has, in field order (not the retired backend).
+_CONFIG_NAMES = tuple(f.name for f in pb.KernelConfig.DESCRIPTOR.fields
+                      if f.name not in ("fields", "backend"))
+
+
 def config_dict(config: pb.KernelConfig) -> dict[str, Union[int, str]]:
     """A pb.KernelConfig as a dict: every fixed field but the retired `backend`, then the named
     fields (`fields`) by their names ({"block_size": 64, ..., "threads": 2})."""
-    out: dict[str, Union[int, str]] = {
-        f.name: getattr(config, f.name) for f in config.DESCRIPTOR.fields
-        if f.name not in ("fields", "backend")}
+    out: dict[str, Union[int, str]] = {name: getattr(config, name) for name in _CONFIG_NAMES}
     out.update(sorted(config.fields.items()))
     return out
 
@@ -171,7 +174,16 @@ def placed_output(name: str, tensor: pb.Tensor, place: OutputPlace) -> Any:
 Places = Mapping[str, Union[OutputPlace, ResidentTensorBase]]
 
 
-def output_of(name: str, tensor: pb.Tensor, places: Optional[Places]) -> Any:
+def output_of(name: str, tensor: pb.Tensor, places: Optional[Places],
+              data: Optional[memoryview] = None) -> Any:
+    """The value of output `name`: its array, the view it was written into, or the resident
+    tensor that holds it. data: the output's bytes when kernelserve.wire read them beside the
+    message (`tensor` then has no data)."""
+    if data is not None:
+        try:
+            return tensors.from_data(tensor, data)
+        except ValueError as error:
+            raise KernelserveError(grpc.StatusCode.INTERNAL, f"output {name!r}: {error}") from None
     place = places.get(name) if places else None
     if isinstance(place, ResidentTensorBase) and not tensor.data:
         return place  # written into the resident tensor: read it with place.read()
@@ -180,14 +192,18 @@ def output_of(name: str, tensor: pb.Tensor, places: Optional[Places]) -> Any:
     return placed_output(name, tensor, place)
 
 
-def item_of(response: pb.ExecuteResponse, places: Optional[Places] = None) -> ItemResult:
+def item_of(response: pb.ExecuteResponse, places: Optional[Places] = None,
+            datas: Optional[Mapping[str, memoryview]] = None) -> ItemResult:
     """The Result of a pb.ExecuteResponse, or its in-band error. places: the outputs the call
-    put in shared memory."""
+    put in shared memory. datas: the outputs' bytes that kernelserve.wire read beside the
+    message."""
     error = error_of(response.status)
     if error is not None:
         return error
+    datas = datas or {}
     return Result(
-        outputs={name: output_of(name, t, places) for name, t in response.outputs.items()},
+        outputs={name: output_of(name, t, places, datas.get(name))
+                 for name, t in response.outputs.items()},
         timings={name: getattr(response.timing, name) for name in _TIMINGS},
         config=config_dict(response.config),
         source=source_name(response.config_source),
@@ -200,9 +216,10 @@ def item_of(response: pb.ExecuteResponse, places: Optional[Places] = None) -> It
     )
 
 
-def result_of(response: pb.ExecuteResponse, places: Optional[Places] = None) -> Result:
-    """The Result of a pb.ExecuteResponse; raises its in-band error."""
-    item = item_of(response, places)
+def result_of(response: pb.ExecuteResponse, places: Optional[Places] = None,
+              datas: Optional[Mapping[str, memoryview]] = None) -> Result:
+    """The Result of a pb.ExecuteResponse; raises its in-band error. datas: as for item_of."""
+    item = item_of(response, places, datas)
     if isinstance(item, KernelserveError):
         raise item
     return item

@@ -472,7 +472,7 @@ class Regions:
         for any other array. A CUDA tensor must lie in one of the CUDA regions: ArgumentError,
         naming `what`, when it does not (or is no good, see kernelserve.cuda.describe)."""
         if isinstance(array, np.ndarray):
-            if array.nbytes == 0:
+            if array.nbytes == 0 or not self._regions:  # none registered: the common case
                 return None
             for region in self:
                 if isinstance(region, SharedMemoryRegion) and region.offset_of(array) is not None:

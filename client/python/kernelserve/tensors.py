@@ -11,7 +11,7 @@ registered shared-memory region, for execute and execute_stream.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import ml_dtypes
 import numpy as np
@@ -89,13 +89,37 @@ def to_proto(array: TensorLike, out: pb.Tensor, name: str = "") -> None:
         raise ArgumentError(f"input {name!r}: a CUDA tensor is sent only from a CUDA region this "
                             "client registered (register_cuda_shm), by execute and "
                             "execute_stream; copy it to the host here")
-    values = np.asarray(array)
-    wire = wire_dtype(values.dtype, name)
+    wire, values = _wire_array(array, name)
     out.dtype = wire  # type: ignore[assignment]  # an enum value; the .pyi wants its type
     out.shape[:] = values.shape
+    out.data = values.tobytes()
+
+
+def _wire_array(array: Any, name: str) -> tuple[int, np.ndarray]:
+    """The wire dtype of an array-like and its values as the C-contiguous little-endian array
+    whose bytes are sent (the array itself when it is one already)."""
+    values = np.asarray(array)
+    wire = wire_dtype(values.dtype, name)
     bits = wire == pb.DTYPE_BF16 and values.dtype != _BF16  # uint16 bf16 bits
     dtype = np.dtype("<u2") if bits else _FROM_WIRE[wire]
-    out.data = np.ascontiguousarray(values, dtype=dtype).tobytes()
+    return wire, np.ascontiguousarray(values, dtype=dtype)
+
+
+def sent_aside(array: TensorLike, name: str, min_bytes: int
+               ) -> Optional[tuple[pb.Tensor, np.ndarray]]:
+    """For an array (not a TensorSpec, RegionTensor or CUDA tensor) of at least `min_bytes`:
+    its Tensor without data (dtype and shape) and the C-contiguous array whose bytes are its data
+    (no copy when the array is one already), for kernelserve.wire to send beside the message;
+    None for anything else. ArgumentError naming the input `name` for a dtype that is not
+    sent."""
+    if isinstance(array, (TensorSpec, RegionTensor)) or cuda.is_cuda_tensor(array):
+        return None
+    if isinstance(array, np.ndarray) and array.nbytes < min_bytes:
+        return None  # without np.asarray's cost for the small arrays of tiny calls
+    wire, values = _wire_array(array, name)
+    if values.nbytes < min_bytes:
+        return None
+    return pb.Tensor(dtype=wire, shape=values.shape), values  # type: ignore[arg-type]
 
 
 def numpy_dtype(wire: int) -> np.dtype[Any]:
@@ -111,6 +135,18 @@ def from_proto(tensor: pb.Tensor) -> np.ndarray:
     """The array of a pb.Tensor (read-only, sharing the message's bytes); bf16 is bfloat16."""
     dtype = numpy_dtype(tensor.dtype)
     array: np.ndarray = np.frombuffer(tensor.data, dtype=dtype)
+    return array.reshape(tuple(tensor.shape))
+
+
+def from_data(tensor: pb.Tensor, data: memoryview) -> np.ndarray:
+    """The array of a Tensor (dtype and shape) whose bytes are `data` (kernelserve.wire's view of
+    an answer): read-only, sharing `data` when it lies at an address aligned for the dtype, else
+    a copy (NumPy takes unaligned arrays, but many libraries do not)."""
+    dtype = numpy_dtype(tensor.dtype)
+    array: np.ndarray = np.frombuffer(data, dtype=dtype)
+    if not array.flags.aligned:
+        array = array.copy()
+        array.flags.writeable = False
     return array.reshape(tuple(tensor.shape))
 
 

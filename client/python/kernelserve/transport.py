@@ -1,0 +1,132 @@
+"""How an Execute call with large inputs travels (kernelserve.wire makes its message's pieces).
+
+Two transports, one result:
+
+- NativeTransport: kernelserve._native, the extension `pip install ./client/python` builds
+  against gRPC's C++ library where it can (nanobind and gRPC's headers present). The pieces go
+  to gRPC as they are (the arrays' memory, no copy) with the GIL released; the answer is copied
+  once, into an aligned block where the first output's bytes start 64-byte aligned.
+- GrpcioTransport: grpcio, the fallback: the pieces joined into one bytes object (one copy; grpcio
+  makes another), the answer's bytes as grpcio gives them.
+
+`native_available()` says whether the extension loaded; `import_error()` why not. A client uses
+the native transport for plaintext channels when the extension is there (TLS calls take
+grpcio's path, which has the channel's credentials), unless it is created with native=False or
+the environment has KERNELSERVE_NATIVE=0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import grpc
+import numpy as np
+
+from kernelserve import wire
+from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error, from_status
+from kernelserve.v1 import kernel_service_pb2 as pb
+
+_native: Any
+try:
+    from kernelserve import _native  # type: ignore[attr-defined, no-redef]
+    _IMPORT_ERROR: Optional[str] = None
+except ImportError as error:  # not built (no compiler, nanobind or gRPC headers at install)
+    _native = None
+    _IMPORT_ERROR = str(error)
+
+# The answer's first bytes read to find where its first tensor starts (its map key, dtype and
+# shape come before; the server writes the outputs first).
+_HEAD_BYTES = 4096
+Answer = tuple[pb.ExecuteResponse, dict[str, memoryview]]
+Metadata = Sequence[tuple[str, str]]
+
+
+def native_available() -> bool:
+    """Whether kernelserve._native (the extension) loaded."""
+    return _native is not None
+
+
+def import_error() -> Optional[str]:
+    """Why kernelserve._native did not load; None when it did."""
+    return _IMPORT_ERROR
+
+
+def use_native(native: Optional[bool], secure: bool) -> bool:
+    """Whether a client takes the native transport. native: True = required (ArgumentError when
+    it cannot: not built, or a TLS channel), False = never, None = where it can, unless the
+    environment has KERNELSERVE_NATIVE=0."""
+    if native is None:
+        return (native_available() and not secure
+                and os.environ.get("KERNELSERVE_NATIVE", "1") != "0")
+    if native and not native_available():
+        raise ArgumentError(f"native=True, but kernelserve._native is not built "
+                            f"({_IMPORT_ERROR}); reinstall the package where nanobind and gRPC's "
+                            "C++ headers are present (pip install ./client/python), or pass "
+                            "native=None")
+    if native and secure:
+        raise ArgumentError("native=True takes plaintext channels only; a TLS client sends "
+                            "through grpcio (native=None or False)")
+    return native
+
+
+def answer_of(message: Any) -> Answer:
+    """The ExecuteResponse of an answer's wire bytes with its outputs' bytes read in place
+    (wire.split_answer); INTERNAL for bytes that are not an ExecuteResponse."""
+    try:
+        return wire.split_answer(message)
+    except wire.WireError as error:
+        raise KernelserveError(grpc.StatusCode.INTERNAL, f"Execute's answer: {error}") from None
+
+
+class NativeTransport:
+    """Execute over kernelserve._native. Thread-safe."""
+
+    def __init__(self, target: str, max_message_bytes: int) -> None:
+        self._channel = _native.Channel(target, max_message_bytes)
+        self._target = target
+
+    def execute(self, spliced: wire.Spliced, timeout: Optional[float],
+                metadata: Metadata) -> Answer:
+        """Sends the message; raises KernelserveError for a failed call. Releases the GIL while
+        the call is in flight."""
+        code, message, answer = self._channel.call(wire.EXECUTE_METHOD, spliced.pieces, timeout,
+                                                   list(metadata))
+        if code != 0:
+            raise from_status(code, message, self._target, timeout)
+        if answer.size < wire.LARGE_TENSOR_BYTES:  # small: protobuf's parse is the fastest
+            try:
+                return pb.ExecuteResponse.FromString(answer.head(answer.size)), {}
+            except Exception as error:  # protobuf's DecodeError
+                raise KernelserveError(grpc.StatusCode.INTERNAL,
+                                       f"Execute's answer does not parse: {error}") from None
+        offset = wire.first_data_offset(answer.head(_HEAD_BYTES))
+        pad = (-offset) % 64 if offset is not None else 0
+        block: np.ndarray = answer.take(pad)
+        return answer_of(memoryview(block)[pad:])
+
+
+class GrpcioTransport:
+    """Execute over a grpcio channel (sync or grpc.aio), on one joined bytes object."""
+
+    def __init__(self, channel: Any, target: str) -> None:
+        self._method = channel.unary_unary(wire.EXECUTE_METHOD)
+        self._target = target
+
+    def execute(self, spliced: wire.Spliced, timeout: Optional[float],
+                metadata: Metadata) -> Answer:
+        """A sync channel's call; raises KernelserveError for a failed one."""
+        try:
+            return answer_of(self._method(spliced.join(), timeout=timeout, metadata=metadata))
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, self._target, timeout) from None
+
+    async def execute_async(self, spliced: wire.Spliced, timeout: Optional[float],
+                            metadata: Metadata) -> Answer:
+        """A grpc.aio channel's call; raises KernelserveError for a failed one."""
+        try:
+            message = await self._method(spliced.join(), timeout=timeout, metadata=metadata)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, self._target, timeout) from None
+        return answer_of(message)
