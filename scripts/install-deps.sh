@@ -14,6 +14,7 @@ packages=(
   redis-server prometheus
   python3 python3-grpcio python3-numpy python3-protobuf python3-yaml
   python3-venv  # the client tests' virtualenv (pip installs client/python into it)
+  python3-dev  # Python.h, for the Python client's extension kernelserve._native
   python3-pip  # fetches the cudnn-frontend headers (scripts/fetch-cudnn-frontend.sh)
   # Sanitizer and fuzzing builds (make test-asan, test-tsan, fuzz): clang, its sanitizer and
   # libFuzzer runtimes, llvm-symbolizer; dpkg-dev unpacks the Abseil source package that
