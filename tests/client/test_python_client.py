@@ -5,6 +5,7 @@ client_python_env): the package under test is the one pip installed there.
 """
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import os
 import tempfile
@@ -453,8 +454,10 @@ class LargeCallTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = ServerProcess()
-        cls.clients = {"native": kernelserve.Client(cls.server.target, native=True),
-                       "grpcio": kernelserve.Client(cls.server.target, native=False)}
+        cls.clients = {"native": kernelserve.Client(cls.server.target, native=True,
+                                                    local_shm=False),
+                       "grpcio": kernelserve.Client(cls.server.target, native=False,
+                                                    local_shm=False)}
 
     @classmethod
     def tearDownClass(cls):
@@ -502,7 +505,7 @@ class LargeCallTest(unittest.TestCase):
     def test_no_server(self):
         target = f"127.0.0.1:{free_port()}"
         for native in (True, False):
-            with kernelserve.Client(target, native=native, timeout=10) as client:
+            with kernelserve.Client(target, native=native, timeout=10, local_shm=False) as client:
                 with self.assertRaises(kernelserve.KernelserveError) as raised:
                     client.mean_pooling(uniform(self.rng, (4, 300, 96)))
                 self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
@@ -548,6 +551,104 @@ class LargeCallTest(unittest.TestCase):
         finally:
             server.stop()
             os.unlink(token_file.name)
+
+
+class LocalSharedMemoryTest(unittest.TestCase):
+    """A client on the server's host moves large calls through regions of its own
+    (kernelserve.autoshm): the same answers, outputs as arrays of their own, regions reused and
+    given back, and gRPC whenever the server cannot take them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(int.from_bytes(self.id().encode()[-4:], "little"))
+        self.client = kernelserve.Client(self.server.target)
+        self.addCleanup(self.client.close)
+
+    def auto_regions(self, client=None):
+        return [r for r in (client or self.client).shm_status()
+                if r.name.startswith("kernelserve-auto-")]
+
+    def test_large_calls_go_through_a_region_and_outputs_are_copied_out(self):
+        q, k, v = (uniform(self.rng, (1, 1100, 2, 64)) for _ in range(3))  # 563 KB each
+        want, want_lse = references.attention(q, k, v, causal=True)
+        for attempt in range(3):  # the first learns the outputs' shapes; later ones place them
+            a = self.client.flash_attention(q, k, v, causal=True, return_lse=True)
+            np.testing.assert_allclose(a.out, want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(a.lse, want_lse, rtol=1e-4, atol=1e-5)
+            [region] = self.auto_regions()
+            self.assertEqual(region.in_use, 0)
+            [mine] = [r for r in self.client._regions if r.name == region.name]
+            for out in (a.out, a.lse):
+                self.assertIsNone(mine.offset_of(out))  # an array of its own
+                self.assertEqual(out.flags.writeable, attempt > 0)  # copied out, or the answer's
+            if attempt > 0:  # the server wrote out into the region: inputs, then lse, out
+                offset = 3 * q.nbytes + (a.lse.nbytes + 63) // 64 * 64
+                placed = mine.ndarray(want.shape, np.float32, offset)
+                np.testing.assert_array_equal(placed, a.out)
+        x = uniform(self.rng, (3, 400, 300))  # another size: the region grows, still one
+        np.testing.assert_allclose(self.client.mean_pooling(x).out, references.mean_pooling(x),
+                                   rtol=1e-5, atol=1e-6)
+        self.assertEqual(len(self.auto_regions()), 1)
+        self.client.close()
+        self.assertEqual(self.auto_regions(kernelserve.Client(self.server.target)), [])
+
+    def test_small_calls_remote_targets_and_opting_out_send_bytes(self):
+        self.client.mean_pooling(uniform(self.rng, (2, 8, 16)))
+        self.assertEqual(self.auto_regions(), [])
+        x = uniform(self.rng, (2, 600, 300))
+        with kernelserve.Client(self.server.target, local_shm=False) as off:
+            np.testing.assert_allclose(off.mean_pooling(x).out, references.mean_pooling(x),
+                                       rtol=1e-5, atol=1e-6)
+            self.assertEqual(self.auto_regions(off), [])
+        with mock.patch.dict(os.environ, {"KERNELSERVE_LOCAL_SHM": "0"}):
+            with kernelserve.Client(self.server.target) as off:
+                off.mean_pooling(x)
+                self.assertEqual(self.auto_regions(off), [])
+        self.assertTrue(kernelserve.autoshm.is_local("unix:/tmp/ks.sock"))
+        self.assertTrue(kernelserve.autoshm.is_local("localhost:50051"))
+        self.assertTrue(kernelserve.autoshm.is_local("[::1]:50051"))
+        self.assertFalse(kernelserve.autoshm.is_local("10.0.0.7:50051"))
+        self.assertFalse(kernelserve.autoshm.is_local("gpu-host:50051"))
+
+    def test_a_server_without_shared_memory_gets_bytes(self):
+        server = ServerProcess("--shared-memory=off")
+        try:
+            x = uniform(self.rng, (2, 600, 300))
+            with kernelserve.Client(server.target) as client:
+                for _ in range(2):
+                    np.testing.assert_allclose(client.mean_pooling(x).out,
+                                               references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+                self.assertTrue(client._auto.off)  # asked once, then never again
+        finally:
+            server.stop()
+
+    def test_a_failed_call_does_not_reuse_its_region(self):
+        x = uniform(self.rng, (2, 600, 300))
+        self.client.mean_pooling(x)
+        [before] = self.auto_regions()
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            self.client.mean_pooling(x, chunk_size=-3)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertNotIn(before.name, [r.name for r in self.auto_regions()])
+        np.testing.assert_allclose(self.client.mean_pooling(x).out, references.mean_pooling(x),
+                                   rtol=1e-5, atol=1e-6)
+
+    def test_concurrent_calls_lease_regions_of_their_own(self):
+        xs = [uniform(self.rng, (2, 500 + 10 * i, 300)) for i in range(6)]
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            for _ in range(3):
+                outs = list(pool.map(lambda x: self.client.mean_pooling(x).out, xs))
+                for x, out in zip(xs, outs):
+                    np.testing.assert_allclose(out, references.mean_pooling(x), rtol=1e-5,
+                                               atol=1e-6)
+        self.assertLessEqual(len(self.auto_regions()), kernelserve.autoshm.MAX_REGIONS)
 
 
 class AsyncServerTest(unittest.IsolatedAsyncioTestCase):
@@ -705,7 +806,8 @@ class SystemSharedMemoryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = ServerProcess()
-        cls.client = kernelserve.Client(cls.server.target)
+        # The regions of these tests alone (LocalSharedMemoryTest has the client's own).
+        cls.client = kernelserve.Client(cls.server.target, local_shm=False)
 
     @classmethod
     def tearDownClass(cls):
@@ -851,7 +953,8 @@ class SystemSharedMemoryTest(unittest.TestCase):
         and a 1 MiB output through a region; inline, the same call is too big."""
         x = uniform(self.rng, (256, 4, 1024))
         want = self.client.mean_pooling(x)  # the default limit, 1 GiB
-        with kernelserve.Client(self.server.target, max_message_bytes=64 * 1024) as small:
+        with kernelserve.Client(self.server.target, max_message_bytes=64 * 1024,
+                                local_shm=False) as small:
             self.assertCode(grpc.StatusCode.RESOURCE_EXHAUSTED, small.mean_pooling, x)
             region = small.register_system_shm("big", 8 << 20)
             out = poisoned(region.ndarray((256, 1024), offset=4 << 20))

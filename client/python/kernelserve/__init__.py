@@ -8,10 +8,12 @@
         with client.create_tensor(k, name="k") as k_res:    # kept on the server, by name
             client.flash_attention(q, k_res, v)
 
-kernelserve.aio.Client is the same client for asyncio.
+kernelserve.aio.Client is the same client for asyncio. Calls go through gRPC's C++ library
+where the package built its extension (kernelserve.transport), and large calls to a server on
+this host through shared memory the client manages (kernelserve.autoshm).
 """
 
-from kernelserve import aio, cuda
+from kernelserve import aio, autoshm, cuda, transport
 from kernelserve.calls import Request
 from kernelserve.client import Client
 from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeError,
@@ -32,5 +34,5 @@ __all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncResidentTensor",
            "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema", "ParamSchema",
            "RegionStatus", "RegionTensor", "Request", "ResidentTensor", "ResidentTensorInfo",
            "ResidentTensors", "Result", "ServerInfo", "SystemSharedMemory",
-           "TensorSpec", "TuneResult", "UnknownKernelError", "aio", "bfloat16", "cuda", "from_bf16",
-           "to_bf16"]
+           "TensorSpec", "TuneResult", "UnknownKernelError", "aio", "autoshm", "bfloat16", "cuda",
+           "from_bf16", "to_bf16", "transport"]

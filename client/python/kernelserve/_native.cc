@@ -133,7 +133,8 @@ class Channel {
     const int limit = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
     args.SetMaxSendMessageSize(limit);
     args.SetMaxReceiveMessageSize(limit);
-    channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    std::atomic_store(&channel_, grpc::CreateCustomChannel(
+                                     target, grpc::InsecureChannelCredentials(), args));
   }
 
   // One unary call of `method` ("/package.Service/Method") whose request is the pieces (bytes,
@@ -141,6 +142,8 @@ class Channel {
   // timeout: seconds, None = none. Returns (status code, message, the answer or None).
   nb::tuple Call(const std::string& method, const nb::list& pieces, std::optional<double> timeout,
                  const std::vector<std::pair<std::string, std::string>>& metadata) {
+    std::shared_ptr<grpc::Channel> channel = std::atomic_load(&channel_);
+    if (channel == nullptr) return nb::make_tuple(14, "the client is closed", nb::none());
     auto* held = new HeldBuffers(nb::len(pieces));
     std::vector<grpc::Slice> slices;
     for (nb::handle piece : pieces) {
@@ -168,7 +171,7 @@ class Channel {
       for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
       const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
       grpc::ByteBuffer response;
-      status = grpc::internal::BlockingUnaryCall(channel_.get(), rpc, &context, request,
+      status = grpc::internal::BlockingUnaryCall(channel.get(), rpc, &context, request,
                                                  &response);
       if (status.ok()) answer.emplace(std::move(response));
     }
@@ -178,14 +181,21 @@ class Channel {
     return nb::make_tuple(static_cast<int>(status.error_code()), status.error_message(), result);
   }
 
+  // Lets go of the channel: its connection closes once calls in flight end (a server that
+  // stops waits for the connections of its clients). Calls after it are UNAVAILABLE.
+  void Close() { std::atomic_store(&channel_, std::shared_ptr<grpc::Channel>()); }
+
  private:
-  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> channel_;  // null once closed; read and written atomically
 };
 
 }  // namespace
 
 NB_MODULE(_native, m) {
   m.doc() = "The kernelserve Python client's transport over gRPC's C++ library.";
+  // Clients left open at exit (module globals, an interpreter that ends mid-call) are not
+  // leaks worth a report.
+  nb::set_leak_warnings(false);
   nb::class_<Answer>(m, "Answer")
       .def_prop_ro("size", &Answer::size)
       .def("head", &Answer::Head, nb::arg("n"))
@@ -194,6 +204,7 @@ NB_MODULE(_native, m) {
       .def(nb::init<const std::string&, int64_t>(), nb::arg("target"),
            nb::arg("max_message_bytes"))
       .def("call", &Channel::Call, nb::arg("method"), nb::arg("pieces"), nb::arg("timeout").none(),
-           nb::arg("metadata"));
+           nb::arg("metadata"))
+      .def("close", &Channel::Close);
   m.attr("GRPC_VERSION") = grpc::Version();
 }

@@ -74,6 +74,8 @@ class Client:
             except KernelserveError:
                 pass
         await self._channel.close()
+        if self._native is not None:
+            self._native.close()
 
     async def __aenter__(self) -> Client:
         return self

@@ -33,13 +33,21 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import calls, resident, results, shm, tensors, transport, wire
+from kernelserve import autoshm, calls, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
 from kernelserve.info import KernelSchema, ServerInfo, kernel_schema_of, server_info_of
 from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
+
+
+def _close_quietly(region: shm.SharedMemoryRegion) -> None:
+    """Closes a region of the client's own, whatever the server says."""
+    try:
+        region.close()  # type: ignore[attr-defined]  # System/AsyncSystemSharedMemory
+    except KernelserveError:
+        pass
 
 
 def health_name(status: int) -> str:
@@ -54,12 +62,14 @@ class Client:
                  tls: bool = False, root_certificates: Optional[bytes] = None,
                  private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None,
                  timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30,
-                 native: Optional[bool] = None) -> None:
+                 native: Optional[bool] = None, local_shm: Optional[bool] = None) -> None:
         """token: bearer token. tls (or any PEM bytes given): a TLS channel; private_key and
         certificate_chain make it mTLS. timeout: seconds per call (None = none). native: send
-        calls with large inputs through kernelserve._native (gRPC's C++ library, no copy of the
-        arrays): None = when it is built and the channel is plaintext, True = required, False =
-        never (kernelserve.transport)."""
+        calls through kernelserve._native (gRPC's C++ library, no copy of the arrays): None =
+        when it is built and the channel is plaintext, True = required, False = never
+        (kernelserve.transport). local_shm: move the tensors of large execute() calls through
+        shared-memory regions the client manages: None = when the target is on this host and
+        the server takes them, False = never (kernelserve.autoshm)."""
         options = calls.channel_options(max_message_bytes)
         credentials = calls.channel_credentials(tls, root_certificates, private_key,
                                                 certificate_chain)
@@ -74,6 +84,8 @@ class Client:
                         if transport.use_native(native, credentials is not None) else None)
         self._grpcio = transport.GrpcioTransport(self._channel, target)
         self._methods: dict[str, Callable[..., results.Result]] = {}  # kernel methods made
+        # Regions the client takes by itself for large calls to a server on this host.
+        self._auto = autoshm.AutoRegions() if autoshm.wanted(local_shm, target) else None
         self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
         self._target = target
@@ -92,6 +104,8 @@ class Client:
             except KernelserveError:
                 pass
         self._channel.close()
+        if self._native is not None:
+            self._native.close()
 
     def __enter__(self) -> Client:
         return self
@@ -117,7 +131,52 @@ class Client:
         allow_autotune: tune on a cache miss for this call. An input that is a view into a
         region of register_system_shm (or a RegionTensor, region.ref(view)) is sent as a
         reference, not its bytes. outputs: output name -> such a view (or RegionTensor), for the
-        server to write that output into; the result's output is then that view."""
+        server to write that output into; the result's output is then that view. A large call
+        to a server on this host may go through shared memory of the client's own (the
+        Client's local_shm); its outputs are then arrays of their own."""
+        run: dict[str, Any] = dict(config=config, platform=platform, device=device,
+                                   allow_autotune=allow_autotune, request_id=request_id,
+                                   timeout=timeout)
+        plan = (self._auto.plan(kernel, inputs, params, platform)
+                if self._auto is not None and outputs is None else None)
+        region = self._auto_region(plan.nbytes) if plan is not None else None
+        if plan is None or region is None:
+            return self._execute(kernel, inputs, params, outputs=outputs, **run)
+        try:  # through a region of the client's own (kernelserve.autoshm)
+            placed_inputs, placed_outputs = autoshm.place(plan, region)
+            result = self._execute(kernel, placed_inputs, params, outputs=placed_outputs, **run)
+            result.outputs = autoshm.copied_out(result.outputs, region)
+        except BaseException:
+            _close_quietly(region)  # the server may still be using it
+            raise
+        finally:
+            self._auto.release(region)  # type: ignore[union-attr]  # plan implies _auto
+        self._auto.learn(plan, result.outputs)  # type: ignore[union-attr]
+        return result
+
+    def _auto_region(self, nbytes: int) -> Optional[shm.SystemSharedMemory]:
+        """A region of the client's own for a call of `nbytes`, or None (through gRPC)."""
+        assert self._auto is not None
+        region, size = self._auto.lease(nbytes)
+        if size == 0:
+            return region  # type: ignore[return-value]  # registered by _auto_region
+        if region is not None:
+            _close_quietly(region)
+        try:
+            made = self.register_system_shm(autoshm.AutoRegions.new_name(), size)
+        except KernelserveError as error:
+            self._auto.added(None)
+            self._auto.refused(error)
+            return None
+        self._auto.added(made)
+        return made
+
+    def _execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
+                 config: Optional[Config] = None, platform: str = "",
+                 device: Optional[int] = None, allow_autotune: Optional[bool] = None,
+                 request_id: str = "", timeout: Optional[float] = None,
+                 outputs: Optional[Outputs] = None) -> results.Result:
+        """execute() itself: the call as given, through gRPC."""
         places = calls.output_places(outputs, self._regions)
         aside: calls.Aside = {}
         request = calls.execute_request(Request(

@@ -146,7 +146,7 @@ def from_data(tensor: pb.Tensor, data: memoryview) -> np.ndarray:
     array: np.ndarray = np.frombuffer(data, dtype=dtype)
     if not array.flags.aligned:
         array = array.copy()
-        array.flags.writeable = False
+    array.flags.writeable = False  # as from_proto's: the answer's bytes, not the caller's
     return array.reshape(tuple(tensor.shape))
 
 

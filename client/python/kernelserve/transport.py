@@ -87,6 +87,10 @@ class NativeTransport:
         self._channel = _native.Channel(target, max_message_bytes)
         self._target = target
 
+    def close(self) -> None:
+        """Closes the channel (its connection goes once calls in flight end)."""
+        self._channel.close()
+
     def execute(self, spliced: wire.Spliced, timeout: Optional[float],
                 metadata: Metadata) -> Answer:
         """Sends the message; raises KernelserveError for a failed call. Releases the GIL while
