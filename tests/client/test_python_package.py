@@ -42,6 +42,8 @@ PACKAGE_SOURCE = SOURCE / "client" / "python"
 MODULES = ["__init__.py", "aio.py", "calls.py", "client.py", "cuda.py", "errors.py", "health.py",
            "info.py", "resident.py", "results.py", "shm.py", "tensors.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
+# The clients' type stubs, with their kernel methods (client/python/scripts/gen_stubs.py).
+TYPE_STUBS = ["aio.pyi", "client.pyi"]
 
 
 class InstalledPackageTest(unittest.TestCase):
@@ -57,7 +59,7 @@ class InstalledPackageTest(unittest.TestCase):
 
     def test_stubs_and_py_typed_are_installed(self):
         files = {str(f) for f in importlib.metadata.files("kernelserve")}
-        for name in MODULES + ["py.typed"]:
+        for name in MODULES + TYPE_STUBS + ["py.typed"]:
             self.assertIn(f"kernelserve/{name}", files)
         for name in STUBS:
             self.assertIn(f"kernelserve/v1/{name}", files)
@@ -990,14 +992,14 @@ class BuildTest(unittest.TestCase):
                           and not n.endswith(".proto")], [])
         self.assertEqual([n for n in names if "_pb2" in n], [])
         for name in ["pyproject.toml", "setup.py", "kernelserve/py.typed"] + [
-                f"kernelserve/{m}" for m in MODULES]:
+                f"kernelserve/{m}" for m in MODULES + TYPE_STUBS]:
             self.assertIn(name, names)
         self.assertEqual([n for n in names if n.endswith((".cc", ".h", ".txt", ".cmake"))
                           and "egg-info" not in n], [])
 
         # The wheel: the package, its stubs (generated in the build), py.typed; nothing else.
         package = sorted(n for n in wheel_names if ".dist-info/" not in n)
-        expected = sorted([f"kernelserve/{m}" for m in MODULES + ["py.typed"]] +
+        expected = sorted([f"kernelserve/{m}" for m in MODULES + TYPE_STUBS + ["py.typed"]] +
                           ["kernelserve/v1/__init__.py"] + [f"kernelserve/v1/{s}" for s in STUBS])
         self.assertEqual(package, expected)
 
