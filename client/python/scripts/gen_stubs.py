@@ -221,7 +221,7 @@ def kernel_docstring(schema, run_names: Sequence[str], indent: str) -> list[str]
     """The method's docstring: the kernel's doc, then its inputs, params and outputs."""
     body = indent + "    "
     lines = _wrapped(schema.doc or schema.id, body, hanging=0)
-    lines += ["", f"{body}Inputs:"]
+    lines += ["", f"{body}Inputs:" if schema.inputs else f"{body}Inputs: none"]
     for i in schema.inputs:
         optional = "" if i.required else " (optional)"
         dtypes = "|".join(i.dtypes) or "any dtype"
@@ -243,9 +243,10 @@ def kernel_docstring(schema, run_names: Sequence[str], indent: str) -> list[str]
         lines += _wrapped(f"{o.name}: {o.dtype or '-'}, {o.shape or '-'}: {o.doc}".rstrip(": "),
                           body + "  ")
     lines += _wrapped(f"Run options: {', '.join(run_names)} (see execute()).", body)
+    lines = [line.replace("\\", "\\\\").replace('"""', '\\"""') for line in lines]
     lines[0] = lines[0][:len(body)] + '"""' + lines[0][len(body):]
     lines[-1] += '"""'
-    return [line.replace("\\", "\\\\") for line in lines]
+    return lines
 
 
 def _unusable(schema, taken: set[str], run_names: Sequence[str]) -> Optional[str]:
