@@ -707,6 +707,7 @@ class CliSharedMemoryOffTest(CliTestBase):
     def test_auto_keeps_a_large_call_in_the_message(self):
         # The server says it serves no region: auto does not try one, and says nothing.
         self.assertEqual(self.cli_json("info")["shared_memory"], [])
+        self.assertRegex(self.cli("info").stdout, r"shared memory +off")
         x = uniform(self.rng, (4, 256, 512))  # 2 MiB
         proc = self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}", "--json")
         self.assertEqual(json.loads(proc.stdout)["shared_memory"], "none")
@@ -729,6 +730,7 @@ class CliAutoSharedMemoryTest(CliTestBase):
 
     def test_the_server_says_it_serves_system_regions(self):
         self.assertIn("system", self.cli_json("info")["shared_memory"])
+        self.assertRegex(self.cli("info").stdout, r"shared memory +system")
 
     def test_run_sends_a_large_call_through_a_region(self):
         x = uniform(self.rng, (4, 256, 512))  # 2 MiB: past the server's messages
