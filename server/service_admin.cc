@@ -119,6 +119,10 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerC
           response->set_resident_tensors(deps_.resident->count());
         }
         response->set_started_unix_ms(absl::ToUnixMillis(deps_.started));
+        if (deps_.shared_memory != nullptr) {
+          if (deps_.shared_memory->system()) response->add_shared_memory("system");
+          if (deps_.shared_memory->cuda()) response->add_shared_memory("cuda");
+        }
         return absl::OkStatus();
       });
 }

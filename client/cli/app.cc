@@ -187,6 +187,14 @@ void AddCallCommands(CLI::App* app) {
   AddConfigFlag(run);
   Value(run, "output-dir", "DIR", "write DIR/NAME.npy for every output");
   Flag(run, "autotune", "allow tuning on a cache miss for this call");
+  Value(run, "shared-memory", "auto|none|system",
+        "inputs through a shared-memory region of this host (auto: local server, >= 1 MiB)");
+  run->footer(
+      "--shared-memory=auto (the default) sends inputs of 1 MiB or more through a POSIX\n"
+      "shared-memory region when the server is on this host (unix:, localhost, 127.x, [::1])\n"
+      "and serves system regions, and falls back to the message (one note on stderr) when it\n"
+      "refuses the region; none sends them in the message; system always uses a region.\n\n" +
+      run->get_footer());
   CLI::App* bench = Command(app, "bench", "load test: throughput, latency percentiles, phases");
   bench->add_option("KERNEL")->description("the kernel")->required();
   AddCallFlags(bench);
@@ -200,8 +208,9 @@ void AddCallCommands(CLI::App* app) {
         "each thread waits this long between its calls, so that each finds the server and the "
         "GPU idle (0)");
   Value(bench, "protocol", "native|v2", "kernelserve.v1 Execute, or KServe v2 ModelInfer (native)");
-  Value(bench, "shared-memory", "off|system|cuda",
-        "inputs and outputs in a shared-memory region or a GPU buffer; server on this host (off)");
+  Value(bench, "shared-memory", "auto|none|system|cuda",
+        "inputs and outputs in a shared-memory region or a GPU buffer; server on this host "
+        "(auto)");
   bench->footer(
       "--protocol=v2 sends each call as a KServe v2 ModelInfer (inference.GRPCInferenceService,\n"
       "same port, token, TLS and deadline); --config, --autotune, --platform, --device and a\n"
@@ -209,7 +218,8 @@ void AddCallCommands(CLI::App* app) {
       "--shared-memory=system puts the inputs and outputs in a POSIX shared-memory region,\n"
       "--shared-memory=cuda in a buffer on GPU --device (default 0; the CUDA runtime is loaded\n"
       "then), registered with the server (which must run on this host), so each call sends\n"
-      "references only.\n\n" +
+      "references only. auto (the default) takes a system region as run does (local server\n"
+      "serving them, inputs of 1 MiB or more; its refusal is a note on stderr), none never.\n\n" +
       bench->get_footer());
   CLI::App* tune = Command(app, "tune", "autotune for the shapes: every candidate, the winner");
   tune->add_option("KERNEL")->description("the kernel")->required();

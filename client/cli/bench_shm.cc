@@ -20,9 +20,9 @@ uint64_t Aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 
 }  // namespace
 
-absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, v1::ExecuteRequest* request,
-                                                 bool cuda, int device) {
-  KS_ASSIGN_OR_RETURN(const RunResult probe, client.Execute(*request));
+absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, const RunResult& probe,
+                                                 v1::ExecuteRequest* request, bool cuda,
+                                                 int device) {
   std::map<std::string, uint64_t> offsets;  // inputs', then outputs'
   uint64_t size = 0;
   for (const auto& [name, tensor] : request->inputs()) {

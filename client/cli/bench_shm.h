@@ -22,12 +22,14 @@ struct BenchRegion {
 // Moves the inputs of `request` into a new region registered with the server of `client` and
 // names every output there too (output_regions), so that each call of the bench sends and
 // receives references only: a system region (`cuda` false) or this process's buffer on GPU
-// `device` (`cuda` true; the CUDA runtime is loaded at run time, see GpuBuffer). One call with
-// inline bytes first learns the outputs' sizes. The server's error when it refuses the region
-// or the call (Unimplemented: that kind is off there or it has no GPU; NotFound: the server is
-// on another host).
-absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, v1::ExecuteRequest* request,
-                                                 bool cuda, int device);
+// `device` (`cuda` true; the CUDA runtime is loaded at run time, see GpuBuffer). `probe`, the
+// answer to one call of `request` with inline bytes, gives the outputs' sizes. The server's
+// error when it refuses the region (Unimplemented: that kind is off there or it has no GPU;
+// NotFound: the server is on another host); a system region's refusal leaves `request` as it
+// was.
+absl::StatusOr<BenchRegion> MoveIntoSharedMemory(const Client& client, const RunResult& probe,
+                                                 v1::ExecuteRequest* request, bool cuda,
+                                                 int device);
 
 }  // namespace kernelserve::cli
 

@@ -44,6 +44,7 @@ absl::Status Dispatch(const Args& args, std::ostream& out, std::ostream& err, bo
   CommandContext ctx;
   ctx.client = client.get();
   ctx.args = &args;
+  ctx.target = options.target;
   KS_ASSIGN_OR_RETURN(ctx.json, args.GetBool("json"));
   ctx.out = &out;
   ctx.err = &err;

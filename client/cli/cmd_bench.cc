@@ -1,6 +1,7 @@
 // bench.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli/auto_shm.h"
 #include "client/cli/bench.h"
 #include "client/cli/bench_shm.h"
 #include "client/cli/bench_v2.h"
@@ -13,7 +14,9 @@
 namespace kernelserve::cli {
 namespace {
 
-nlohmann::json ReportJson(const BenchReport& r, const BenchOptions& options) {
+// shared_memory: "system", "cuda" or "none": where the bench's tensors went.
+nlohmann::json ReportJson(const BenchReport& r, const BenchOptions& options,
+                          const std::string& shared_memory) {
   nlohmann::json server = nlohmann::json::object();
   for (size_t i = 0; i < kPhaseNames.size(); ++i) {
     server[absl::StrCat(kPhaseNames[i], "_us")] = r.server_mean_us[i];
@@ -30,7 +33,8 @@ nlohmann::json ReportJson(const BenchReport& r, const BenchOptions& options) {
             {"p90", r.p90_us},
             {"p99", r.p99_us},
             {"max", r.max_us}}},
-          {"server_mean", server}};
+          {"server_mean", server},
+          {"shared_memory", shared_memory}};
 }
 
 void PrintReport(const BenchReport& r, const BenchOptions& options, std::ostream& out) {
@@ -62,18 +66,18 @@ absl::StatusOr<std::string> ProtocolFromArgs(const Args& args) {
       absl::StrCat("--protocol=", protocol, ": expected native or v2"));
 }
 
-// --shared-memory: "off", "system" or "cuda" (native protocol only).
-absl::StatusOr<std::string> SharedMemoryFromArgs(const Args& args, const std::string& protocol) {
-  std::string kind = args.Get("shared-memory", "off");
-  if (kind != "off" && kind != "system" && kind != "cuda") {
+// --shared-memory (see auto_shm.h); the native protocol alone has regions: auto means none
+// with --protocol=v2, system and cuda are refused there.
+absl::StatusOr<SharedMemoryMode> SharedMemoryFromArgs(const Args& args,
+                                                      const std::string& protocol) {
+  KS_ASSIGN_OR_RETURN(SharedMemoryMode mode, SharedMemoryModeFromArgs(args, /*cuda_allowed=*/true));
+  if (protocol == "native") return mode;
+  if (mode == SharedMemoryMode::kSystem || mode == SharedMemoryMode::kCuda) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--shared-memory=", kind, ": expected off, system or cuda"));
+        absl::StrCat("--shared-memory=", args.Get("shared-memory"),
+                     " is not taken with --protocol=v2; use --protocol=native"));
   }
-  if (kind != "off" && protocol != "native") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shared-memory=", kind, " is not taken with --protocol=v2; use --protocol=native"));
-  }
-  return kind;
+  return SharedMemoryMode::kNone;
 }
 
 // --tensor and --output-to name resident tensors, which the native protocol alone knows.
@@ -124,7 +128,7 @@ absl::StatusOr<v1::ExecuteRequest> RequestFromArgs(const CommandContext& ctx) {
 }
 
 absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
-                         const CommandContext& ctx) {
+                         const std::string& shared_memory, const CommandContext& ctx) {
   if (!report.fatal.ok()) {  // every further call would fail the same way: no table
     const bool gone = report.fatal.code() == absl::StatusCode::kUnavailable;
     return absl::Status(report.fatal.code(),
@@ -134,7 +138,7 @@ absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
                                      report.ok, " ok before it): ", report.fatal.message()));
   }
   if (ctx.json) {
-    *ctx.out << ReportJson(report, options).dump(2) << "\n";
+    *ctx.out << ReportJson(report, options, shared_memory).dump(2) << "\n";
   } else {
     PrintReport(report, options, *ctx.out);
   }
@@ -147,16 +151,30 @@ absl::Status PrintOrFail(const BenchReport& report, const BenchOptions& options,
 
 absl::Status CmdBench(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(const std::string protocol, ProtocolFromArgs(*ctx.args));
-  KS_ASSIGN_OR_RETURN(const std::string shared_memory, SharedMemoryFromArgs(*ctx.args, protocol));
+  KS_ASSIGN_OR_RETURN(const SharedMemoryMode mode, SharedMemoryFromArgs(*ctx.args, protocol));
   KS_RETURN_IF_ERROR(ResidentWithProtocol(*ctx.args, protocol));
   KS_ASSIGN_OR_RETURN(const BenchOptions options, OptionsFromArgs(ctx));
   KS_ASSIGN_OR_RETURN(v1::ExecuteRequest request, RequestFromArgs(ctx));
-  BenchRegion region;  // registered while the bench runs
-  if (shared_memory != "off") {
+  BenchRegion region;  // registered while the bench runs, unregistered when this returns
+  const bool cuda = mode == SharedMemoryMode::kCuda;
+  if (mode == SharedMemoryMode::kSystem || cuda ||
+      (mode == SharedMemoryMode::kAuto &&
+       AutoWantsSharedMemory(*ctx.client, ctx.target, request))) {
+    // One call with the bytes inline learns the outputs' sizes.
+    KS_ASSIGN_OR_RETURN(const RunResult probe, ctx.client->Execute(request));
     const int device = request.has_device() && request.device() >= 0 ? request.device() : 0;
-    KS_ASSIGN_OR_RETURN(region, MoveIntoSharedMemory(*ctx.client, &request,
-                                                     /*cuda=*/shared_memory == "cuda", device));
+    absl::StatusOr<BenchRegion> moved =
+        MoveIntoSharedMemory(*ctx.client, probe, &request, cuda, device);
+    if (moved.ok()) {
+      region = std::move(*moved);
+    } else if (mode == SharedMemoryMode::kAuto) {
+      NoteSharedMemoryFallback(moved.status(), *ctx.err);
+    } else {
+      return moved.status();
+    }
   }
+  const std::string shared_memory =
+      region.region == nullptr ? "none" : (region.region->device() >= 0 ? "cuda" : "system");
   BenchReport report;
   if (protocol == "v2") {
     KS_ASSIGN_OR_RETURN(report, RunBenchV2(*ctx.client, request, options));
@@ -164,7 +182,7 @@ absl::Status CmdBench(const CommandContext& ctx) {
     report = RunBench(*ctx.client, std::make_shared<const v1::ExecuteRequest>(std::move(request)),
                       options);
   }
-  return PrintOrFail(report, options, ctx);
+  return PrintOrFail(report, options, shared_memory, ctx);
 }
 
 }  // namespace kernelserve::cli

@@ -150,6 +150,9 @@ absl::Status CmdInfo(const CommandContext& ctx) {
   summary.AddRow({"max message", Bytes(info.max_message_bytes())});
   summary.AddRow({"max queue", absl::StrCat(info.max_queue())});
   summary.AddRow({"max in-flight", Bytes(info.max_inflight_bytes())});
+  summary.AddRow({"shared memory", info.shared_memory().empty()
+                                       ? std::string("off (or an older server)")
+                                       : absl::StrJoin(info.shared_memory(), " ")});
   summary.AddRow({"resident tensors",
                   absl::StrCat(info.resident_tensors(), " holding ", info.resident_bytes(),
                                " bytes, of at most ", Bytes(info.max_resident_bytes()), "; ",

@@ -1,9 +1,13 @@
 // run and tune.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli/auto_shm.h"
 #include "client/cli/call_spec.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
@@ -80,6 +84,8 @@ void PrintRunResult(const RunResult& r, const std::map<std::string, std::string>
 }  // namespace
 
 absl::Status CmdRun(const CommandContext& ctx) {
+  KS_ASSIGN_OR_RETURN(const SharedMemoryMode mode,
+                      SharedMemoryModeFromArgs(*ctx.args, /*cuda_allowed=*/false));
   KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
   KS_RETURN_IF_ERROR(NeedInputs(spec, "run"));
   v1::ExecuteRequest request;
@@ -88,6 +94,22 @@ absl::Status CmdRun(const CommandContext& ctx) {
   if (spec.config) *request.mutable_config() = ToProto(*spec.config);
   KS_ASSIGN_OR_RETURN(bool autotune, ctx.args->GetBool("autotune"));
   if (autotune) request.mutable_policy()->set_allow_autotune(true);
+  // The inputs' region, when they go through one: registered until this returns (the outputs
+  // come back in the answer, so nothing read after the call views it).
+  std::unique_ptr<SharedMemoryRegion> region;
+  if (mode == SharedMemoryMode::kSystem ||
+      (mode == SharedMemoryMode::kAuto &&
+       AutoWantsSharedMemory(*ctx.client, ctx.target, request))) {
+    absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> moved =
+        MoveInputsIntoSharedMemory(*ctx.client, absl::StrCat("run-", getpid()), &request);
+    if (moved.ok()) {
+      region = std::move(*moved);
+    } else if (mode == SharedMemoryMode::kAuto) {
+      NoteSharedMemoryFallback(moved.status(), *ctx.err);
+    } else {
+      return moved.status();
+    }
+  }
   KS_ASSIGN_OR_RETURN(RunResult result, ctx.client->Execute(request));
   KS_ASSIGN_OR_RETURN(auto files,
                       WriteOutputs(result.outputs, ctx.args->Get("output-dir"), *ctx.err));
@@ -117,7 +139,8 @@ absl::Status CmdRun(const CommandContext& ctx) {
       {"device_fingerprint", result.device_fingerprint},
       {"cache_key", result.cache_key},
       {"timings", TimingsJson(result.timings)},
-      {"warnings", result.warnings}};
+      {"warnings", result.warnings},
+      {"shared_memory", region != nullptr ? "system" : "none"}};
   *ctx.out << j.dump(2) << "\n";
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #define KERNELSERVE_CLIENT_CLI_COMMANDS_H_
 
 #include <ostream>
+#include <string>
 
 #include "absl/status/status.h"
 #include "client/cli/args.h"
@@ -15,6 +16,7 @@ namespace kernelserve::cli {
 struct CommandContext {
   const Client* client = nullptr;
   const Args* args = nullptr;   // positional[0] is the command's name
+  std::string target;           // the server's gRPC target, as the client dialed it
   bool json = false;            // --json: machine-readable output
   std::ostream* out = nullptr;  // results
   std::ostream* err = nullptr;  // notes and the progress bar

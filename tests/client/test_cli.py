@@ -392,7 +392,7 @@ class CliTest(CliTestBase):
             status = rpc.KernelServiceStub(channel).SharedMemoryStatus(
                 pb.SharedMemoryStatusRequest(), timeout=10)
         self.assertEqual(list(status.regions), [])
-        for flags, message in ((["--shared-memory=gpu"], "expected off, system or cuda"),
+        for flags, message in ((["--shared-memory=gpu"], "expected auto, none, system or cuda"),
                                (["--shared-memory=system", "--protocol=v2"],
                                 "not taken with --protocol=v2")):
             proc = self.cli("bench", "mean_pooling", "--shape=x=f32:1,16,64", "--requests=5",
@@ -703,6 +703,109 @@ class CliSharedMemoryOffTest(CliTestBase):
                         "--shared-memory=cuda", code=None)
         self.assertNotEqual(proc.returncode, 0)
         self.assertRegex(proc.stderr, "CUDA runtime|cuda|CUDA|shared-memory=off")
+
+    def test_auto_keeps_a_large_call_in_the_message(self):
+        # The server says it serves no region: auto does not try one, and says nothing.
+        self.assertEqual(self.cli_json("info")["shared_memory"], [])
+        self.assertRegex(self.cli("info").stdout, r"shared memory +off")
+        x = uniform(self.rng, (4, 256, 512))  # 2 MiB
+        proc = self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}", "--json")
+        self.assertEqual(json.loads(proc.stdout)["shared_memory"], "none")
+        self.assertEqual(proc.stderr, "")
+
+
+def region_names(target):
+    """The names of the shared-memory regions the server at `target` holds."""
+    with grpc.insecure_channel(target) as channel:
+        status = rpc.KernelServiceStub(channel).SharedMemoryStatus(
+            pb.SharedMemoryStatusRequest(), timeout=10)
+    return [region.name for region in status.regions]
+
+
+class CliAutoSharedMemoryTest(CliTestBase):
+    """--shared-memory=auto, the default of run and bench, against a local server whose messages
+    hold 1.5 MiB: a call of 2 MiB reaches it only through a region."""
+    server_args = ("--max-message-bytes=1572864",)
+    FALLBACK = "refused a shared-memory region"
+
+    def test_the_server_says_it_serves_system_regions(self):
+        self.assertIn("system", self.cli_json("info")["shared_memory"])
+        self.assertRegex(self.cli("info").stdout, r"shared memory +system")
+
+    def test_run_sends_a_large_call_through_a_region(self):
+        x = uniform(self.rng, (4, 256, 512))  # 2 MiB: past the server's messages
+        path = self.save("x", x)
+        port = self.server.target.rsplit(":", 1)[1]
+        for target in (self.server.target, f"localhost:{port}", f"dns:///127.0.0.1:{port}"):
+            proc = self.cli("run", "mean_pooling", f"--input=x={path}",
+                            f"--output-dir={self.out_dir()}", "--json", target=target)
+            self.assertEqual(json.loads(proc.stdout)["shared_memory"], "system", target)
+            self.assertNotIn(self.FALLBACK, proc.stderr)
+            np.testing.assert_allclose(np.load(os.path.join(self.out_dir(), "out.npy")),
+                                       references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+            self.assertEqual(region_names(self.server.target), [])  # unregistered at exit
+
+    def test_run_keeps_a_small_call_in_the_message(self):
+        result = self.cli_json("run", "mean_pooling", "--shape=x=f32:2,16,8")
+        self.assertEqual(result["shared_memory"], "none")
+
+    def test_run_with_none_sends_the_bytes(self):
+        x = uniform(self.rng, (4, 256, 512))
+        proc = self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}",
+                        "--shared-memory=none", code=RESOURCE_EXHAUSTED)
+        self.assertIn("RESOURCE_EXHAUSTED", proc.stderr)
+        result = self.cli_json("run", "mean_pooling", "--shape=x=f32:2,16,8",
+                               "--shared-memory=none")
+        self.assertEqual(result["shared_memory"], "none")
+        # system forces a region whatever the size; cuda is bench's alone.
+        result = self.cli_json("run", "mean_pooling", "--shape=x=f32:2,16,8",
+                               "--shared-memory=system")
+        self.assertEqual(result["shared_memory"], "system")
+        proc = self.cli("run", "mean_pooling", "--shape=x=f32:2,16,8", "--shared-memory=cuda",
+                        code=INVALID_ARGUMENT)
+        self.assertIn("expected auto, none, or system", proc.stderr)
+
+    def test_bench_takes_a_region_for_a_large_call(self):
+        large = "--shape=x=f32:5,128,512"  # 1.25 MiB: the first call (sizes) still fits
+        report = self.cli_json("bench", "mean_pooling", large, "--requests=10")
+        self.assertEqual((report["ok"], report["errors"]), (10, 0), report["failures"])
+        self.assertEqual(report["shared_memory"], "system")
+        self.assertEqual(region_names(self.server.target), [])
+        for flags in ([large, "--shared-memory=none"], ["--shape=x=f32:2,16,8"],
+                      [large, "--protocol=v2"]):
+            report = self.cli_json("bench", "mean_pooling", *flags, "--requests=5")
+            self.assertEqual((report["ok"], report["errors"]), (5, 0), report["failures"])
+            self.assertEqual(report["shared_memory"], "none", flags)
+
+
+class CliSharedMemoryRefusedTest(CliTestBase):
+    """A server that serves system regions but refuses one of the call's size (as one in
+    another container, without this /dev/shm, refuses every one): auto falls back to the
+    message with one note; system fails."""
+    server_args = ("--max-shared-memory-bytes=65536",)
+
+    def test_auto_falls_back_to_the_message(self):
+        x = uniform(self.rng, (4, 256, 512))
+        path = self.save("x", x)
+        proc = self.cli("run", "mean_pooling", f"--input=x={path}",
+                        f"--output-dir={self.out_dir()}", "--json")
+        self.assertEqual(json.loads(proc.stdout)["shared_memory"], "none")
+        [note] = proc.stderr.splitlines()
+        self.assertIn("refused a shared-memory region (RESOURCE_EXHAUSTED", note)
+        self.assertIn("--shared-memory=none", note)
+        np.testing.assert_allclose(np.load(os.path.join(self.out_dir(), "out.npy")),
+                                   references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        report = self.cli_json("bench", "mean_pooling", "--shape=x=f32:5,128,512",
+                               "--requests=5")
+        self.assertEqual((report["ok"], report["errors"]), (5, 0), report["failures"])
+        self.assertEqual(report["shared_memory"], "none")
+        self.assertEqual(region_names(self.server.target), [])
+
+    def test_system_fails_when_refused(self):
+        x = uniform(self.rng, (4, 256, 512))
+        proc = self.cli("run", "mean_pooling", f"--input=x={self.save('x', x)}",
+                        "--shared-memory=system", code=RESOURCE_EXHAUSTED)
+        self.assertNotIn("sending the tensors in the message", proc.stderr)
 
 
 class CliAuthTest(CliTestBase):

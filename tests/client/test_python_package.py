@@ -43,6 +43,8 @@ MODULES = ["__init__.py", "aio.py", "autoshm.py", "calls.py", "client.py", "cuda
            "info.py", "resident.py", "results.py", "shm.py", "tensors.py", "transport.py",
            "wire.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
+# The clients' type stubs, with their kernel methods (client/python/scripts/gen_stubs.py).
+TYPE_STUBS = ["aio.pyi", "client.pyi"]
 
 
 class InstalledPackageTest(unittest.TestCase):
@@ -58,7 +60,7 @@ class InstalledPackageTest(unittest.TestCase):
 
     def test_stubs_and_py_typed_are_installed(self):
         files = {str(f) for f in importlib.metadata.files("kernelserve")}
-        for name in MODULES + ["py.typed"]:
+        for name in MODULES + TYPE_STUBS + ["py.typed"]:
             self.assertIn(f"kernelserve/{name}", files)
         for name in STUBS:
             self.assertIn(f"kernelserve/v1/{name}", files)
@@ -991,7 +993,7 @@ class BuildTest(unittest.TestCase):
                           and not n.endswith(".proto")], [])
         self.assertEqual([n for n in names if "_pb2" in n], [])
         for name in ["pyproject.toml", "setup.py", "kernelserve/py.typed"] + [
-                f"kernelserve/{m}" for m in MODULES]:
+                f"kernelserve/{m}" for m in MODULES + TYPE_STUBS]:
             self.assertIn(name, names)
         # The extension's one source file (nanobind's come from the build requirement).
         self.assertEqual([n for n in names if n.endswith((".cc", ".h", ".txt", ".cmake"))
@@ -1002,7 +1004,8 @@ class BuildTest(unittest.TestCase):
         package = sorted(n for n in wheel_names if ".dist-info/" not in n)
         native = [n for n in package if n.startswith("kernelserve/_native.") and n.endswith(".so")]
         self.assertEqual(len(native), 1, package)
-        expected = sorted([f"kernelserve/{m}" for m in MODULES + ["py.typed"]] + native +
+        expected = sorted([f"kernelserve/{m}" for m in MODULES + TYPE_STUBS + ["py.typed"]] +
+                          native +
                           ["kernelserve/v1/__init__.py"] + [f"kernelserve/v1/{s}" for s in STUBS])
         self.assertEqual(package, expected)
 

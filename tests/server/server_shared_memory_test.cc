@@ -226,11 +226,30 @@ grpc::Status RegisterFreshObject(const std::string& address) {
   return stub->RegisterSystemSharedMemory(&context, request, &response);
 }
 
+// The region kinds GetServerInfo lists (ServerInfo.shared_memory): what a client checks before
+// it takes a region by itself (the CLI's --shared-memory=auto).
+std::vector<std::string> ServedKinds(const std::string& address) {
+  grpc::ClientContext context;
+  v1::ServerInfo info;
+  const grpc::Status status = MakeStub(address)->GetServerInfo(&context, {}, &info);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return {info.shared_memory().begin(), info.shared_memory().end()};
+}
+
+TEST_F(SharedMemoryTest, ServerInfoSaysSystemRegionsAreServed) {
+  // A loopback listener: system regions (and CUDA ones where the server has a GPU).
+  const std::vector<std::string> kinds = ServedKinds(server_->address());
+  EXPECT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.front(), "system");
+  for (const std::string& kind : kinds) EXPECT_TRUE(kind == "system" || kind == "cuda") << kind;
+}
+
 TEST(SharedMemoryOffTest, RegistrationIsUnimplementedAndTheStartupLineSaysSo) {
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--cache=memory", "--shared-memory=off"}).ok());
   EXPECT_NE(server.startup_line().find("; shared memory off"), std::string::npos)
       << server.startup_line();
+  EXPECT_EQ(ServedKinds(server.address()), std::vector<std::string>{});
   const grpc::Status status = RegisterFreshObject(server.address());
   EXPECT_EQ(status.error_code(), StatusCode::UNIMPLEMENTED);
   EXPECT_NE(status.error_message().find("--shared-memory=off"), std::string::npos)
