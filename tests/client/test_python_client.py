@@ -752,6 +752,24 @@ class AsyncLargeCallTest(AsyncServerTest):
                 await client.close()
 
 
+class AsyncLocalSharedMemoryTest(AsyncServerTest):
+    """kernelserve.aio.Client's own regions for large calls to a server on this host."""
+
+    async def test_large_calls_through_a_region(self):
+        x = uniform(self.rng, (2, 600, 300))
+        for _ in range(2):  # learns the output's shape, then places it
+            outs = await asyncio.gather(*(self.client.mean_pooling(x[i:]) for i in range(2)))
+            for i, r in enumerate(outs):
+                np.testing.assert_allclose(r.out, references.mean_pooling(x[i:]), rtol=1e-5,
+                                           atol=1e-6)
+        regions = [r for r in await self.client.shm_status()
+                   if r.name.startswith("kernelserve-auto-")]
+        self.assertTrue(1 <= len(regions) <= 2, regions)
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.mean_pooling(x, chunk_size=-3)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
+
 def shm_objects():
     """The names of the POSIX shared-memory objects Python made (multiprocessing's "psm_")."""
     return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}

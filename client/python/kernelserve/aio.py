@@ -24,7 +24,7 @@ import grpc.aio
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import calls, resident, results, shm, tensors, transport, wire
+from kernelserve import autoshm, calls, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
@@ -34,6 +34,14 @@ from kernelserve.v1 import kernel_service_pb2 as pb
 from kernelserve.v1 import kernel_service_pb2_grpc as pb_grpc
 
 
+async def _close_quietly(region: shm.SharedMemoryRegion) -> None:
+    """Closes a region of the client's own, whatever the server says."""
+    try:
+        await region.close()  # type: ignore[attr-defined]  # AsyncSystemSharedMemory
+    except KernelserveError:
+        pass
+
+
 class Client:
     """A grpc.aio connection to one server; see kernelserve.Client for what each call does."""
 
@@ -41,9 +49,9 @@ class Client:
                  tls: bool = False, root_certificates: Optional[bytes] = None,
                  private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None,
                  timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30,
-                 native: Optional[bool] = None) -> None:
+                 native: Optional[bool] = None, local_shm: Optional[bool] = None) -> None:
         """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call, native
-        (a native call runs in the loop's default executor, the GIL released)."""
+        (a native call runs in the loop's default executor, the GIL released), local_shm."""
         options = calls.channel_options(max_message_bytes)
         credentials = calls.channel_credentials(tls, root_certificates, private_key,
                                                 certificate_chain)
@@ -57,6 +65,8 @@ class Client:
                         if transport.use_native(native, credentials is not None) else None)
         self._grpcio = transport.GrpcioTransport(self._channel, target)
         self._methods: dict[str, Callable[..., Awaitable[results.Result]]] = {}  # kernel methods
+        # Regions the client takes by itself for large calls to a server on this host.
+        self._auto = autoshm.AutoRegions() if autoshm.wanted(local_shm, target) else None
         self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
         self._target = target
@@ -95,7 +105,52 @@ class Client:
                       device: Optional[int] = None, allow_autotune: Optional[bool] = None,
                       request_id: str = "", timeout: Optional[float] = None,
                       outputs: Optional[Outputs] = None) -> results.Result:
-        """See kernelserve.Client.execute."""
+        """See kernelserve.Client.execute (large calls to a server on this host through shared
+        memory of the client's own included)."""
+        run: dict[str, Any] = dict(config=config, platform=platform, device=device,
+                                   allow_autotune=allow_autotune, request_id=request_id,
+                                   timeout=timeout)
+        plan = (self._auto.plan(kernel, inputs, params, platform)
+                if self._auto is not None and outputs is None else None)
+        region = await self._auto_region(plan.nbytes) if plan is not None else None
+        if plan is None or region is None:
+            return await self._execute(kernel, inputs, params, outputs=outputs, **run)
+        try:  # through a region of the client's own (kernelserve.autoshm)
+            placed_inputs, placed_outputs = autoshm.place(plan, region)
+            result = await self._execute(kernel, placed_inputs, params, outputs=placed_outputs,
+                                         **run)
+            result.outputs = autoshm.copied_out(result.outputs, region)
+        except BaseException:
+            await _close_quietly(region)  # the server may still be using it
+            raise
+        finally:
+            self._auto.release(region)  # type: ignore[union-attr]  # plan implies _auto
+        self._auto.learn(plan, result.outputs)  # type: ignore[union-attr]
+        return result
+
+    async def _auto_region(self, nbytes: int) -> Optional[shm.AsyncSystemSharedMemory]:
+        """See kernelserve.Client._auto_region."""
+        assert self._auto is not None
+        region, size = self._auto.lease(nbytes)
+        if size == 0:
+            return region  # type: ignore[return-value]  # registered by _auto_region
+        if region is not None:
+            await _close_quietly(region)
+        try:
+            made = await self.register_system_shm(autoshm.AutoRegions.new_name(), size)
+        except KernelserveError as error:
+            self._auto.added(None)
+            self._auto.refused(error)
+            return None
+        self._auto.added(made)
+        return made
+
+    async def _execute(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
+                       config: Optional[Config] = None, platform: str = "",
+                       device: Optional[int] = None, allow_autotune: Optional[bool] = None,
+                       request_id: str = "", timeout: Optional[float] = None,
+                       outputs: Optional[Outputs] = None) -> results.Result:
+        """execute() itself: the call as given, through gRPC."""
         places = calls.output_places(outputs, self._regions)
         aside: calls.Aside = {}
         request = calls.execute_request(Request(

@@ -19,6 +19,7 @@ loop that uses it (grpc.aio channels belong to one loop).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any, Awaitable, Callable, Optional
 
@@ -27,7 +28,7 @@ import grpc.aio
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import calls, resident, results, shm, tensors
+from kernelserve import autoshm, calls, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
@@ -61,8 +62,11 @@ class Client:
             certificate_chain: Optional[bytes] = None,
             timeout: Optional[float] = 60.0,
             max_message_bytes: int = 1 << 30,
+            native: Optional[bool] = None,
+            local_shm: Optional[bool] = None,
     ) -> None:
-        """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call."""
+        """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call, native
+        (a native call runs in the loop's default executor, the GIL released), local_shm."""
         ...
 
     async def close(self) -> None:
@@ -89,7 +93,8 @@ class Client:
             timeout: Optional[float] = None,
             outputs: Optional[Outputs] = None,
     ) -> results.Result:
-        """See kernelserve.Client.execute."""
+        """See kernelserve.Client.execute (large calls to a server on this host through shared
+        memory of the client's own included)."""
         ...
 
     async def execute_batch(

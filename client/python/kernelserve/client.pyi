@@ -37,7 +37,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import calls, resident, results, shm, tensors
+from kernelserve import autoshm, calls, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -74,9 +74,16 @@ class Client:
             certificate_chain: Optional[bytes] = None,
             timeout: Optional[float] = 60.0,
             max_message_bytes: int = 1 << 30,
+            native: Optional[bool] = None,
+            local_shm: Optional[bool] = None,
     ) -> None:
         """token: bearer token. tls (or any PEM bytes given): a TLS channel; private_key and
-        certificate_chain make it mTLS. timeout: seconds per call (None = none)."""
+        certificate_chain make it mTLS. timeout: seconds per call (None = none). native: send
+        calls through kernelserve._native (gRPC's C++ library, no copy of the arrays): None =
+        when it is built and the channel is plaintext, True = required, False = never
+        (kernelserve.transport). local_shm: move the tensors of large execute() calls through
+        shared-memory regions the client manages: None = when the target is on this host and
+        the server takes them, False = never (kernelserve.autoshm)."""
         ...
 
     def close(self) -> None:
@@ -110,7 +117,9 @@ class Client:
         allow_autotune: tune on a cache miss for this call. An input that is a view into a
         region of register_system_shm (or a RegionTensor, region.ref(view)) is sent as a
         reference, not its bytes. outputs: output name -> such a view (or RegionTensor), for the
-        server to write that output into; the result's output is then that view."""
+        server to write that output into; the result's output is then that view. A large call
+        to a server on this host may go through shared memory of the client's own (the
+        Client's local_shm); its outputs are then arrays of their own."""
         ...
 
     def execute_batch(
