@@ -8,13 +8,19 @@ Starts BUILD/server/kernelserve-server on a free loopback port, then for each si
 mean_pooling f32 input, [MB/4, 1024, 1024]; 0 = a tiny call, [1, 16, 64]) runs, in each round
 and in this order:
 
-- cli: `kernelserve bench mean_pooling --requests N --shared-memory off` (p50 of N calls; the CLI
+- cli: `kernelserve bench mean_pooling --requests N` (--shared-memory none; p50 of N calls; the CLI
   sends the same serialized request each time, without copying its bytes);
 - native: the Python client with kernelserve._native (the default where it is built);
 - grpcio: the Python client with native=False (the pure-Python fallback);
 - protobuf: native=False with every input put into the message by protobuf, as the client did
   before kernelserve.wire (a620dce and earlier);
+- cli-shm: the CLI's bench with --shared-memory system (inputs and outputs in a registered
+  region, each call sending references: the documented shm path);
+- auto: the Python client as a local user gets it by default (native, and its own shared memory,
+  kernelserve.autoshm; inputs copied into the region, outputs copied out, every call);
 
+the paths that take shared memory need a server that serves it (as root: --server-args
+--shared-memory-as-root); 
 each Python path timed as the median of N calls after one warm-up, on the same array. Prints,
 per size, the median over rounds of each path's p50 and its ratio to the CLI's, with the range
 over rounds. Needs the Python package importable (the build's pyenv: BUILD/pyenv/bin/python).
@@ -35,7 +41,7 @@ import numpy as np
 import kernelserve
 from kernelserve import transport, wire
 
-PATHS = ("cli", "native", "grpcio", "protobuf")
+PATHS = ("cli", "native", "grpcio", "protobuf", "cli-shm", "auto")
 
 
 def free_port() -> int:
@@ -62,12 +68,12 @@ def wait_serving(target: str, server: subprocess.Popen) -> None:
     sys.exit(f"no server at {target} after 60 s")
 
 
-def cli_p50(build: str, target: str, mb: int, reps: int, platform: str) -> float:
+def cli_p50(build: str, target: str, mb: int, reps: int, platform: str, shm: str) -> float:
     shape = ",".join(map(str, shape_of(mb)))
     out = subprocess.run(
         [f"{build}/client/kernelserve", "--target", target, "--json", "--deadline", "600s",
          "bench", "mean_pooling", "--shape", f"x=f32:{shape}", "--requests", str(reps + 1),
-         "--duration", "3600s", "--shared-memory", "off", "--platform", platform],
+         "--duration", "3600s", "--shared-memory", shm, "--platform", platform],
         capture_output=True, text=True, check=True).stdout
     return json.loads(out)["latency_us"]["p50"] / 1e3
 
@@ -112,22 +118,25 @@ def main() -> int:
     results: dict[int, dict[str, list[float]]] = {}
     try:
         wait_serving(target, server)
-        clients = {"native": kernelserve.Client(target, native=True, timeout=600,
-                                                max_message_bytes=limit)
-                   if "native" in paths else None,
+        native = transport.native_available()
+        clients = {"native": kernelserve.Client(target, native=native, timeout=600,
+                                                max_message_bytes=limit, local_shm=False),
                    "grpcio": kernelserve.Client(target, native=False, timeout=600,
-                                                max_message_bytes=limit)}
+                                                max_message_bytes=limit, local_shm=False),
+                   "auto": kernelserve.Client(target, timeout=600, max_message_bytes=limit)}
+        clients["protobuf"] = clients["grpcio"]
         for mb in map(int, opts.sizes.split(",")):
             x = np.random.default_rng(mb).standard_normal(shape_of(mb), dtype=np.float32)
             reps = opts.reps * 40 if mb == 0 else opts.reps
             runs = results.setdefault(mb, {p: [] for p in paths})
             for _ in range(opts.rounds):
                 for path in paths:
-                    if path == "cli":
-                        runs[path].append(cli_p50(opts.build, target, mb, reps, opts.platform))
+                    if path.startswith("cli"):
+                        shm = "system" if path == "cli-shm" else "none"
+                        runs[path].append(cli_p50(opts.build, target, mb, reps, opts.platform,
+                                                  shm))
                     else:
-                        client = clients["native" if path == "native" else "grpcio"]
-                        runs[path].append(python_p50(client, x, reps, opts.platform,
+                        runs[path].append(python_p50(clients[path], x, reps, opts.platform,
                                                      path == "protobuf"))
             report(mb, runs)
             del x
@@ -142,12 +151,14 @@ def main() -> int:
 
 def report(mb: int, runs: dict[str, list[float]]) -> None:
     cli = statistics.median(runs["cli"]) if "cli" in runs else None
+    cli_shm = statistics.median(runs["cli-shm"]) if "cli-shm" in runs else None
     parts = []
     for path, values in runs.items():
         mid = statistics.median(values)
         text = f"{path} {mid:.2f} ms [{min(values):.2f}-{max(values):.2f}]"
-        if cli and path != "cli":
-            text += f" {mid / cli:.2f}x"
+        base = cli_shm if path == "auto" else cli  # auto against the CLI's shm path
+        if base and not path.startswith("cli"):
+            text += f" {mid / base:.2f}x"
         parts.append(text)
     label = "tiny" if mb == 0 else f"{mb} MB"
     print(f"{label}: " + "; ".join(parts), flush=True)
