@@ -281,7 +281,8 @@ absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const Tensor
         absl::StrCat("the tuning time budget of ", absl::FormatDuration(plan.policy.time_budget),
                      " ran out before any of the ", report->candidates.size(),
                      " candidates was timed (the heuristic config's reference run took ",
-                     absl::FormatDuration(absl::Seconds(report->elapsed_seconds)),
+                     absl::FormatDuration(absl::Trunc(absl::Seconds(report->elapsed_seconds),
+                                                      absl::Microseconds(100))),
                      "); give a larger time budget"));
   }
   result.platform = RanOn(plan, result.selection.config);
