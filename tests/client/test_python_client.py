@@ -395,6 +395,17 @@ class TuneAndCacheTest(unittest.TestCase):
         self.assertTrue(all(p.candidates_total == tuned.candidates_total for p in told), told)
         self.assertTrue(all(p.best_us > 0 for p in told if p.candidates_done > 0), told)
 
+    def test_autotune_progress_callback_that_raises_cancels_the_tuning(self):
+        spec = {"x": kernelserve.TensorSpec((4, 512, 128), np.float32)}
+
+        def stop(progress):
+            raise KeyboardInterrupt
+
+        with self.assertRaises(KeyboardInterrupt):
+            self.client.autotune("mean_pooling", spec, progress=stop)
+        self.assertEqual(self.client.health(), "SERVING")
+        self.assertEqual(self.client.autotune("mean_pooling", spec).source, "autotune")
+
     def test_autotune_time_budget(self):
         spec = {"x": kernelserve.TensorSpec((8, 2048, 256), np.float32)}
         full = self.client.autotune("mean_pooling", spec, time_budget=0)

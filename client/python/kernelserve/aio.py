@@ -185,15 +185,19 @@ class Client:
                                                            timeout))
         timeout = timeout or self._timeout
         response = None
+        stream = self._stub.AutotuneStream(request, timeout=timeout, metadata=self._metadata)
         try:
-            async for message in self._stub.AutotuneStream(request, timeout=timeout,
-                                                           metadata=self._metadata):
+            async for message in stream:
                 if message.HasField("result"):
                     response = message.result
-                else:
+                    continue
+                try:
                     told = progress(results.tune_progress_of(message))
                     if inspect.isawaitable(told):
                         await told
+                except BaseException:
+                    stream.cancel()  # the tuning stops on the server too
+                    raise
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED and response is None:
                 # A server from before AutotuneStream: no progress.

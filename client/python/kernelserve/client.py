@@ -208,20 +208,25 @@ class Client:
         far (result.budget_reached; kept in the server's memory only, never its store);
         DEADLINE_EXCEEDED when it ends before any candidate is timed, INVALID_ARGUMENT when
         negative. progress: called on this thread with a TuneProgress as candidates are timed
-        (the call then goes over AutotuneStream)."""
+        (the call then goes over AutotuneStream); an exception it raises cancels the call and
+        propagates."""
         request = calls.autotune_request(kernel, inputs, params, platform, device, persist,
                                          time_budget)
         if progress is None:
             return results.tune_result_of(self._call(self._stub.Autotune, request, timeout))
         timeout = timeout or self._timeout
         response = None
+        stream = self._stub.AutotuneStream(request, timeout=timeout, metadata=self._metadata)
         try:
-            for message in self._stub.AutotuneStream(request, timeout=timeout,
-                                                     metadata=self._metadata):
+            for message in stream:
                 if message.HasField("result"):
                     response = message.result
                 else:
-                    progress(results.tune_progress_of(message))
+                    try:
+                        progress(results.tune_progress_of(message))
+                    except BaseException:
+                        stream.cancel()  # the tuning stops on the server too
+                        raise
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED and response is None:
                 # A server from before AutotuneStream: no progress.
