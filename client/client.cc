@@ -2,6 +2,8 @@
 
 #include <climits>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -369,6 +371,32 @@ absl::StatusOr<Response> Client::Unary(UnaryMethod<Request, Response> method,
 
 absl::StatusOr<v1::AutotuneResponse> Client::Autotune(const v1::AutotuneRequest& request) const {
   return Unary(&v1::KernelService::Stub::Autotune, request);
+}
+
+absl::StatusOr<v1::AutotuneResponse> Client::Autotune(
+    const v1::AutotuneRequest& request,
+    const std::function<void(const v1::AutotuneProgress&)>& progress) const {
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  std::unique_ptr<grpc::ClientReader<v1::AutotuneProgress>> stream =
+      stub_->AutotuneStream(&context, request);
+  std::optional<v1::AutotuneResponse> result;
+  for (v1::AutotuneProgress message; stream->Read(&message);) {
+    if (message.has_result()) {
+      result = std::move(*message.mutable_result());
+    } else if (progress) {
+      progress(message);
+    }
+  }
+  const grpc::Status status = stream->Finish();
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !result.has_value()) {
+    return Autotune(request);  // a server from before AutotuneStream
+  }
+  KS_RETURN_IF_ERROR(FromGrpcStatus(status));
+  if (!result.has_value()) {
+    return absl::InternalError("AutotuneStream ended without its result");
+  }
+  return *std::move(result);
 }
 
 absl::StatusOr<v1::ListKernelsResponse> Client::ListKernels() const {

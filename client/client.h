@@ -12,6 +12,7 @@
 #define KERNELSERVE_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -200,6 +201,12 @@ class Client {
   absl::StatusOr<std::vector<absl::StatusOr<RunResult>>> ExecuteStream(
       std::vector<v1::ExecuteRequest> requests) const;
   absl::StatusOr<v1::AutotuneResponse> Autotune(const v1::AutotuneRequest& request) const;
+  // The same on AutotuneStream: `progress` is called on this thread with each message but the
+  // last, whose result is returned. A server without AutotuneStream (UNIMPLEMENTED) gets a
+  // plain Autotune: no progress then.
+  absl::StatusOr<v1::AutotuneResponse> Autotune(
+      const v1::AutotuneRequest& request,
+      const std::function<void(const v1::AutotuneProgress&)>& progress) const;
   absl::StatusOr<v1::ListKernelsResponse> ListKernels() const;
   absl::StatusOr<v1::ServerInfo> ServerInfo() const;
   // kernel "" = every kernel.

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/recorder.h"
 #include "core/status_macros.h"
 #include "core/utils/string_view.h"
@@ -28,6 +29,7 @@ TuneOptions TuneOptionsOf(const CallPlan& plan) {
   tune.iters = plan.policy.iters;
   tune.time_budget = plan.policy.time_budget;
   tune.interrupt = plan.interrupt;
+  tune.progress = plan.tune_progress;
   return tune;
 }
 
@@ -159,6 +161,7 @@ absl::StatusOr<CallPlan> Executor::Plan(std::string_view kernel_name, const Tens
   plan.config = options.config;
   plan.interrupt = options.interrupt;
   plan.reserve_tuning = options.reserve_tuning;
+  plan.tune_progress = options.tune_progress;
   KS_RETURN_IF_ERROR(Finish(plan));
   return plan;
 }
@@ -272,6 +275,16 @@ absl::StatusOr<AutotuneResult> Executor::Tune(const CallPlan& plan, const Tensor
   };
   AutotuneResult result;
   KS_ASSIGN_OR_RETURN(result.selection, chain_->Tune(request));
+  if (const std::optional<TuneReport>& report = result.selection.tune_report;
+      report.has_value() && report->budget_reached && report->candidates_run == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the tuning time budget of ", absl::FormatDuration(plan.policy.time_budget),
+                     " ran out before any of the ", report->candidates.size(),
+                     " candidates was timed (the heuristic config's reference run took ",
+                     absl::FormatDuration(absl::Trunc(absl::Seconds(report->elapsed_seconds),
+                                                      absl::Microseconds(100))),
+                     "); give a larger time budget"));
+  }
   result.platform = RanOn(plan, result.selection.config);
   result.device = plan.ordinal();
   result.device_fingerprint = plan.invocation.device.Hash();

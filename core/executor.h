@@ -47,6 +47,9 @@ struct ExecuteOptions {
   // call with it before anything is launched. Empty = nothing asked. Tune does not ask: its
   // caller counts those copies before it starts.
   std::function<absl::Status(int64_t bytes)> reserve_tuning;
+  // Told where a tuning of this call stands (TuneOptions::progress), on the thread that tunes.
+  // Empty = not told.
+  std::function<void(const TuneProgress&)> tune_progress;
 };
 
 // A value type.
@@ -88,6 +91,7 @@ struct CallPlan {
   std::optional<KernelConfig> config;       // explicit override
   std::function<absl::Status()> interrupt;  // see ExecuteOptions::interrupt
   std::function<absl::Status(int64_t bytes)> reserve_tuning;  // see ExecuteOptions
+  std::function<void(const TuneProgress&)> tune_progress;     // see ExecuteOptions
 
   int ordinal() const { return device->ordinal; }  // -1 = the CPU
   const Attributes& attributes() const { return invocation.attributes; }
@@ -135,9 +139,12 @@ class Executor {
   // ResourceExhausted when the device runs out of memory.
   absl::StatusOr<ExecuteResult> Run(const CallPlan& plan, const TensorMap& inputs,
                                     const TensorMap& output_places = {}) const;
-  // Tunes `plan` now and stores the winner (when the policy persists). `inputs` (borrowed, may
-  // be null) supplies the data; null = random valid data of the planned specs
-  // (Kernel::SynthesizeInputs).
+  // Tunes `plan` now and stores the winner (when the policy persists; a winner of a tuning that
+  // the time budget cut short goes to memory only, see ConfigSelectorChain::Tune). `inputs`
+  // (borrowed, may be null) supplies the data; null = random valid data of the planned specs
+  // (Kernel::SynthesizeInputs). DeadlineExceeded naming the budget when it ran out before any
+  // candidate ran: the caller asked for a tuning and gets none (the heuristic's config, which
+  // a call uses anyway, is no answer to it).
   absl::StatusOr<AutotuneResult> Tune(const CallPlan& plan, const TensorMap* inputs) const;
   // Pins `config` for the plan's key in memory and the store (ConfigSelectorChain::Pin).
   absl::Status Pin(const CallPlan& plan, const KernelConfig& config) const;

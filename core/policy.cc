@@ -1,5 +1,6 @@
 #include "core/policy.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kernelserve {
@@ -14,6 +15,7 @@ AutotunePolicy PolicyPatch::ApplyTo(AutotunePolicy base) const {
   if (allow_autotune) base.allow_autotune = *allow_autotune;
   if (allow_heuristics) base.allow_heuristics = *allow_heuristics;
   if (persist) base.persist = *persist;
+  if (time_budget) base.time_budget = std::min(base.time_budget, *time_budget);
   return base;
 }
 

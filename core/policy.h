@@ -35,6 +35,9 @@ struct PolicyPatch {
   std::optional<bool> allow_autotune;
   std::optional<bool> allow_heuristics;
   std::optional<bool> persist;
+  // The call's own tuning budget: it may shorten the base's, never lengthen it (the base's is
+  // the server's cap).
+  std::optional<absl::Duration> time_budget;
 
   AutotunePolicy ApplyTo(AutotunePolicy base) const;
 };

@@ -223,8 +223,18 @@ absl::StatusOr<Selection> ConfigSelectorChain::RunTuning(const SelectRequest& re
   Selection s = Make(report->best, ConfigSource::kAutotune, key);
   if (report->all_failed) {
     s.source = ConfigSource::kHeuristic;
-    s.warnings.push_back(
-        absl::StrCat("every autotune candidate failed for ", key, "; using the heuristic config"));
+    s.warnings.push_back(absl::StrCat(report->budget_reached && report->candidates_run == 0
+                                          ? "the tuning time budget ran out before any candidate"
+                                          : "every autotune candidate failed",
+                                      " for ", key, "; using the heuristic config"));
+  } else if (report->budget_reached) {
+    // The best of the candidates timed, not of all: kept in memory (so that calls do not tune
+    // it again at once), never stored as if it were a full tuning's.
+    WriteBack(request, key, report->best, "autotune", report->best_seconds, /*persist=*/false);
+    s.warnings.push_back(absl::StrCat(
+        "the tuning time budget ran out after ", report->candidates_run, " of ",
+        report->candidates.size(),
+        " candidates: the best of those is kept in memory, not written to the config store"));
   } else {
     WriteBack(request, key, report->best, "autotune", report->best_seconds);
   }
@@ -246,9 +256,9 @@ absl::StatusOr<Selection> ConfigSelectorChain::Heuristic(const SelectRequest& re
 
 void ConfigSelectorChain::WriteBack(const SelectRequest& request, const std::string& key,
                                     const KernelConfig& config, std::string_view origin,
-                                    double seconds) {
+                                    double seconds, bool persist) {
   memory_->Put(key, config, request.invocation->device.Hash());
-  if (store_ == nullptr || !request.policy.persist) return;
+  if (store_ == nullptr || !request.policy.persist || !persist) return;
   StoredConfig value;
   value.config = config;
   value.kernel_id = request.invocation->kernel_id;

@@ -88,7 +88,9 @@ class ConfigSelectorChain {
   // heuristic.
   absl::StatusOr<Selection> Select(const SelectRequest& request);
   // Tunes now, whatever the caches hold, and writes the winner back (memory; the store when
-  // the policy persists). REQUIRES: request.tune is set.
+  // the policy persists). A winner of a tuning that the time budget cut short (its report's
+  // budget_reached) is the best of some candidates only: it goes to memory, never to the
+  // store, and the selection warns so. REQUIRES: request.tune is set.
   absl::StatusOr<Selection> Tune(const SelectRequest& request);
 
   // Pins `config` for the request's key in memory and in the store. InvalidArgument when the
@@ -115,8 +117,9 @@ class ConfigSelectorChain {
                                       bool use_lease);
   absl::StatusOr<Selection> Heuristic(const SelectRequest& request, const std::string& key,
                                       bool write_back);
+  // `persist` = false: memory only, whatever the policy says.
   void WriteBack(const SelectRequest& request, const std::string& key, const KernelConfig& config,
-                 std::string_view origin, double seconds);
+                 std::string_view origin, double seconds, bool persist = true);
   void StoreError(std::string_view op, const absl::Status& status);
 
   ConfigCache* const memory_;

@@ -98,6 +98,26 @@ bool Better(const CandidateResult& a, const CandidateResult* best) {
   return a.config.priority > best->config.priority;
 }
 
+// Times `config` on `run` (warmup + iters launches of `launch`) and checks its output against
+// `reference`: OK with *median_seconds set, or why the candidate is rejected.
+template <typename Launch>
+absl::Status TimeCandidate(PreparedRun& run, const KernelConfig& config, const TensorMap& reference,
+                           double tolerance, const TuneOptions& options, const Launch& launch,
+                           double* median_seconds) {
+  absl::StatusOr<double> seconds =
+      Benchmark([&] { return launch(config); }, options.warmup, options.iters);
+  if (!seconds.ok()) return seconds.status();
+  absl::StatusOr<TensorMap> out = run.Fetch();
+  if (!out.ok()) return out.status();
+  const double err = OutputsRelativeError(*out, reference);
+  if (!(err <= tolerance)) {
+    return absl::InternalError(absl::StrFormat(
+        "output differs from the heuristic config's: relative error %g > %g", err, tolerance));
+  }
+  *median_seconds = *seconds;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuristic,
@@ -126,33 +146,28 @@ absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuris
   TuneReport report;
   const CandidateResult* best = nullptr;
   report.candidates.reserve(candidates.size());
+  const auto report_progress = [&] {
+    if (!options.progress) return;
+    options.progress(TuneProgress{report.candidates_run, static_cast<int>(candidates.size()),
+                                  best == nullptr ? 0.0 : best->median_seconds, elapsed()});
+  };
+  report_progress();
   for (const KernelConfig& config : candidates) {
     CandidateResult& result = report.candidates.emplace_back();
     result.config = config;
-    if (elapsed() > budget) {
+    if (report.budget_reached || elapsed() > budget) {
+      report.budget_reached = true;
       result.status = absl::DeadlineExceededError("skipped: tuning time budget spent");
       continue;
     }
-    absl::StatusOr<double> seconds =
-        Benchmark([&] { return launch(config); }, options.warmup, options.iters);
-    if (!seconds.ok()) {
+    ++report.candidates_run;
+    result.status =
+        TimeCandidate(run, config, reference, tolerance, options, launch, &result.median_seconds);
+    if (!result.status.ok()) {
       KS_RETURN_IF_ERROR(interrupted());  // the caller is gone: no report, no winner
-      result.status = seconds.status();
-      continue;
     }
-    absl::StatusOr<TensorMap> out = run.Fetch();
-    if (!out.ok()) {
-      result.status = out.status();
-      continue;
-    }
-    const double err = OutputsRelativeError(*out, reference);
-    if (!(err <= tolerance)) {
-      result.status = absl::InternalError(absl::StrFormat(
-          "output differs from the heuristic config's: relative error %g > %g", err, tolerance));
-      continue;
-    }
-    result.median_seconds = *seconds;
-    if (Better(result, best)) best = &result;
+    if (result.status.ok() && Better(result, best)) best = &result;
+    report_progress();
   }
   report.elapsed_seconds = elapsed();
   if (best == nullptr) {

@@ -26,14 +26,28 @@ absl::StatusOr<double> Benchmark(const std::function<absl::StatusOr<double>()>& 
 // still count as the same function, for outputs of `dtype`.
 double MatchTolerance(DType dtype);
 
+// Where a tuning run stands, after the heuristic's reference run and after each candidate.
+// A value type.
+struct TuneProgress {
+  int done = 0;               // candidates run so far (timed, or failed on their own)
+  int total = 0;              // candidates in all
+  double best_seconds = 0.0;  // the fastest matching candidate so far; 0 = none yet
+  double elapsed_seconds = 0.0;
+};
+
 // Options of one tuning run. Every field has a default.
 struct TuneOptions {
-  int warmup = 1;                                  // untimed launches per candidate
-  int iters = 5;                                   // timed launches per candidate
-  absl::Duration time_budget = absl::Seconds(30);  // candidates after this are skipped
+  int warmup = 1;  // untimed launches per candidate
+  int iters = 5;   // timed launches per candidate
+  // From the run's start (the reference run included): once spent, no further candidate is
+  // started (the one running finishes) and the rest are skipped. Infinite = none.
+  absl::Duration time_budget = absl::Seconds(30);
   // Checked before every launch; a non-OK status ends the tuning with that status (the
   // caller's deadline passed or it cancelled). Empty = never.
   std::function<absl::Status()> interrupt;
+  // Called on the tuning thread once the reference run is done (done = 0) and after each
+  // candidate that runs; it must not block for long. Empty = not reported.
+  std::function<void(const TuneProgress&)> progress;
 };
 
 // How one candidate fared. A value type.
@@ -50,12 +64,16 @@ struct TuneReport {
   bool all_failed = false;                  // true: `best` is the heuristic, untimed
   std::vector<CandidateResult> candidates;  // in the order given
   double elapsed_seconds = 0.0;
+  int candidates_run = 0;       // those the budget let run (timed, or failed on their own)
+  bool budget_reached = false;  // the time budget skipped the others (DEADLINE_EXCEEDED each)
 };
 
 // Tunes on `run`: launches `heuristic` once as the reference output, then each candidate
 // (warmup + iters); a candidate wins only if its output matches the reference within
 // MatchTolerance and it is the fastest (ties: higher priority, then earlier). Candidates that
-// fail keep their error. If all fail, the report says so and names the heuristic as best.
+// fail keep their error; those the time budget skips are DeadlineExceeded and the report says
+// the budget was reached. If all fail (or none ran), the report says so and names the
+// heuristic as best.
 // Errors only when the heuristic itself cannot run (its status is returned), or when
 // options.interrupt stops the tuning (its status is returned; nothing is chosen).
 absl::StatusOr<TuneReport> Autotune(PreparedRun& run, const KernelConfig& heuristic,

@@ -10,6 +10,16 @@
 #include "proto/convert.h"
 
 namespace kernelserve::server {
+absl::StatusOr<std::optional<absl::Duration>> TimeBudgetOf(int64_t time_budget_ms) {
+  if (time_budget_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("time_budget_ms=", time_budget_ms,
+                     ": expected >= 0 (milliseconds; 0 = the server's --autotune-budget)"));
+  }
+  if (time_budget_ms == 0) return std::nullopt;
+  return absl::Milliseconds(time_budget_ms);
+}
+
 absl::StatusOr<CallPlan> PlanCall(const Executor& executor, const WorkerPool& pool,
                                   const CallParams& params, ExecuteOptions options) {
   options.platform = params.platform;

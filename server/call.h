@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/executor.h"
 #include "core/status_macros.h"
 #include "kernelserve/v1/kernel_service.pb.h"
@@ -34,9 +35,13 @@ struct CallParams {
   TensorSpecMap specs;  // input shapes (a batch's: its first item's)
 };
 
+// The tuning budget a request's time_budget_ms asks for: none for 0 (the server's applies),
+// InvalidArgument naming the field when negative.
+absl::StatusOr<std::optional<absl::Duration>> TimeBudgetOf(int64_t time_budget_ms);
+
 // The CallParams of ExecuteRequest, ExecuteBatchRequest, AutotuneRequest, PutConfigRequest.
-// InvalidArgument for bad params or input specs, naming them, or a config setting a retired
-// field (CheckConfigProto).
+// InvalidArgument for bad params or input specs, naming them, a config setting a retired field
+// (CheckConfigProto), or a negative time_budget_ms.
 template <typename Request>
 absl::StatusOr<CallParams> ParamsOf(const Request& request) {
   CallParams params;
@@ -50,6 +55,9 @@ absl::StatusOr<CallParams> ParamsOf(const Request& request) {
     if (request.has_device()) params.device = request.device();
   }
   if constexpr (requires { request.policy(); }) params.policy = FromProto(request.policy());
+  if constexpr (requires { request.time_budget_ms(); }) {
+    KS_ASSIGN_OR_RETURN(params.policy.time_budget, TimeBudgetOf(request.time_budget_ms()));
+  }
   if constexpr (requires { request.inputs(); }) {
     KS_ASSIGN_OR_RETURN(params.specs, SpecsFromProto(request.inputs()));
   }

@@ -15,6 +15,10 @@ ABSL_FLAG(std::string, cache, "file",
           "persistent config store: file (under ~/.cache/kernelserve), file:PATH, "
           "redis://host:port/db or memory");
 ABSL_FLAG(bool, autotune, false, "tune configs on a cache miss instead of using the heuristic");
+ABSL_FLAG(absl::Duration, autotune_budget, absl::Seconds(30),
+          "time one tuning may take before it stops starting candidates and keeps the best so "
+          "far (in memory only, never the config store); the default and the most an Autotune "
+          "call's time_budget_ms gets; 0 = no limit");
 ABSL_FLAG(std::string, devices, "all", "devices to serve: all, cpu, or GPU ordinals like 0,1");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
           "largest gRPC message accepted or sent, in bytes");
@@ -168,6 +172,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   if (o.metrics_listen == "off") o.metrics_listen.clear();
   o.cache = absl::GetFlag(FLAGS_cache);
   o.autotune = absl::GetFlag(FLAGS_autotune);
+  o.autotune_budget = absl::GetFlag(FLAGS_autotune_budget);
   o.devices = absl::GetFlag(FLAGS_devices);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
@@ -264,6 +269,11 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   }
   if (!o.tls_client_ca.empty() && o.tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls-client-ca: expected --tls-cert and --tls-key too");
+  }
+  if (o.autotune_budget < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune-budget=", absl::FormatDuration(o.autotune_budget),
+                     ": expected >= 0 (0 = no limit)"));
   }
   if (o.grace_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--grace-period: expected >= 0");

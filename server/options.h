@@ -53,6 +53,8 @@ struct ServerOptions {
   int max_resident_tensors = 4096;
   absl::Duration resident_ttl = absl::Hours(1);
   absl::Duration max_resident_ttl = absl::Hours(24);
+  // One tuning's time budget: the default and the most a call asks for; zero = no limit.
+  absl::Duration autotune_budget = absl::Seconds(30);
   // Bearer tokens with their identities and roles (server/auth.h, ParseTokenFile); "" = none.
   std::string auth_token_file;
   std::string admin_identities;          // comma-separated identities given the admin role

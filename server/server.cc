@@ -180,6 +180,9 @@ absl::Status Server::Init(
 
   ExecutorOptions executor_options;
   executor_options.policy.allow_autotune = options_.autotune;
+  executor_options.policy.time_budget = options_.autotune_budget == absl::ZeroDuration()
+                                            ? absl::InfiniteDuration()
+                                            : options_.autotune_budget;
   // Tuning times candidates with the GPU to itself (pool_ exists before any call runs).
   executor_options.hold_device = [this](int device) -> std::unique_ptr<DeviceHold> {
     return pool_->HoldExclusive(device);

@@ -3,10 +3,12 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/batch.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
@@ -24,8 +26,23 @@ bool AllHaveData(const google::protobuf::Map<std::string, v1::Tensor>& inputs) {
   return !inputs.empty();
 }
 
-void FillAutotune(const AutotuneResult& result, v1::AutotuneResponse* response) {
+// The budget of `policy` in milliseconds for the response; 0 = none.
+int64_t BudgetMillis(const AutotunePolicy& policy) {
+  return policy.time_budget == absl::InfiniteDuration()
+             ? 0
+             : absl::ToInt64Milliseconds(policy.time_budget);
+}
+
+// `asked_ms`: the request's time_budget_ms (0 = none asked).
+void FillAutotune(const AutotuneResult& result, const CallPlan& plan, int64_t asked_ms,
+                  v1::AutotuneResponse* response) {
   const Selection& selection = result.selection;
+  response->set_time_budget_ms(BudgetMillis(plan.policy));
+  if (asked_ms > 0 && absl::Milliseconds(asked_ms) > plan.policy.time_budget) {
+    response->add_warnings(absl::StrCat("time_budget_ms=", asked_ms,
+                                        " is more than this server's --autotune-budget; ",
+                                        absl::FormatDuration(plan.policy.time_budget), " applied"));
+  }
   *response->mutable_best() = ToProto(selection.config);
   response->set_config_source(ToProto(selection.source));
   response->set_cache_key(selection.cache_key);
@@ -37,6 +54,9 @@ void FillAutotune(const AutotuneResult& result, v1::AutotuneResponse* response) 
   const TuneReport& report = *selection.tune_report;
   response->set_best_us(report.best_seconds * 1e6);
   response->set_elapsed_seconds(report.elapsed_seconds);
+  response->set_candidates_timed(report.candidates_run);
+  response->set_candidates_total(static_cast<int32_t>(report.candidates.size()));
+  response->set_budget_reached(report.budget_reached);
   for (const kernelserve::CandidateResult& c : report.candidates) {
     v1::CandidateResult* out = response->add_candidates();
     *out->mutable_config() = ToProto(c.config);
@@ -168,9 +188,26 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
   auto* call = new AutotuneCall(deps_.budget, deps_.metrics, context, request, response,
                                 /*record=*/true);
   grpc::ServerUnaryReactor* reactor = call->reactor();
+  StartAutotune(call);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* KernelServiceImpl::AutotuneStream(
+    grpc::CallbackServerContext* context, const Raw* request) {
+  auto* call = new AutotuneStreamCall(deps_.budget, deps_.metrics, context, request);
+  StartAutotune(call);  // the reactor lives until gRPC is done with it (OnDone)
+  return call;
+}
+
+template <typename Call>
+void KernelServiceImpl::StartAutotune(Call* call) {
   absl::Status status = RunGuarded([&]() -> absl::Status {
     KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
     KS_ASSIGN_OR_RETURN(CallPlan plan, PlanRequest(deps_, call->request(), call->tracker()));
+    if constexpr (std::is_same_v<Call, AutotuneStreamCall>) {
+      // The call outlives its run: it is finished (and deleted) after the tuning returns.
+      plan.tune_progress = [call](const TuneProgress& progress) { call->Progress(progress); };
+    }
     std::optional<TensorMap> inputs;
     if (AllHaveData(call->request().inputs())) {
       KS_ASSIGN_OR_RETURN(inputs, TakeTensors(call->request().mutable_inputs()));
@@ -188,18 +225,18 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Autotune(grpc::CallbackServerContex
     KS_RETURN_IF_ERROR(
         call->tracker().Hold(TuningOutputBytes(plan), "outputs and the tuner's copies of them"));
     const int worker = plan.ordinal();
-    return Dispatch(*deps_.pool, context, worker,
+    return Dispatch(*deps_.pool, call->tracker().context(), worker,
                     [this, call, plan = std::move(plan), inputs = std::move(inputs)](
                         absl::Status status, int64_t /*queue_us*/) {
                       RunAutotune(call, plan, inputs ? &*inputs : nullptr, std::move(status));
                     });
   });
   if (!status.ok()) call->Finish(status);
-  return reactor;
 }
 
-void KernelServiceImpl::RunAutotune(AutotuneCall* call, const CallPlan& plan,
-                                    const TensorMap* inputs, absl::Status status) const {
+template <typename Call>
+void KernelServiceImpl::RunAutotune(Call* call, const CallPlan& plan, const TensorMap* inputs,
+                                    absl::Status status) const {
   absl::StatusOr<AutotuneResult> result = absl::UnknownError("not run");
   if (!status.ok()) result = status;
   if (status.ok()) {
@@ -216,7 +253,9 @@ void KernelServiceImpl::RunAutotune(AutotuneCall* call, const CallPlan& plan,
   deps_.metrics->AutotuneRun(plan.kernel->name(),
                              !outcome.ok() ? "error" : (all_failed ? "all_failed" : "ok"),
                              call->tracker().seconds());
-  if (outcome.ok()) FillAutotune(*result, &call->response());
+  if (outcome.ok()) {
+    FillAutotune(*result, plan, call->request().time_budget_ms(), &call->response());
+  }
   call->Finish(outcome);
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "core/status_macros.h"
 #include "proto/kernel_service_grpc.h"
+#include "server/autotune_stream.h"
 #include "server/batch_call.h"
 #include "server/call.h"
 #include "server/call_tracker.h"
@@ -34,8 +35,9 @@ using Resident = S::WithRawCallbackMethod_CreateTensor<
 using Admin = S::WithRawCallbackMethod_ListKernels<
     S::WithRawCallbackMethod_GetServerInfo<S::WithRawCallbackMethod_ListConfigs<
         S::WithRawCallbackMethod_PutConfig<S::WithRawCallbackMethod_DeleteConfig<Resident>>>>>;
-using All = S::WithRawCallbackMethod_Execute<S::WithRawCallbackMethod_ExecuteStream<
-    S::WithRawCallbackMethod_ExecuteBatch<S::WithRawCallbackMethod_Autotune<Admin>>>>;
+using All = S::WithRawCallbackMethod_Execute<
+    S::WithRawCallbackMethod_ExecuteStream<S::WithRawCallbackMethod_ExecuteBatch<
+        S::WithRawCallbackMethod_Autotune<S::WithRawCallbackMethod_AutotuneStream<Admin>>>>>;
 }  // namespace raw_service
 using RawKernelService = raw_service::All;
 
@@ -53,6 +55,8 @@ class KernelServiceImpl final : public RawKernelService {
                                          Raw* response) override;
   grpc::ServerUnaryReactor* Autotune(grpc::CallbackServerContext* context, const Raw* request,
                                      Raw* response) override;
+  grpc::ServerWriteReactor<Raw>* AutotuneStream(grpc::CallbackServerContext* context,
+                                                const Raw* request) override;
   grpc::ServerUnaryReactor* ListKernels(grpc::CallbackServerContext* context, const Raw* request,
                                         Raw* response) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context, const Raw* request,
@@ -87,11 +91,17 @@ class KernelServiceImpl final : public RawKernelService {
   using BatchCall = UnaryCall<v1::ExecuteBatchRequest, v1::ExecuteBatchResponse>;
   using AutotuneCall = UnaryCall<v1::AutotuneRequest, v1::AutotuneResponse>;
 
+  // Autotune's and AutotuneStream's steps up to the worker: admit, parse, plan (the stream's
+  // progress told to the call), take or size the inputs, dispatch; an error finishes the call.
+  // Call: AutotuneCall or AutotuneStreamCall.
+  template <typename Call>
+  void StartAutotune(Call* call);
   // The worker's part of ExecuteBatch and Autotune: run (unless `status` says the work was
   // dropped), fill the response, finish the call.
   void RunBatch(BatchCall* call, const CallPlan& plan, const BatchItems& items,
                 const BatchOptions& options, absl::Status status, int64_t queue_us) const;
-  void RunAutotune(AutotuneCall* call, const CallPlan& plan, const TensorMap* inputs,
+  template <typename Call>
+  void RunAutotune(Call* call, const CallPlan& plan, const TensorMap* inputs,
                    absl::Status status) const;
   // Admin calls that run on gRPC's thread: authenticate, parse, run `body` for the caller,
   // finish.

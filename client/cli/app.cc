@@ -224,6 +224,10 @@ void AddCallCommands(CLI::App* app) {
   CLI::App* tune = Command(app, "tune", "autotune for the shapes: every candidate, the winner");
   tune->add_option("KERNEL")->description("the kernel")->required();
   AddCallFlags(tune);
+  Value(tune, "budget", "DURATION",
+        "start no candidate after this long and answer with the best so far (kept in the "
+        "server's memory, not its config store): 30s, 500ms, seconds (default: the server's "
+        "--autotune-budget, also the most it gives)");
 }
 
 }  // namespace

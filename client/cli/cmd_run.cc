@@ -148,9 +148,22 @@ absl::Status CmdRun(const CommandContext& ctx) {
 absl::Status CmdTune(const CommandContext& ctx) {
   KS_ASSIGN_OR_RETURN(CallSpec spec, CallSpecFromArgs(*ctx.args));
   KS_RETURN_IF_ERROR(NeedInputs(spec, "tune"));
+  KS_ASSIGN_OR_RETURN(const absl::Duration budget,
+                      ctx.args->GetDuration("budget", absl::ZeroDuration()));
   v1::AutotuneRequest request;
   KS_RETURN_IF_ERROR(FillRequest(spec, *ctx.client, /*with_data=*/false, &request));
-  KS_ASSIGN_OR_RETURN(v1::AutotuneResponse response, ctx.client->Autotune(request));
+  request.set_time_budget_ms(TimeBudgetMillis(budget));
+  absl::StatusOr<v1::AutotuneResponse> tuned;
+  if (ctx.err_is_tty) {
+    // One line on the terminal, redrawn as candidates are timed, then cleared.
+    tuned = ctx.client->Autotune(request, [&ctx](const v1::AutotuneProgress& progress) {
+      *ctx.err << "\r" << TuneProgressLine(progress) << "\x1b[K" << std::flush;
+    });
+    *ctx.err << "\r\x1b[K" << std::flush;
+  } else {
+    tuned = ctx.client->Autotune(request);
+  }
+  KS_ASSIGN_OR_RETURN(v1::AutotuneResponse response, std::move(tuned));
   if (ctx.json) {
     *ctx.out << MessageJson(response).dump(2) << "\n";
     return absl::OkStatus();
@@ -179,6 +192,10 @@ absl::Status CmdTune(const CommandContext& ctx) {
            << ")\ncache key: " << response.cache_key()
            << "\ndevice: " << (response.device() < 0 ? "cpu" : absl::StrCat(response.device()))
            << " " << response.platform() << " " << response.device_fingerprint() << "\n";
+  if (response.budget_reached()) {
+    *ctx.out << "timed " << response.candidates_timed() << " of " << response.candidates_total()
+             << " candidates (budget reached)\n";
+  }
   for (const std::string& w : response.warnings()) *ctx.out << "warning: " << w << "\n";
   return absl::OkStatus();
 }

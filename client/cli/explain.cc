@@ -48,8 +48,10 @@ bool IsConnectionFailure(const absl::Status& status) {
 
 absl::Status ExplainFailure(const absl::Status& status, const ClientOptions& options) {
   if (IsConnectionFailure(status)) return WithHint(status, NoServerHint(options.target));
+  // A tuning's own time budget (AutotuneRequest.time_budget_ms) is not the call's deadline.
   if (status.code() == absl::StatusCode::kDeadlineExceeded &&
-      options.deadline != absl::InfiniteDuration()) {
+      options.deadline != absl::InfiniteDuration() &&
+      !absl::StartsWith(status.message(), "the tuning time budget")) {
     return WithHint(status, DeadlineHint(options.deadline));
   }
   return status;

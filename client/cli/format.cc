@@ -80,6 +80,19 @@ std::string FormatMicros(double us) {
   return absl::StrFormat("%.2f s", us / 1e6);
 }
 
+std::string TuneProgressLine(const v1::AutotuneProgress& progress) {
+  return absl::StrCat(
+      "tuning: ", progress.candidates_done(), "/",
+      progress.candidates_total() > 0 ? absl::StrCat(progress.candidates_total()) : "?",
+      " candidates, best ", progress.best_us() > 0 ? FormatMicros(progress.best_us()) : "-", ", ",
+      absl::StrFormat("%.1f s", progress.elapsed_seconds()));
+}
+
+int64_t TimeBudgetMillis(absl::Duration budget) {
+  if (budget <= absl::ZeroDuration()) return 0;
+  return std::max<int64_t>(1, absl::ToInt64Milliseconds(budget));
+}
+
 nlohmann::json TensorSummary(const Tensor& tensor) {
   nlohmann::json summary = {{"dtype", std::string(DTypeName(tensor.dtype()))},
                             {"shape", tensor.shape()}};

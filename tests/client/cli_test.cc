@@ -240,6 +240,29 @@ TEST(FormatTest, SourcesConfigsAndTimes) {
   EXPECT_EQ(FormatMicros(1.5e6), "1.50 s");
 }
 
+TEST(FormatTest, TuneProgressLineAndBudget) {
+  v1::AutotuneProgress progress;
+  EXPECT_EQ(TuneProgressLine(progress), "tuning: 0/? candidates, best -, 0.0 s");
+  progress.set_candidates_done(3);
+  progress.set_candidates_total(12);
+  progress.set_best_us(850);
+  progress.set_elapsed_seconds(1.25);
+  EXPECT_EQ(TuneProgressLine(progress), "tuning: 3/12 candidates, best 850 us, 1.2 s");
+  EXPECT_EQ(TimeBudgetMillis(absl::ZeroDuration()), 0);  // the server's budget
+  EXPECT_EQ(TimeBudgetMillis(absl::Seconds(30)), 30000);
+  EXPECT_EQ(TimeBudgetMillis(absl::Microseconds(200)), 1);  // never 0 = none
+}
+
+TEST(RunCliTest, TuneBudgetMustBeADuration) {
+  for (const std::string value : {"soon", "-1s"}) {
+    const CliRun run = RunTool({"--target=127.0.0.1:1", "tune", "mean_pooling",
+                                "--shape=x=f32:2,8,4", "--budget=" + value});
+    EXPECT_EQ(run.code, static_cast<int>(absl::StatusCode::kInvalidArgument)) << run.err;
+    EXPECT_NE(run.err.find("--budget='" + value + "': expected a duration"), std::string::npos)
+        << run.err;
+  }
+}
+
 TEST(FormatTest, TensorSummary) {
   const Tensor t = Tensor::FromFloats(DType::kF32, {2, 2}, {1, -3, 2, 4});
   const nlohmann::json s = TensorSummary(t);

@@ -2,6 +2,8 @@
 
 import json
 import os
+import pty
+import re
 import shutil
 import subprocess
 import tempfile
@@ -443,6 +445,57 @@ class CliTest(CliTestBase):
         text = self.cli("tune", "mean_pooling", "--shape=x=f32:4,96,32").stdout
         self.assertIn("winner:", text)
         self.assertEqual(sum(line.endswith("  ok") for line in text.splitlines()), len(timed))
+
+    def test_tune_budget_cuts_it_short_and_says_so(self):
+        shape = "--shape=x=f32:8,2048,256"
+        full = self.cli_json("tune", "mean_pooling", shape)
+        self.assertFalse(full["budget_reached"])
+        self.assertEqual(full["candidates_timed"], full["candidates_total"])
+        self.assertGreaterEqual(full["candidates_total"], 3)
+        # One and a half candidates' time: the first starts, the third does not.
+        per_candidate_ms = full["elapsed_seconds"] * 1e3 / full["candidates_total"]
+        budget = max(1, int(1.5 * per_candidate_ms))
+        cut = self.cli_json("tune", "mean_pooling", shape, f"--budget={budget}ms")
+        self.assertTrue(cut["budget_reached"])
+        self.assertEqual(int(cut["time_budget_ms"]), budget)
+        self.assertLess(cut["candidates_timed"], cut["candidates_total"])
+        proc = self.cli("tune", "mean_pooling", shape, f"--budget={budget / 1e3}")
+        match = re.search(r"^timed (\d+) of (\d+) candidates \(budget reached\)$", proc.stdout,
+                          re.MULTILINE)
+        self.assertIsNotNone(match, proc.stdout)
+        self.assertLess(int(match.group(1)), int(match.group(2)))
+        self.assertEqual(proc.stderr, "")  # not a terminal: no progress line
+        self.assertNotIn("budget reached", self.cli("tune", "mean_pooling", shape).stdout)
+        # Spent before any candidate: DEADLINE_EXCEEDED naming the budget, not the deadline.
+        none = self.cli("tune", "mean_pooling", "--shape=x=f32:16,4096,256", "--budget=1ms",
+                        code=DEADLINE_EXCEEDED)
+        self.assertIn("the tuning time budget of 1ms ran out before any of the", none.stderr)
+        self.assertNotIn("--deadline", none.stderr)
+
+    def test_tune_shows_progress_on_a_terminal(self):
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.run(
+                [CLI, f"--target={self.server.target}", "tune", "mean_pooling",
+                 "--shape=x=f32:4,512,128"],
+                stdout=subprocess.PIPE, stderr=follower, text=True, timeout=120,
+                env={k: v for k, v in os.environ.items() if not k.startswith("KERNELSERVE_")})
+        finally:
+            os.close(follower)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+        os.close(leader)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("winner:", proc.stdout)
+        self.assertNotIn("tuning:", proc.stdout)
+        self.assertRegex(err.decode(), r"\rtuning: \d+/\d+ candidates, best ")
 
     def test_cache_put_ls_get_rm(self):
         shape = "--shape=x=f32:3,40,8"

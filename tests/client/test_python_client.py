@@ -380,6 +380,66 @@ class TuneAndCacheTest(unittest.TestCase):
         np.testing.assert_allclose(r.out, references.attention(q, k, v, causal=True)[0],
                                    rtol=1e-4, atol=1e-5)
 
+    def test_autotune_progress_callback(self):
+        spec = kernelserve.TensorSpec((4, 512, 128), np.float32)
+        told = []
+        tuned = self.client.autotune("mean_pooling", {"x": spec}, progress=told.append)
+        self.assertEqual(tuned.source, "autotune")
+        self.assertFalse(tuned.budget_reached)
+        self.assertEqual(tuned.candidates_timed, tuned.candidates_total)
+        self.assertEqual(tuned.candidates_total, len(tuned.candidates))
+        self.assertTrue(told)
+        self.assertTrue(all(isinstance(p, kernelserve.TuneProgress) for p in told), told)
+        self.assertEqual(told[0].candidates_done, 0)  # once the reference run is done
+        self.assertIsNone(told[0].best_us)
+        done = [p.candidates_done for p in told]
+        self.assertEqual(done, sorted(done))  # never decreases
+        self.assertTrue(all(p.candidates_total == tuned.candidates_total for p in told), told)
+        self.assertTrue(all(p.best_us > 0 for p in told if p.candidates_done > 0), told)
+
+    def test_autotune_progress_callback_that_raises_cancels_the_tuning(self):
+        spec = {"x": kernelserve.TensorSpec((4, 512, 128), np.float32)}
+
+        def stop(progress):
+            raise KeyboardInterrupt
+
+        with self.assertRaises(KeyboardInterrupt):
+            self.client.autotune("mean_pooling", spec, progress=stop)
+        self.assertEqual(self.client.health(), "SERVING")
+        self.assertEqual(self.client.autotune("mean_pooling", spec).source, "autotune")
+
+    def test_autotune_time_budget(self):
+        spec = {"x": kernelserve.TensorSpec((8, 2048, 256), np.float32)}
+        full = self.client.autotune("mean_pooling", spec, time_budget=0)
+        self.assertFalse(full.budget_reached)
+        self.assertEqual(full.time_budget, 30.0)  # the server's --autotune-budget
+        self.assertGreaterEqual(full.candidates_total, 3)
+        # One and a half candidates' time: the first starts, the third does not.
+        budget = 1.5 * full.elapsed_seconds / full.candidates_total
+        told = []
+        cut = self.client.autotune("mean_pooling", spec, time_budget=budget,
+                                   progress=told.append)
+        self.assertTrue(cut.budget_reached)
+        self.assertLess(cut.candidates_timed, cut.candidates_total)
+        self.assertGreaterEqual(cut.candidates_timed, 1)
+        self.assertEqual(cut.source, "autotune")
+        skipped = [c for c in cut.candidates if c.error is not None
+                   and c.error.code == grpc.StatusCode.DEADLINE_EXCEEDED]
+        self.assertEqual(len(skipped), cut.candidates_total - cut.candidates_timed)
+        self.assertLessEqual(max(p.candidates_done for p in told), cut.candidates_timed)
+        self.assertTrue(any("not written to the config store" in w for w in cut.warnings),
+                        cut.warnings)
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
+            self.client.autotune("mean_pooling", spec, time_budget=-1)
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("time_budget_ms", ctx.exception.message)
+        with self.assertRaises(kernelserve.KernelserveError) as ctx:
+            self.client.autotune("mean_pooling", {"x": kernelserve.TensorSpec(
+                (16, 4096, 256), np.float32)}, time_budget=1e-3, progress=told.append)
+        self.assertEqual(ctx.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("time budget", ctx.exception.message)
+        self.assertNotIn("timeout=", ctx.exception.message)  # not the call's deadline
+
     def test_put_list_delete_config(self):
         spec = {"x": kernelserve.TensorSpec((3, 40, 8), np.float32)}
         pinned = {"block_size": 8, "threads": 1}
@@ -693,6 +753,28 @@ class AsyncClientTest(AsyncServerTest):
         np.testing.assert_allclose(a.lse, lse, rtol=1e-4, atol=1e-5)
         r = await self.client.execute("mean_pooling", {"x": x}, {"chunk_size": 4})
         np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
+    async def test_autotune_progress_and_time_budget(self):
+        spec = {"x": kernelserve.TensorSpec((4, 512, 128), np.float32)}
+        told = []
+
+        async def tell(progress):
+            told.append(progress)
+
+        tuned = await self.client.autotune("mean_pooling", spec, progress=tell)
+        self.assertEqual(tuned.source, "autotune")
+        self.assertEqual(tuned.candidates_timed, tuned.candidates_total)
+        self.assertTrue(told)
+        done = [p.candidates_done for p in told]
+        self.assertEqual(done, sorted(done))
+        plain = []
+        tuned = await self.client.autotune("mean_pooling", spec, time_budget=60,
+                                           progress=plain.append)  # a plain function too
+        self.assertTrue(plain)
+        self.assertEqual(tuned.time_budget, 30.0)  # at most the server's
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.autotune("mean_pooling", spec, time_budget=-0.5)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
 
     async def test_concurrent_calls(self):
         xs = [uniform(self.rng, (2, 4 + i, 8)) for i in range(8)]

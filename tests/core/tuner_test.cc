@@ -57,6 +57,46 @@ TEST(AutotuneTest, BudgetSkipsLaterCandidates) {
   EXPECT_EQ(report->candidates[0].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(report->all_failed);
   EXPECT_EQ(report->best, testing::FakeConfig(1));
+  EXPECT_TRUE(report->budget_reached);
+  EXPECT_EQ(report->candidates_run, 0);
+}
+
+TEST(AutotuneTest, ReportsProgressAndHowFarTheBudgetGot) {
+  auto counters = std::make_shared<testing::FakeCounters>();
+  testing::FakeKernel kernel(counters);
+  TensorMap in = {{"x", Tensor::FromFloats(DType::kF32, {2}, {1.0f, 2.0f})}};
+  auto run = *kernel.impl(Platform::kCpu)->Prepare(Problem(), in, CpuDeviceInfo());
+  counters->launch_delay_ms = 20;
+  TuneOptions options;
+  options.warmup = 0;
+  options.iters = 1;
+  options.time_budget = absl::Milliseconds(30);  // the reference run and one candidate, or two
+  std::vector<TuneProgress> told;
+  options.progress = [&told](const TuneProgress& progress) { told.push_back(progress); };
+  const std::vector<KernelConfig> candidates = {testing::FakeConfig(2), testing::FakeConfig(3),
+                                                testing::FakeConfig(4), testing::FakeConfig(5)};
+  absl::StatusOr<TuneReport> report = Autotune(*run, testing::FakeConfig(1), candidates, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->budget_reached);
+  EXPECT_GE(report->candidates_run, 1);
+  EXPECT_LT(report->candidates_run, 4);
+  EXPECT_FALSE(report->all_failed);
+  EXPECT_EQ(report->candidates[3].status.code(), absl::StatusCode::kDeadlineExceeded);
+  // Once after the reference run, then once per candidate that ran.
+  ASSERT_EQ(told.size(), static_cast<size_t>(report->candidates_run) + 1);
+  for (size_t i = 0; i < told.size(); ++i) {
+    EXPECT_EQ(told[i].done, static_cast<int>(i));
+    EXPECT_EQ(told[i].total, 4);
+    EXPECT_EQ(told[i].best_seconds > 0, i > 0) << i;
+    if (i > 0) EXPECT_GE(told[i].elapsed_seconds, told[i - 1].elapsed_seconds);
+  }
+  EXPECT_DOUBLE_EQ(told.back().best_seconds, report->best_seconds);
+
+  options.time_budget = absl::InfiniteDuration();
+  report = Autotune(*run, testing::FakeConfig(1), candidates, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->budget_reached);
+  EXPECT_EQ(report->candidates_run, 4);
 }
 
 TEST(AutotuneTest, HeuristicFailureIsAnError) {

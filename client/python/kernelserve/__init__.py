@@ -21,7 +21,7 @@ from kernelserve.errors import (ArgumentError, KernelserveError, KernelServeErro
 from kernelserve.info import (ConfigFieldSchema, DeviceInfo, InputSchema, KernelSchema,
                               OutputSchema, ParamSchema, ServerInfo)
 from kernelserve.results import (Candidate, ConfigEntry, ItemResult, RegionStatus, Result,
-                                 TuneResult)
+                                 TuneProgress, TuneResult)
 from kernelserve.resident import (AsyncResidentTensor, ResidentTensor, ResidentTensorInfo,
                                   ResidentTensors)
 from kernelserve.shm import (AsyncCudaSharedMemory, AsyncSystemSharedMemory, CudaSharedMemory,
@@ -34,5 +34,5 @@ __all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncResidentTensor",
            "KernelSchema", "KernelServeError", "KernelserveError", "OutputSchema", "ParamSchema",
            "RegionStatus", "RegionTensor", "Request", "ResidentTensor", "ResidentTensorInfo",
            "ResidentTensors", "Result", "ServerInfo", "SystemSharedMemory",
-           "TensorSpec", "TuneResult", "UnknownKernelError", "aio", "autoshm", "bfloat16", "cuda",
-           "from_bf16", "to_bf16", "transport"]
+           "TensorSpec", "TuneProgress", "TuneResult", "UnknownKernelError", "aio", "autoshm",
+           "bfloat16", "cuda", "from_bf16", "to_bf16", "transport"]

@@ -16,6 +16,7 @@ loop that uses it (grpc.aio channels belong to one loop).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any, Awaitable, Callable, Optional
 
@@ -250,11 +251,42 @@ class Client:
 
     async def autotune(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                        platform: str = "", device: Optional[int] = None,
-                       persist: Optional[bool] = None, timeout: Optional[float] = None
+                       persist: Optional[bool] = None, timeout: Optional[float] = None,
+                       time_budget: Optional[float] = None,
+                       progress: Optional[Callable[[results.TuneProgress], Any]] = None
                        ) -> results.TuneResult:
-        """See kernelserve.Client.autotune."""
-        request = calls.autotune_request(kernel, inputs, params, platform, device, persist)
-        return results.tune_result_of(await self._call(self._stub.Autotune, request, timeout))
+        """See kernelserve.Client.autotune. progress may also be a coroutine function: each
+        call is awaited before the next message is read."""
+        request = calls.autotune_request(kernel, inputs, params, platform, device, persist,
+                                         time_budget)
+        if progress is None:
+            return results.tune_result_of(await self._call(self._stub.Autotune, request,
+                                                           timeout))
+        timeout = timeout or self._timeout
+        response = None
+        stream = self._stub.AutotuneStream(request, timeout=timeout, metadata=self._metadata)
+        try:
+            async for message in stream:
+                if message.HasField("result"):
+                    response = message.result
+                    continue
+                try:
+                    told = progress(results.tune_progress_of(message))
+                    if inspect.isawaitable(told):
+                        await told
+                except BaseException:
+                    stream.cancel()  # the tuning stops on the server too
+                    raise
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED and response is None:
+                # A server from before AutotuneStream: no progress.
+                return results.tune_result_of(await self._call(self._stub.Autotune, request,
+                                                               timeout))
+            raise from_rpc_error(error, self._target, timeout) from None
+        if response is None:
+            raise KernelserveError(grpc.StatusCode.INTERNAL,
+                                   "AutotuneStream ended without its result")
+        return results.tune_result_of(response)
 
     async def list_configs(self, kernel: str = "") -> list[results.ConfigEntry]:
         """See kernelserve.Client.list_configs."""

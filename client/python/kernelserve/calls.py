@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import math
 import numbers
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -259,14 +260,26 @@ def batch_request(kernel: str, items: Sequence[Inputs], params: Optional[Params]
 
 
 def autotune_request(kernel: str, inputs: Inputs, params: Optional[Params], platform: str,
-                     device: Optional[int], persist: Optional[bool]) -> pb.AutotuneRequest:
-    request = pb.AutotuneRequest(platform=platform)
+                     device: Optional[int], persist: Optional[bool],
+                     time_budget: Optional[float] = None) -> pb.AutotuneRequest:
+    request = pb.AutotuneRequest(platform=platform, time_budget_ms=time_budget_ms(time_budget))
     fill_call(request, kernel, inputs, params)
     if device is not None:
         request.device = device
     if persist is not None:
         request.policy.persist = persist
     return request
+
+
+def time_budget_ms(seconds: Optional[float]) -> int:
+    """AutotuneRequest.time_budget_ms of a time_budget in seconds: None or 0 -> 0 (the server's
+    budget); a positive budget under a millisecond -> 1; a negative one stays negative, for the
+    server to refuse (INVALID_ARGUMENT naming the field)."""
+    if not seconds:
+        return 0
+    if seconds > 0:
+        return max(1, math.ceil(seconds * 1e3))
+    return math.floor(seconds * 1e3)
 
 
 def put_config_request(kernel: str, inputs: Inputs, config: Config, params: Optional[Params],

@@ -278,13 +278,46 @@ class Client:
 
     def autotune(self, kernel: str, inputs: Inputs, params: Optional[Params] = None, *,
                  platform: str = "", device: Optional[int] = None,
-                 persist: Optional[bool] = None, timeout: Optional[float] = None
+                 persist: Optional[bool] = None, timeout: Optional[float] = None,
+                 time_budget: Optional[float] = None,
+                 progress: Optional[Callable[[results.TuneProgress], Any]] = None
                  ) -> results.TuneResult:
         """Times every candidate config of `kernel` for these inputs and stores the winner
         (memory, and the server's store unless persist=False). inputs: name -> array, or
-        name -> TensorSpec for shapes only (the server then makes up random inputs)."""
-        request = calls.autotune_request(kernel, inputs, params, platform, device, persist)
-        return results.tune_result_of(self._call(self._stub.Autotune, request, timeout))
+        name -> TensorSpec for shapes only (the server then makes up random inputs).
+        time_budget: seconds the tuning may take (None = the server's --autotune-budget, also
+        the most it gives): once spent no candidate is started, and the result is the best so
+        far (result.budget_reached; kept in the server's memory only, never its store);
+        DEADLINE_EXCEEDED when it ends before any candidate is timed, INVALID_ARGUMENT when
+        negative. progress: called on this thread with a TuneProgress as candidates are timed
+        (the call then goes over AutotuneStream); an exception it raises cancels the call and
+        propagates."""
+        request = calls.autotune_request(kernel, inputs, params, platform, device, persist,
+                                         time_budget)
+        if progress is None:
+            return results.tune_result_of(self._call(self._stub.Autotune, request, timeout))
+        timeout = timeout or self._timeout
+        response = None
+        stream = self._stub.AutotuneStream(request, timeout=timeout, metadata=self._metadata)
+        try:
+            for message in stream:
+                if message.HasField("result"):
+                    response = message.result
+                else:
+                    try:
+                        progress(results.tune_progress_of(message))
+                    except BaseException:
+                        stream.cancel()  # the tuning stops on the server too
+                        raise
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED and response is None:
+                # A server from before AutotuneStream: no progress.
+                return results.tune_result_of(self._call(self._stub.Autotune, request, timeout))
+            raise from_rpc_error(error, self._target, timeout) from None
+        if response is None:
+            raise KernelserveError(grpc.StatusCode.INTERNAL,
+                                   "AutotuneStream ended without its result")
+        return results.tune_result_of(response)
 
     def list_configs(self, kernel: str = "") -> list[results.ConfigEntry]:
         """The server's cached configs (memory tier, then its store) whose key starts with

@@ -90,7 +90,9 @@ def _hint(code: grpc.StatusCode, message: str, target: Optional[str],
         return (f"; no kernelserve server answers at {target} (not started, or stopped): start "
                 f"one with `make run` in a kernelserve checkout or `kernelserve-server --listen "
                 f"{target}`, or give the Client the target of a running one")
-    if timeout is not None and code == grpc.StatusCode.DEADLINE_EXCEEDED:
+    # A tuning's own time budget (time_budget=) is not the call's deadline.
+    if (timeout is not None and code == grpc.StatusCode.DEADLINE_EXCEEDED
+            and not message.startswith("the tuning time budget")):
         return (f"; the deadline was {timeout:g} s: timeout= of the call or of the Client sets "
                 f"it (None = none)")
     return ""

@@ -73,8 +73,22 @@ class Candidate:
 
 
 @dataclasses.dataclass
+class TuneProgress:
+    """Where an autotune stands, as its progress callback is told: after the reference run
+    (candidates_done 0) and after each candidate (a slow callback may miss some)."""
+
+    candidates_done: int  # timed (or failed on their own) so far; never decreases
+    candidates_total: int  # 0 until known
+    best_us: Optional[float]  # the fastest so far; None before any candidate matched
+    elapsed_seconds: float
+
+
+@dataclasses.dataclass
 class TuneResult:
-    """The answer to autotune: the winner (stored by the server) and every candidate."""
+    """The answer to autotune: the winner (stored by the server) and every candidate. When the
+    time budget cut it short (budget_reached), the winner is the best of candidates_timed of
+    candidates_total, kept in the server's memory but not written to its config store; the
+    candidates skipped have a DEADLINE_EXCEEDED error."""
 
     best: dict[str, Union[int, str]]  # the winning KernelConfig, by field name
     best_us: float
@@ -86,6 +100,10 @@ class TuneResult:
     device: int  # -1 = CPU
     elapsed_seconds: float
     warnings: list[str]
+    candidates_timed: int = 0
+    candidates_total: int = 0
+    budget_reached: bool = False
+    time_budget: Optional[float] = None  # seconds, the budget that applied; None = none
 
 
 @dataclasses.dataclass
@@ -237,7 +255,18 @@ def tune_result_of(response: pb.AutotuneResponse) -> TuneResult:
         source=source_name(response.config_source), candidates=candidates,
         cache_key=response.cache_key, device_fingerprint=response.device_fingerprint,
         platform=response.platform, device=response.device,
-        elapsed_seconds=response.elapsed_seconds, warnings=list(response.warnings))
+        elapsed_seconds=response.elapsed_seconds, warnings=list(response.warnings),
+        candidates_timed=response.candidates_timed, candidates_total=response.candidates_total,
+        budget_reached=response.budget_reached,
+        time_budget=response.time_budget_ms / 1e3 if response.time_budget_ms else None)
+
+
+def tune_progress_of(progress: pb.AutotuneProgress) -> TuneProgress:
+    """The TuneProgress of a pb.AutotuneProgress."""
+    return TuneProgress(candidates_done=progress.candidates_done,
+                        candidates_total=progress.candidates_total,
+                        best_us=progress.best_us or None,
+                        elapsed_seconds=progress.elapsed_seconds)
 
 
 def entry_of(entry: pb.ConfigEntry) -> ConfigEntry:
