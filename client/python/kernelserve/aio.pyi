@@ -20,6 +20,7 @@ loop that uses it (grpc.aio channels belong to one loop).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any, Awaitable, Callable, Optional
 
@@ -158,8 +159,11 @@ class Client:
             device: Optional[int] = None,
             persist: Optional[bool] = None,
             timeout: Optional[float] = None,
+            time_budget: Optional[float] = None,
+            progress: Optional[Callable[[results.TuneProgress], Any]] = None,
     ) -> results.TuneResult:
-        """See kernelserve.Client.autotune."""
+        """See kernelserve.Client.autotune. progress may also be a coroutine function: each
+        call is awaited before the next message is read."""
         ...
 
     async def list_configs(self, kernel: str = "") -> list[results.ConfigEntry]:

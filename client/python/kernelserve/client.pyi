@@ -191,10 +191,19 @@ class Client:
             device: Optional[int] = None,
             persist: Optional[bool] = None,
             timeout: Optional[float] = None,
+            time_budget: Optional[float] = None,
+            progress: Optional[Callable[[results.TuneProgress], Any]] = None,
     ) -> results.TuneResult:
         """Times every candidate config of `kernel` for these inputs and stores the winner
         (memory, and the server's store unless persist=False). inputs: name -> array, or
-        name -> TensorSpec for shapes only (the server then makes up random inputs)."""
+        name -> TensorSpec for shapes only (the server then makes up random inputs).
+        time_budget: seconds the tuning may take (None = the server's --autotune-budget, also
+        the most it gives): once spent no candidate is started, and the result is the best so
+        far (result.budget_reached; kept in the server's memory only, never its store);
+        DEADLINE_EXCEEDED when it ends before any candidate is timed, INVALID_ARGUMENT when
+        negative. progress: called on this thread with a TuneProgress as candidates are timed
+        (the call then goes over AutotuneStream); an exception it raises cancels the call and
+        propagates."""
         ...
 
     def list_configs(self, kernel: str = "") -> list[results.ConfigEntry]:
