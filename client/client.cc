@@ -13,6 +13,7 @@
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/convert.h"
+#include "proto/kserve_request_wire.h"
 
 namespace kernelserve {
 namespace {
@@ -251,7 +252,7 @@ absl::Status Client::ModelInfer(const inference::ModelInferRequest& request,
 absl::Status Client::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
                                 inference::ModelInferResponse* response) const {
   grpc::ByteBuffer buffer;
-  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeShared(std::move(request), &buffer)));
+  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeInferRequest(std::move(request), &buffer)));
   grpc::ClientContext context;
   Prepare(&context, absl::ZeroDuration());
   return FromGrpcStatus(grpc::internal::BlockingUnaryCall(channel_.get(), model_infer_method_,

@@ -308,7 +308,7 @@ class Client {
   // go through MessageLite), so that proto/tensor_wire.h's traits parse the answers.
   const grpc::internal::RpcMethod execute_method_;
   const grpc::internal::RpcMethod execute_batch_method_;
-  const grpc::internal::RpcMethod model_infer_method_;  // sent as bytes (wire::SerializeShared)
+  const grpc::internal::RpcMethod model_infer_method_;  // sent as bytes (SerializeInferRequest)
 };
 
 }  // namespace kernelserve

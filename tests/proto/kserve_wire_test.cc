@@ -18,6 +18,7 @@
 #include "core/host_pool.h"
 #include "gtest/gtest.h"
 #include "proto/kserve_convert.h"
+#include "proto/kserve_request_wire.h"
 #include "proto/parse.h"
 #include "proto/tensor_wire.h"
 #include "tests/proto/wire_test_data.h"
@@ -277,6 +278,46 @@ TEST(KServeWireTest, FromInferRequestTakesBufferedEntriesWithoutACopy) {
   EXPECT_EQ(call->input_buffers.at("x"), buffers[0]);  // the same buffer, not a copy
   EXPECT_TRUE(call->request.inputs().at("x").data().empty());
   EXPECT_EQ(call->request.inputs().at("x").shape_size(), 3);
+}
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+TEST(KServeWireTest, SerializeInferRequestSendsLargeRawEntriesFromTheRequest) {
+  // Every field of the message set (unknown ones too), raw entries large and small.
+  auto request =
+      std::make_shared<ModelInferRequest>(RandomRequest({2 * kMiB, 100, 0, 64 << 10}, 3));
+  request->set_model_version("1");
+  request->mutable_outputs(0)->mutable_parameters()->insert({"binary_data", {}});
+  request->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.5f);
+  request->GetReflection()->MutableUnknownFields(request.get())->AddVarint(99, 5);
+  const ModelInferRequest expected = *request;
+  const char* large = request->raw_input_contents(0).data();
+  const char* medium = request->raw_input_contents(3).data();
+  grpc::ByteBuffer buffer;
+  ASSERT_TRUE(wire::SerializeInferRequest(request, &buffer).ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  std::vector<const void*> starts;
+  for (const grpc::Slice& slice : slices) starts.push_back(slice.begin());
+  EXPECT_NE(std::find(starts.begin(), starts.end(), large), starts.end());
+  EXPECT_NE(std::find(starts.begin(), starts.end(), medium), starts.end());
+  std::weak_ptr<ModelInferRequest> held = request;
+  request.reset();
+  EXPECT_FALSE(held.expired());  // the slices hold the request
+  ModelInferRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
+  EXPECT_TRUE(MessageDifferencer::Equals(parsed, expected));
+  buffer.Clear();
+  slices.clear();
+  EXPECT_TRUE(held.expired());
 }
 
 }  // namespace
