@@ -352,15 +352,16 @@ bool RestoreAll(v1::ExecuteBatchResponse& m, Extraction& e, std::vector<bool>& u
   return true;
 }
 
-// The extracting parse; false when it cannot be used (then the caller parses as gRPC does).
-// Tensor bytes that `allocator` (nullable) gives buffers for go into them, listed in `buffers`
-// (left empty when false).
 void MoveBuffers(Extraction& e, TensorBuffers* out) { *out = std::move(e.buffers); }
 void MoveBuffers(Extraction& e, RawBuffers* out) { *out = std::move(e.raw_buffers); }
 
+// The extracting parse; false when it cannot be used (then the caller parses as gRPC does).
+// Tensor bytes that `allocator` (nullable; ignored without `buffers`) gives buffers for go
+// into them, listed in `buffers` (left empty when false).
 template <typename Message, typename Buffers = TensorBuffers>
 bool ParseLarge(grpc::ByteBuffer* buffer, Message* message, HostAllocator* allocator = nullptr,
                 Buffers* buffers = nullptr) {
+  if (buffers == nullptr) allocator = nullptr;  // the bytes must land in the message then
   grpc::ProtoBufferReader reader(buffer);
   if (!reader.status().ok()) return false;
   Cursor in(&reader);

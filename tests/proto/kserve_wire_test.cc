@@ -162,6 +162,13 @@ TEST(KServeWireTest, LargeEntriesGoIntoTheAllocatorsBuffersOnce) {
   EXPECT_EQ(std::string(static_cast<const char*>(buffers[2]->data()), buffers[2]->size()),
             sent.raw_input_contents(2));
   EXPECT_EQ(got.id(), sent.id());
+
+  // Without a list for them, no buffer is taken: the bytes stay in the message.
+  grpc::ByteBuffer again = Buffer(sent.SerializeAsString(), 8192);
+  ModelInferRequest whole;
+  ASSERT_TRUE(wire::Deserialize(&again, &whole, &pool, nullptr).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(whole, sent));
+  EXPECT_EQ(pool.stats().allocations, 2);
 }
 
 TEST(KServeWireTest, FieldsAfterAndBetweenTheRawEntriesParseAsProtobufDoes) {
