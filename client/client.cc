@@ -15,6 +15,7 @@
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/convert.h"
+#include "proto/kserve_request_wire.h"
 
 namespace kernelserve {
 namespace {
@@ -232,7 +233,9 @@ Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
       execute_method_("/kernelserve.v1.KernelService/Execute",
                       grpc::internal::RpcMethod::NORMAL_RPC, channel_),
       execute_batch_method_("/kernelserve.v1.KernelService/ExecuteBatch",
-                            grpc::internal::RpcMethod::NORMAL_RPC, channel_) {}
+                            grpc::internal::RpcMethod::NORMAL_RPC, channel_),
+      model_infer_method_("/inference.GRPCInferenceService/ModelInfer",
+                          grpc::internal::RpcMethod::NORMAL_RPC, channel_) {}
 
 absl::StatusOr<inference::ModelInferResponse> Client::ModelInfer(
     const inference::ModelInferRequest& request) const {
@@ -246,6 +249,16 @@ absl::Status Client::ModelInfer(const inference::ModelInferRequest& request,
   grpc::ClientContext context;
   Prepare(&context, absl::ZeroDuration());
   return FromGrpcStatus(v2_stub_->ModelInfer(&context, request, response));
+}
+
+absl::Status Client::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                                inference::ModelInferResponse* response) const {
+  grpc::ByteBuffer buffer;
+  KS_RETURN_IF_ERROR(FromGrpcStatus(wire::SerializeInferRequest(std::move(request), &buffer)));
+  grpc::ClientContext context;
+  Prepare(&context, absl::ZeroDuration());
+  return FromGrpcStatus(grpc::internal::BlockingUnaryCall(channel_.get(), model_infer_method_,
+                                                          &context, buffer, response));
 }
 
 void Client::Prepare(grpc::ClientContext* context, absl::Duration deadline) const {

@@ -224,6 +224,10 @@ class Client {
   // which makes parsing the answer's parameter map cheaper).
   absl::Status ModelInfer(const inference::ModelInferRequest& request,
                           inference::ModelInferResponse* response) const;
+  // The same without copying the request's raw_input_contents into gRPC's buffers (as Execute
+  // with a shared request): they are sent from `request`, which must not change meanwhile.
+  absl::Status ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                          inference::ModelInferResponse* response) const;
 
   // Shared memory of the server's host (see client/shared_memory.h for the helper that makes
   // and registers a system region): registers `byte_size` bytes at `offset` of the POSIX
@@ -311,6 +315,7 @@ class Client {
   // go through MessageLite), so that proto/tensor_wire.h's traits parse the answers.
   const grpc::internal::RpcMethod execute_method_;
   const grpc::internal::RpcMethod execute_batch_method_;
+  const grpc::internal::RpcMethod model_infer_method_;  // sent as bytes (SerializeInferRequest)
 };
 
 }  // namespace kernelserve

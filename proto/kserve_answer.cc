@@ -205,12 +205,34 @@ void Flush(std::string* head, WireMessage* message) {
   head->clear();
 }
 
+// The buffer holding `tensor`'s bytes in `buffers` (nullable), or null.
+const std::shared_ptr<HostBuffer>* HeldBuffer(const wire::TensorBuffers* buffers,
+                                              const v1::Tensor* tensor) {
+  if (buffers == nullptr || !tensor->data().empty()) return nullptr;
+  auto it = buffers->find(tensor);
+  return it != buffers->end() && it->second != nullptr ? &it->second : nullptr;
+}
+
+// One raw_output_contents entry of bytes `held` holds: a small one copied into `head`, a large
+// one sent from the buffer (a slice of its own that holds it).
+void PutHeld(const std::shared_ptr<HostBuffer>& held, std::string* head, WireMessage* message) {
+  PutDelimitedHead(Response::kRawOutputContentsFieldNumber, held->size(), head);
+  if (held->size() <= kCopiedOutputBytes) {
+    head->append(static_cast<const char*>(held->data()), held->size());
+    return;
+  }
+  Flush(head, message);
+  message->bytes += held->size();
+  message->slices.push_back(wire::BufferSlice(held));
+}
+
 }  // namespace
 
 absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,
                                             const KernelSchema& schema,
                                             const std::vector<std::string>& outputs,
-                                            std::string_view id, const RegionRefs& output_regions) {
+                                            std::string_view id, const RegionRefs& output_regions,
+                                            const wire::TensorBuffers* buffers) {
   for (const std::string& name : outputs) {
     if (!response->outputs().contains(name)) {
       return absl::InvalidArgumentError(
@@ -244,6 +266,10 @@ absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,
   }
   WireMessage message;
   for (v1::Tensor* tensor : sent) {
+    if (const std::shared_ptr<HostBuffer>* held = HeldBuffer(buffers, tensor)) {
+      PutHeld(*held, &head, &message);
+      continue;
+    }
     std::string& data = *tensor->mutable_data();
     PutDelimitedHead(Response::kRawOutputContentsFieldNumber, data.size(), &head);
     if (data.size() <= kCopiedOutputBytes) {

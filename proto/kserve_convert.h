@@ -20,6 +20,7 @@
 #include "inference/grpc_service.pb.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/region_ref.h"
+#include "proto/tensor_wire.h"
 
 namespace kernelserve::kserve {
 
@@ -59,6 +60,8 @@ struct InferCall {
   std::optional<int64_t> timeout_us;  // the protocol's `timeout` parameter; 0 = none (nullopt)
   RegionRefs input_regions;           // inputs that live in shared memory
   RegionRefs output_regions;          // outputs to write into shared memory
+  // Inputs whose bytes are in a host buffer (their request tensor's data is empty), by name.
+  std::map<std::string, std::shared_ptr<HostBuffer>> input_buffers;
 };
 
 // Converts `request` for the kernel of `schema` (its model_name), moving the tensor bytes out
@@ -67,9 +70,11 @@ struct InferCall {
 // INT32, INT64, BOOL), or a shared-memory reference (input_regions; no raw entry). Parameters:
 // the schema's params with their typed values (checked by the schema when planned), the
 // protocol's reserved ones ignored but `timeout` (microseconds). InvalidArgument naming the
-// input, output or parameter at fault.
+// input, output or parameter at fault. An entry of raw_input_contents that `raw_buffers`
+// (nullable; see wire::RawBuffers) holds in a buffer goes to input_buffers, not copied.
 absl::StatusOr<InferCall> FromInferRequest(inference::ModelInferRequest* request,
-                                           const KernelSchema& schema);
+                                           const KernelSchema& schema,
+                                           const wire::RawBuffers* raw_buffers = nullptr);
 
 // A message serialized in pieces, in order: what grpc::ByteBuffer takes. Large tensor bytes
 // have slices of their own (not copied). A value type.
@@ -87,12 +92,15 @@ struct WireMessage {
 // (config_source, cache_key, platform, device, device_fingerprint, config, the timing fields as
 // *_us, warnings). An output of `output_regions` (its bytes written there already) gets an
 // empty raw entry and its region, offset and byte size as parameters. InvalidArgument naming an
-// output asked for that the call did not produce; ResourceExhausted over 2 GiB.
+// output asked for that the call did not produce; ResourceExhausted over 2 GiB. An output whose
+// bytes `buffers` (nullable; keys into `response`) holds in a host buffer is sent from it (a
+// large one without a copy; the slice holds the buffer until gRPC lets go).
 absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,
                                             const KernelSchema& schema,
                                             const std::vector<std::string>& outputs,
                                             std::string_view id,
-                                            const RegionRefs& output_regions = {});
+                                            const RegionRefs& output_regions = {},
+                                            const wire::TensorBuffers* buffers = nullptr);
 
 // Makes `message` field `number` (length-delimited) of an enclosing message, whose only field
 // it is: e.g. ModelStreamInferResponse.infer_response around a ToInferResponse.

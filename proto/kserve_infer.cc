@@ -158,7 +158,8 @@ absl::Status TakeParameters(ModelInferRequest& request, InferCall& call) {
   return absl::OkStatus();
 }
 
-absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request, InferCall& call) {
+absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request,
+                        const wire::RawBuffers* raw_buffers, InferCall& call) {
   v1::ExecuteRequest& out = call.request;
   int without_contents = 0;
   for (const ModelInferRequest::InferInputTensor& input : request.inputs()) {
@@ -196,6 +197,10 @@ absl::Status TakeInputs(const KernelSchema& schema, ModelInferRequest& request, 
     } else if (input.has_contents()) {
       KS_ASSIGN_OR_RETURN(*tensor.mutable_data(), ContentBytes(input.contents(), dtype, what));
     } else if (raw < request.raw_input_contents_size()) {
+      if (raw_buffers != nullptr && static_cast<size_t>(raw) < raw_buffers->size() &&
+          (*raw_buffers)[raw] != nullptr) {
+        call.input_buffers[input.name()] = (*raw_buffers)[raw];  // the entry itself is empty
+      }
       tensor.mutable_data()->swap(*request.mutable_raw_input_contents(raw++));
     } else {
       return absl::InvalidArgumentError(
@@ -227,12 +232,13 @@ absl::Status TakeOutputs(const KernelSchema& schema, const ModelInferRequest& re
 
 }  // namespace
 
-absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const KernelSchema& schema) {
+absl::StatusOr<InferCall> FromInferRequest(ModelInferRequest* request, const KernelSchema& schema,
+                                           const wire::RawBuffers* raw_buffers) {
   InferCall call;
   call.request.set_kernel(schema.name);
   call.request.set_request_id(request->id());
   KS_RETURN_IF_ERROR(TakeParameters(*request, call));
-  KS_RETURN_IF_ERROR(TakeInputs(schema, *request, call));
+  KS_RETURN_IF_ERROR(TakeInputs(schema, *request, raw_buffers, call));
   KS_RETURN_IF_ERROR(TakeOutputs(schema, *request, call));
   return call;
 }

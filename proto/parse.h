@@ -54,10 +54,11 @@ absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message) {
 
 // ParseRequest, with large tensor bytes in buffers from `allocator` (nullable), listed in
 // `buffers` (see wire::Deserialize). On an error `buffers` is empty.
-// Message: v1::ExecuteRequest, v1::CreateTensorRequest or v1::WriteTensorRequest.
-template <typename Message>
+// Message: v1::ExecuteRequest, v1::CreateTensorRequest or v1::WriteTensorRequest (Buffers:
+// TensorBuffers), or inference::ModelInferRequest (Buffers: RawBuffers).
+template <typename Message, typename Buffers>
 absl::Status ParseRequest(grpc::ByteBuffer* buffer, Message* message, HostAllocator* allocator,
-                          TensorBuffers* buffers) {
+                          Buffers* buffers) {
   buffers->clear();
   absl::Status status =
       ParseRequestWith(buffer, message, [allocator, buffers](grpc::ByteBuffer* view, Message* m) {

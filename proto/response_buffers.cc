@@ -1,4 +1,5 @@
-// wire::SerializeResponse of an ExecuteResponse whose output bytes live in host buffers.
+// wire::SerializeResponse of an ExecuteResponse whose output bytes live in host buffers, and
+// wire::BufferSlice, which sends such bytes.
 #include <grpc/slice.h>
 
 #include <climits>
@@ -16,17 +17,6 @@ namespace {
 // The tag of length-delimited field `number`.
 void PutDelimitedTag(uint32_t number, std::string* out) {
   PutVarint((uint64_t{number} << 3) | 2, out);
-}
-
-// A slice over the bytes of `buffer` that holds it until gRPC lets go.
-grpc::Slice AliasSlice(std::shared_ptr<HostBuffer> buffer) {
-  void* data = buffer->data();
-  const size_t size = buffer->size();
-  auto* ref = new std::shared_ptr<HostBuffer>(std::move(buffer));
-  return grpc::Slice(
-      grpc_slice_new_with_user_data(
-          data, size, [](void* p) { delete static_cast<std::shared_ptr<HostBuffer>*>(p); }, ref),
-      grpc::Slice::STEAL_REF);
 }
 
 // One outputs map entry, on the wire, up to its tensor's data bytes.
@@ -53,6 +43,16 @@ std::string EntryHead(const std::string& name, const v1::Tensor& tensor, size_t 
 
 }  // namespace
 
+grpc::Slice BufferSlice(std::shared_ptr<HostBuffer> buffer) {
+  void* data = buffer->data();
+  const size_t size = buffer->size();
+  auto* ref = new std::shared_ptr<HostBuffer>(std::move(buffer));
+  return grpc::Slice(
+      grpc_slice_new_with_user_data(
+          data, size, [](void* p) { delete static_cast<std::shared_ptr<HostBuffer>*>(p); }, ref),
+      grpc::Slice::STEAL_REF);
+}
+
 grpc::Status SerializeResponse(v1::ExecuteResponse& message, TensorBuffers& buffers,
                                grpc::ByteBuffer* buffer) {
   std::vector<grpc::Slice> tail;
@@ -68,7 +68,7 @@ grpc::Status SerializeResponse(v1::ExecuteResponse& message, TensorBuffers& buff
     const std::string head = EntryHead(it->first, it->second, data->size());
     tail_bytes += head.size() + data->size();
     tail.emplace_back(head);
-    tail.push_back(AliasSlice(std::move(data)));
+    tail.push_back(BufferSlice(std::move(data)));
     it = outputs->erase(it);
   }
   buffers.clear();

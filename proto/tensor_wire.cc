@@ -143,8 +143,8 @@ bool ReadTag(Cursor& in, uint32_t* number, int* wire_type, std::string* raw) {
   return *number != 0 && *number != kMarkerField;
 }
 
-// The Tensor.data fields taken out of a message, in wire order: each in a string, or in a
-// buffer from `allocator` when it gives one.
+// The Tensor.data and ModelInferRequest.raw_input_contents fields taken out of a message, in
+// wire order: each in a string, or in a buffer from `allocator` when it gives one.
 struct Extraction {
   struct Bytes {
     std::string bytes;
@@ -152,8 +152,20 @@ struct Extraction {
   };
   HostAllocator* allocator = nullptr;
   std::vector<Bytes> items;
-  TensorBuffers buffers;  // filled by Restore for items with a buffer
+  TensorBuffers buffers;   // filled by Restore for Tensor.data items with a buffer
+  RawBuffers raw_buffers;  // filled by RestoreAll of a ModelInferRequest
 };
+
+// The bytes fields Rewrite takes out of a message: Tensor.data and
+// ModelInferRequest.raw_input_contents.
+bool IsExtracted(const FieldDescriptor* field) {
+  static const FieldDescriptor* const kTensorData =
+      v1::Tensor::descriptor()->FindFieldByNumber(v1::Tensor::kDataFieldNumber);
+  static const FieldDescriptor* const kRawInputContents =
+      inference::ModelInferRequest::descriptor()->FindFieldByNumber(
+          inference::ModelInferRequest::kRawInputContentsFieldNumber);
+  return field != nullptr && (field == kTensorData || field == kRawInputContents);
+}
 
 bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
              Extraction* extracted, int depth);
@@ -162,8 +174,6 @@ bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out
 // from its length prefix on, for Rewrite. `end` is where the enclosing message ends.
 bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t number,
                       const std::string& tag, std::string* out, Extraction* extracted, int depth) {
-  static const FieldDescriptor* const kTensorData =
-      v1::Tensor::descriptor()->FindFieldByNumber(v1::Tensor::kDataFieldNumber);
   std::string prefix;
   uint64_t n = 0;
   if (!in.ReadVarint(kMaxSizeBytes, &n, &prefix) || n > kMaxDelimitedBytes || in.position() > end ||
@@ -171,7 +181,7 @@ bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t
     return false;
   }
   const FieldDescriptor* field = type != nullptr ? type->FindFieldByNumber(number) : nullptr;
-  if (field == kTensorData) {
+  if (IsExtracted(field)) {
     Extraction::Bytes& item = extracted->items.emplace_back();
     if (extracted->allocator != nullptr) {
       item.buffer = extracted->allocator->TryAllocate(static_cast<size_t>(n));
@@ -199,10 +209,11 @@ bool RewriteDelimited(Cursor& in, uint64_t end, const Descriptor* type, uint32_t
   return in.Append(n, out);
 }
 
-// Copies the `size` bytes of one message of `type` from `in` to `out`. Every Tensor.data goes
-// to `extracted` instead, whatever its size, and a marker field holding its index takes its
-// place, so that the markers of a Tensor keep the wire order of its data fields (Restore
-// keeps the last, as protobuf does). Submessages of known message fields are rewritten the
+// Copies the `size` bytes of one message of `type` from `in` to `out`. Every Tensor.data (and
+// raw_input_contents entry) goes to `extracted` instead, whatever its size, and a marker field
+// holding its index takes its place, so that the markers of a message keep the wire order of
+// its data fields (Restore keeps the last, as protobuf does; RestoreAll of a ModelInferRequest
+// appends each, in order). Submessages of known message fields are rewritten the
 // same way (their length prefixes change); everything else is copied byte for byte. False
 // for anything protobuf's parser might read differently (then the caller parses as gRPC does).
 bool Rewrite(Cursor& in, uint64_t size, const Descriptor* type, std::string* out,
@@ -297,6 +308,37 @@ bool RestoreAll(v1::WriteTensorRequest& m, Extraction& e, std::vector<bool>& u) 
 bool RestoreAll(v1::ReadTensorResponse& m, Extraction& e, std::vector<bool>& u) {
   return !m.has_tensor() || Restore(*m.mutable_tensor(), e, u);
 }
+// Appends to `m`'s raw_input_contents (which Rewrite left empty) the entry of each of its
+// markers, in wire order (protobuf keeps unknown fields in that order), those in buffers as
+// empty entries with their buffer in e.raw_buffers, and drops the markers. False as Restore.
+bool RestoreAll(inference::ModelInferRequest& m, Extraction& e, std::vector<bool>& used) {
+  if (m.raw_input_contents_size() != 0) return false;
+  const UnknownFieldSet& unknown = m.GetReflection()->GetUnknownFields(m);
+  const size_t count = e.items.size();
+  bool any_buffer = false;
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const UnknownField& field = unknown.field(i);
+    if (field.number() != static_cast<int>(kMarkerField)) continue;
+    if (field.type() != UnknownField::TYPE_VARINT || field.varint() >= count ||
+        used[field.varint()]) {
+      return false;
+    }
+    used[field.varint()] = true;
+    Extraction::Bytes& item = e.items[field.varint()];
+    std::string* raw = m.add_raw_input_contents();
+    e.raw_buffers.push_back(std::move(item.buffer));
+    if (e.raw_buffers.back() != nullptr) {
+      any_buffer = true;
+    } else {
+      raw->swap(item.bytes);
+    }
+  }
+  if (!any_buffer) e.raw_buffers.clear();
+  if (!unknown.empty()) {
+    m.GetReflection()->MutableUnknownFields(&m)->DeleteByNumber(kMarkerField);
+  }
+  return true;
+}
 bool RestoreAll(v1::ExecuteBatchRequest& m, Extraction& e, std::vector<bool>& u) {
   for (v1::ExecuteRequest& item : *m.mutable_items()) {
     if (!RestoreAll(item, e, u)) return false;
@@ -310,12 +352,16 @@ bool RestoreAll(v1::ExecuteBatchResponse& m, Extraction& e, std::vector<bool>& u
   return true;
 }
 
+void MoveBuffers(Extraction& e, TensorBuffers* out) { *out = std::move(e.buffers); }
+void MoveBuffers(Extraction& e, RawBuffers* out) { *out = std::move(e.raw_buffers); }
+
 // The extracting parse; false when it cannot be used (then the caller parses as gRPC does).
-// Tensor bytes that `allocator` (nullable) gives buffers for go into them, listed in `buffers`
-// (left empty when false).
-template <typename Message>
+// Tensor bytes that `allocator` (nullable; ignored without `buffers`) gives buffers for go
+// into them, listed in `buffers` (left empty when false).
+template <typename Message, typename Buffers = TensorBuffers>
 bool ParseLarge(grpc::ByteBuffer* buffer, Message* message, HostAllocator* allocator = nullptr,
-                TensorBuffers* buffers = nullptr) {
+                Buffers* buffers = nullptr) {
+  if (buffers == nullptr) allocator = nullptr;  // the bytes must land in the message then
   grpc::ProtoBufferReader reader(buffer);
   if (!reader.status().ok()) return false;
   Cursor in(&reader);
@@ -332,14 +378,13 @@ bool ParseLarge(grpc::ByteBuffer* buffer, Message* message, HostAllocator* alloc
     // RestoreAll does not visit: rare enough to leave to protobuf's own parse.
     if (!u) return false;
   }
-  if (buffers != nullptr) *buffers = std::move(extracted.buffers);
+  if (buffers != nullptr) MoveBuffers(extracted, buffers);
   return true;
 }
 
-template <typename Message>
+template <typename Message, typename Buffers = TensorBuffers>
 grpc::Status DeserializeMessage(grpc::ByteBuffer* buffer, Message* message,
-                                HostAllocator* allocator = nullptr,
-                                TensorBuffers* buffers = nullptr) {
+                                HostAllocator* allocator = nullptr, Buffers* buffers = nullptr) {
   if (buffers != nullptr) buffers->clear();
   if (buffer == nullptr) return grpc::Status(grpc::StatusCode::INTERNAL, "No payload");
   if (buffer->Length() >= kLargeMessageBytes && ParseLarge(buffer, message, allocator, buffers)) {
@@ -534,6 +579,16 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* messa
 }
 grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::ReadTensorResponse* message) {
   return DeserializeMessage(buffer, message);
+}
+
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, inference::ModelInferRequest* message,
+                         HostAllocator* allocator, RawBuffers* buffers) {
+  return DeserializeMessage(buffer, message, allocator, buffers);
+}
+bool ParseExtracting(grpc::ByteBuffer* buffer, inference::ModelInferRequest* message,
+                     HostAllocator* allocator, RawBuffers* buffers) {
+  if (buffers != nullptr) buffers->clear();
+  return ParseLarge(buffer, message, allocator, buffers);
 }
 
 }  // namespace kernelserve::wire

@@ -1,6 +1,7 @@
 // gRPC (de)serialization of the messages that carry tensor bytes (ExecuteRequest,
 // ExecuteResponse, their batch forms, AutotuneRequest, PutConfigRequest, and the resident
-// tensors' CreateTensorRequest, WriteTensorRequest and ReadTensorResponse).
+// tensors' CreateTensorRequest, WriteTensorRequest and ReadTensorResponse), and the parse of
+// the KServe v2 front door's ModelInferRequest (whose raw_input_contents take the same path).
 //
 // Protobuf's parser reads a bytes field that spans many gRPC slices by appending slice after
 // slice to a string reserved for at most 50 MB, so a 256 MiB tensor is copied 2.4 times over
@@ -10,7 +11,9 @@
 // when the kernel allows), and lets protobuf parse only the small remainder, in which a marker
 // field stands for each data field in wire order; the result is exactly what protobuf's own
 // parse gives (a repeated data field keeps the last, a map value given twice merges, a
-// repeated map key keeps the last entry). Smaller messages take gRPC's usual path.
+// repeated map key keeps the last entry). Smaller messages take gRPC's usual path. A
+// ModelInferRequest's raw_input_contents entries are taken out the same way, each entry's
+// marker in the request's own unknown fields, and put back in wire order.
 //
 // Sending: gRPC copies a message into 1 MiB slices before it writes any of it. SerializeShared
 // instead points slices at the large Tensor.data bytes of a shared, immutable message (kept
@@ -39,13 +42,16 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 #include <grpcpp/support/status.h>
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/host_buffer.h"
+#include "inference/grpc_service.pb.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 
 namespace kernelserve::wire {
@@ -83,6 +89,24 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, v1::WriteTensorRequest* messa
 // The extracting parse with an allocator, whatever the size (for tests and wire_fuzz).
 bool ParseExtracting(grpc::ByteBuffer* buffer, v1::ExecuteRequest* message,
                      HostAllocator* allocator, TensorBuffers* buffers);
+
+// The raw_input_contents of a ModelInferRequest kept outside the message, by entry: where
+// entry i is non-null, raw_input_contents(i) is empty and the buffer holds its bytes. Either
+// empty or of raw_input_contents_size() entries.
+using RawBuffers = std::vector<std::shared_ptr<HostBuffer>>;
+
+// The KServe v2 request, parsed as protobuf does (INTERNAL for malformed data); a large one by
+// the extracting parse, each raw_input_contents entry copied from the slices once: into a
+// buffer from `allocator` (nullable) where it gives one, listed in `buffers` (cleared first;
+// nullable without an allocator), else into a string of the exact size.
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, inference::ModelInferRequest* message,
+                         HostAllocator* allocator = nullptr, RawBuffers* buffers = nullptr);
+// The extracting parse of a ModelInferRequest, whatever the size (for tests and wire_fuzz).
+bool ParseExtracting(grpc::ByteBuffer* buffer, inference::ModelInferRequest* message,
+                     HostAllocator* allocator = nullptr, RawBuffers* buffers = nullptr);
+
+// A slice over the bytes of `buffer` that holds it until gRPC lets go (no copy).
+grpc::Slice BufferSlice(std::shared_ptr<HostBuffer> buffer);
 
 // The extracting parse alone, whatever the size: false where it leaves the message to
 // protobuf (malformed data, a field with the marker's number, a map key given twice), and the

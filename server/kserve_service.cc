@@ -52,18 +52,26 @@ absl::StatusOr<const Kernel*> FindModel(const Executor& executor, std::string_vi
 }
 
 absl::Status PrepareInfer(const CallDeps& deps, const Caller& caller,
-                          inference::ModelInferRequest* request, CallRequest* call,
+                          inference::ModelInferRequest* request,
+                          const wire::RawBuffers* raw_buffers, CallRequest* call,
                           InferReply* reply) {
   reply->id = request->id();
   reply->model = request->model_name();
   KS_ASSIGN_OR_RETURN(const Kernel* kernel,
                       FindModel(*deps.executor, request->model_name(), request->model_version()));
   reply->schema = &kernel->schema();
-  KS_ASSIGN_OR_RETURN(kserve::InferCall infer, kserve::FromInferRequest(request, *reply->schema));
+  KS_ASSIGN_OR_RETURN(kserve::InferCall infer,
+                      kserve::FromInferRequest(request, *reply->schema, raw_buffers));
   reply->outputs = std::move(infer.outputs);
   reply->output_regions = infer.output_regions;
   if (infer.timeout_us.has_value()) reply->deadline = DeadlineAfter(*infer.timeout_us);
   *call->request = std::move(infer.request);
+  if (!infer.input_buffers.empty()) {
+    if (call->buffers == nullptr) return absl::InternalError("input buffers without a place");
+    for (auto& [name, buffer] : infer.input_buffers) {
+      (*call->buffers)[&call->request->inputs().at(name)] = std::move(buffer);
+    }
+  }
   call->regions.inputs = std::move(infer.input_regions);
   call->regions.outputs = std::move(infer.output_regions);
   call->outputs = reply->outputs;
@@ -75,9 +83,10 @@ absl::Status PrepareInfer(const CallDeps& deps, const Caller& caller,
 }
 
 absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
-                                                const InferReply& reply) {
+                                                const InferReply& reply,
+                                                const wire::TensorBuffers* buffers) {
   return kserve::ToInferResponse(answer, *reply.schema, reply.outputs, reply.id,
-                                 reply.output_regions);
+                                 reply.output_regions, buffers);
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::Answer(
@@ -210,10 +219,12 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
   absl::Status status = RunGuarded([&]() -> absl::Status {
     KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
     v1::ExecuteRequest native;
-    CallRequest parsed{.request = &native};
+    wire::TensorBuffers buffers;  // the raw inputs' parse buffers, under `native`'s tensors
+    CallRequest parsed{.request = &native, .buffers = &buffers};
     InferReply reply;
-    KS_RETURN_IF_ERROR(
-        PrepareInfer(deps_, call->tracker().caller(), &call->request(), &parsed, &reply));
+    KS_RETURN_IF_ERROR(PrepareInfer(deps_, call->tracker().caller(), &call->request(),
+                                    &call->raw_input_buffers(), &parsed, &reply));
+    call->raw_input_buffers().clear();  // the inputs hold them now
     KS_ASSIGN_OR_RETURN(PreparedCall prepared, Prepare(deps_, parsed, call->tracker()));
     const bool may_run_inline = MayRunInline(prepared);
     const int worker = prepared.plan.ordinal();
@@ -223,10 +234,11 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
         [this, call, finish, reply = std::move(reply), prepared = std::move(prepared)](
             absl::Status status, int64_t queue_us) {
           v1::ExecuteResponse answer;
+          wire::TensorBuffers outputs;  // outputs left in host buffers, sent from them
           status = Run(deps_, prepared, std::move(status), {queue_us, call->recv_us()},
-                       call->tracker(), &answer, /*buffers=*/nullptr);
+                       call->tracker(), &answer, &outputs);
           if (status.ok()) {
-            absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&answer, reply);
+            absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&answer, reply, &outputs);
             status = bytes.status();
             if (status.ok()) call->response() = bytes->ToByteBuffer();
           }

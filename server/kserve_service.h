@@ -117,15 +117,20 @@ struct InferReply {
 // The pipeline's CallRequest of `request` (its bytes moved into *call->request, its region
 // refs and the outputs it asks for) and its InferReply, the call placed on the GPU of the
 // caller's CUDA regions it names: NotFound for an unknown model or version, InvalidArgument
-// (kserve::FromInferRequest) for the rest.
+// (kserve::FromInferRequest) for the rest. The raw_input_contents entries that `raw_buffers`
+// (nullable; from the parse) holds go into *call->buffers (REQUIRED then) under their native
+// tensors, so that the inputs are the parser's buffers, not copies.
 absl::Status PrepareInfer(const CallDeps& deps, const Caller& caller,
-                          inference::ModelInferRequest* request, CallRequest* call,
+                          inference::ModelInferRequest* request,
+                          const wire::RawBuffers* raw_buffers, CallRequest* call,
                           InferReply* reply);
 
 // The answer of a call that ran (its outputs of reply.output_regions written there by Run):
-// kserve::ToInferResponse, the serialized ModelInferResponse.
+// kserve::ToInferResponse, the serialized ModelInferResponse; outputs that Run left in
+// `buffers` (nullable) are sent from them.
 absl::StatusOr<kserve::WireMessage> AnswerInfer(v1::ExecuteResponse* answer,
-                                                const InferReply& reply);
+                                                const InferReply& reply,
+                                                const wire::TensorBuffers* buffers = nullptr);
 
 // The kernel serving model `name` at `version` ("" or "1"); NotFound naming the models there
 // are otherwise.

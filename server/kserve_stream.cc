@@ -21,23 +21,24 @@ struct KServeStream {
   static absl::Status Parse(const CallDeps& deps, const Caller& caller, grpc::ByteBuffer* read,
                             CallRequest* call, Reply* reply) {
     inference::ModelInferRequest infer;
-    KS_RETURN_IF_ERROR(wire::ParseRequest(read, &infer));
-    return PrepareInfer(deps, caller, &infer, call, reply);
+    wire::RawBuffers raw_buffers;  // moved into call->buffers by PrepareInfer
+    KS_RETURN_IF_ERROR(wire::ParseRequest(read, &infer, deps.host_allocator, &raw_buffers));
+    return PrepareInfer(deps, caller, &infer, &raw_buffers, call, reply);
   }
 
   static std::chrono::system_clock::time_point Deadline(const Reply& reply) {
     return reply.deadline;
   }
 
-  static constexpr bool kKeepBuffers = false;
+  static constexpr bool kKeepBuffers = true;
 
-  static absl::Status Serialize(v1::ExecuteResponse response, wire::TensorBuffers /*buffers*/,
+  static absl::Status Serialize(v1::ExecuteResponse response, wire::TensorBuffers buffers,
                                 absl::Status outcome, const Reply& reply, CallWaits waits,
                                 grpc::ByteBuffer* out) {
     if (outcome.ok()) {
       response.mutable_timing()->set_queue_us(waits.queue_us);
       response.mutable_timing()->set_recv_us(waits.recv_us);
-      absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&response, reply);
+      absl::StatusOr<kserve::WireMessage> bytes = AnswerInfer(&response, reply, &buffers);
       if (bytes.ok()) {
         kserve::NestAs(inference::ModelStreamInferResponse::kInferResponseFieldNumber, &*bytes);
         *out = bytes->ToByteBuffer();

@@ -45,8 +45,9 @@ class UnaryCall {
   int64_t received_bytes() const { return static_cast<int64_t>(raw_request_->Length()); }
   // Parses the received bytes into request(); InvalidArgument naming the fault. The large
   // tensor bytes of an ExecuteRequest, CreateTensorRequest or WriteTensorRequest go into
-  // buffers from `allocator` (nullable; listed in request_buffers()). The time it takes is
-  // recv_us().
+  // buffers from `allocator` (nullable; listed in request_buffers()), those of a
+  // ModelInferRequest's raw_input_contents too (listed in raw_input_buffers()). The time it
+  // takes is recv_us().
   absl::Status Parse(HostAllocator* allocator = nullptr) {
     const auto started = std::chrono::steady_clock::now();
     absl::Status status;
@@ -54,6 +55,8 @@ class UnaryCall {
                   std::is_same_v<Request, v1::CreateTensorRequest> ||
                   std::is_same_v<Request, v1::WriteTensorRequest>) {
       status = wire::ParseRequest(raw_request_, &request_, allocator, &request_buffers_);
+    } else if constexpr (std::is_same_v<Request, inference::ModelInferRequest>) {
+      status = wire::ParseRequest(raw_request_, &request_, allocator, &raw_input_buffers_);
     } else {
       status = wire::ParseRequest(raw_request_, &request_);
     }
@@ -89,6 +92,8 @@ class UnaryCall {
   // there with PutTensor's buffer form; Finish sends them from the buffers).
   wire::TensorBuffers& request_buffers() { return request_buffers_; }
   wire::TensorBuffers& response_buffers() { return response_buffers_; }
+  // Buffers holding raw_input_contents entries of a ModelInferRequest request() (see Parse).
+  wire::RawBuffers& raw_input_buffers() { return raw_input_buffers_; }
   int64_t recv_us() const { return recv_us_; }
   CallTracker& tracker() { return tracker_; }
   grpc::CallbackServerContext* context() const { return tracker_.context(); }
@@ -119,6 +124,7 @@ class UnaryCall {
   Response response_;
   wire::TensorBuffers request_buffers_;
   wire::TensorBuffers response_buffers_;
+  wire::RawBuffers raw_input_buffers_;
   int64_t recv_us_ = 0;
 };
 

@@ -2,7 +2,9 @@
 
 #include <google/protobuf/arena.h>
 
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -108,7 +110,10 @@ ServerTimings TimingsOf(const inference::ModelInferResponse& response) {
 
 absl::StatusOr<BenchReport> RunBenchV2(const Client& client, const v1::ExecuteRequest& request,
                                        const BenchOptions& options) {
-  KS_ASSIGN_OR_RETURN(const inference::ModelInferRequest infer, ToModelInfer(request));
+  KS_ASSIGN_OR_RETURN(inference::ModelInferRequest made, ToModelInfer(request));
+  // Shared and immutable: each call sends its raw contents without a copy, as the native bench
+  // sends its tensors.
+  auto infer = std::make_shared<const inference::ModelInferRequest>(std::move(made));
   return RunBench(
       [&client, &infer]() -> absl::StatusOr<ServerTimings> {
         // Parsed on an arena, as a C++ load generator would: the answer's parameter map is

@@ -131,7 +131,7 @@ def delimited(number, payload):
 
 
 def wire_corpus(pb):
-    """wire_fuzz: byte 0 the type (0 ExecuteRequest ... 5 PutConfigRequest), byte 1 the cuts."""
+    """wire_fuzz: byte 0 the type (0 ExecuteRequest ... 9 ModelInferRequest), byte 1 the cuts."""
     for i, (name, r) in enumerate(sorted(requests(pb).items())):
         write("wire_fuzz", "execute_request_" + name, bytes([0, i]) + r.SerializeToString())
     small = tensor(pb, F32, [2]).SerializeToString()
@@ -192,6 +192,15 @@ def wire_corpus(pb):
     read = pb.ReadTensorResponse()
     read.tensor.CopyFrom(tensor(pb, F32, [2, 2]))
     write("wire_fuzz", "read_tensor_response", bytes([8, 3]) + read.SerializeToString())
+    # KServe v2 ModelInferRequest (byte 0 = 9), by hand: model_name, input x FP32 [2,3] with a
+    # parameter, a requested output, two raw entries (the second after a field), then the id.
+    param = delimited(1, b"binary_data_size") + delimited(2, varint(2 << 3) + varint(24))
+    infer_input = (delimited(1, b"x") + delimited(2, b"FP32") + delimited(3, varint(2) + varint(3))
+                   + delimited(4, param))
+    infer = (delimited(1, b"mean_pooling") + delimited(5, infer_input) +
+             delimited(6, delimited(1, b"out")) + delimited(7, struct.pack("<6f", *range(6))) +
+             delimited(2, b"1") + delimited(7, b"") + delimited(3, b"req-1"))
+    write("wire_fuzz", "model_infer_request", bytes([9, 2]) + infer)
 
 
 def request_corpus(pb):

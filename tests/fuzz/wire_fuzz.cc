@@ -3,14 +3,15 @@
 // wire::ParseRequest (what every raw handler calls) and wire::DescribeMalformed (the reason it
 // gives for bytes that do not parse).
 //
-// Input: byte 0 picks the message type (mod 9: the kernel calls', then the resident tensors'
-// CreateTensorRequest, WriteTensorRequest and ReadTensorResponse), byte 1 how the rest is cut
+// Input: byte 0 picks the message type (mod 10: the kernel calls', then the resident tensors'
+// CreateTensorRequest, WriteTensorRequest and ReadTensorResponse, then the KServe v2
+// front door's ModelInferRequest), byte 1 how the rest is cut
 // into gRPC slices, the rest is the message. Where wire::ParseExtracting succeeds, protobuf's
 // ParseFromArray must succeed and give an equal message; wire::Deserialize and wire::ParseRequest
 // must always agree with protobuf; DescribeMalformed must name a fault exactly when protobuf
-// refuses the bytes. ExecuteRequests are also parsed into buffers of a pool (as the server parses
-// for its GPUs), and ExecuteResponses sent with their output bytes from buffers; both must read
-// back as protobuf's message. Any disagreement aborts.
+// refuses the bytes. ExecuteRequests and ModelInferRequests are also parsed into buffers of a
+// pool (as the server parses for its GPUs), and ExecuteResponses sent with their output bytes
+// from buffers; all must read back as protobuf's message. Any disagreement aborts.
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
 
@@ -25,6 +26,7 @@
 
 #include "absl/strings/match.h"
 #include "core/host_pool.h"
+#include "inference/grpc_service.pb.h"
 #include "kernelserve/v1/kernel_service.pb.h"
 #include "proto/parse.h"
 #include "proto/tensor_wire.h"
@@ -138,6 +140,31 @@ void CheckBufferMode(const uint8_t* data, size_t size, uint8_t seed) {
   if (!SameMessage(got, expected)) Fail("the buffer-mode parser differs", expected);
 }
 
+// The same for a ModelInferRequest: each raw_input_contents entry in a buffer is empty in the
+// message, and with the bytes put back the message is protobuf's.
+void CheckInferBufferMode(const uint8_t* data, size_t size, uint8_t seed) {
+  inference::ModelInferRequest expected;
+  const bool parsed = expected.ParseFromArray(data, static_cast<int>(size));
+  inference::ModelInferRequest got;
+  wire::RawBuffers buffers;
+  grpc::ByteBuffer buffer = SlicedBuffer(data, size, seed);
+  if (!wire::ParseExtracting(&buffer, &got, &FuzzPool(), &buffers)) {
+    if (!buffers.empty()) Fail("a failed parse left buffers", expected);
+    return;
+  }
+  if (!parsed) Fail("the buffer-mode parser accepts what protobuf refuses", expected);
+  if (!buffers.empty() && buffers.size() != static_cast<size_t>(got.raw_input_contents_size())) {
+    Fail("raw buffers and entries differ in number", got);
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i] == nullptr) continue;
+    std::string* raw = got.mutable_raw_input_contents(static_cast<int>(i));
+    if (!raw->empty()) Fail("an entry has bytes in a buffer and in the message", got);
+    raw->assign(static_cast<const char*>(buffers[i]->data()), buffers[i]->size());
+  }
+  if (!SameMessage(got, expected)) Fail("the buffer-mode parser differs", expected);
+}
+
 // An ExecuteResponse sent with its output bytes in buffers parses to the same message.
 void CheckSendFromBuffers(const uint8_t* data, size_t size) {
   v1::ExecuteResponse expected;
@@ -179,7 +206,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t seed = data[1];
   const uint8_t* message = data + 2;
   const size_t bytes = size - 2;
-  switch (data[0] % 9) {
+  switch (data[0] % 10) {
     case 0:
       kernelserve::Check<v1::ExecuteRequest>(message, bytes, seed);
       kernelserve::CheckBufferMode(message, bytes, seed);
@@ -208,6 +235,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 8:
       kernelserve::Check<v1::ReadTensorResponse>(message, bytes, seed);
+      break;
+    case 9:
+      kernelserve::Check<inference::ModelInferRequest>(message, bytes, seed);
+      kernelserve::CheckInferBufferMode(message, bytes, seed);
       break;
   }
   return 0;

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -185,6 +188,51 @@ TEST(KServeAnswerTest, LargeOutputBytesAreSentFromTheirStringWithoutACopy) {
   ASSERT_EQ(r.raw_output_contents_size(), 2);
   EXPECT_EQ(r.raw_output_contents(0), out);
   EXPECT_EQ(r.raw_output_contents(1).size(), 400000u);
+}
+
+// `bytes` in a heap HostBuffer (standing in for a pinned one).
+std::shared_ptr<HostBuffer> Held(const std::string& bytes) {
+  void* data = std::malloc(bytes.size());
+  std::memcpy(data, bytes.data(), bytes.size());
+  return std::make_shared<HostBuffer>(data, bytes.size(), /*pinned=*/false,
+                                      [](void* p) { std::free(p); });
+}
+
+TEST(KServeAnswerTest, OutputsInHostBuffersAreSentFromTheBuffersWithoutACopy) {
+  // As Run leaves outputs it keeps in buffers: the tensor's data empty, its buffer listed.
+  v1::ExecuteResponse answer = Answer(100000);  // out: 600 kB (in a buffer), lse: 400 kB
+  const v1::ExecuteResponse expected_answer = answer;
+  wire::TensorBuffers buffers;
+  v1::Tensor& out = (*answer.mutable_outputs())["out"];
+  std::shared_ptr<HostBuffer> held = Held(out.data());
+  out.clear_data();
+  buffers[&out] = held;
+  absl::StatusOr<WireMessage> bytes = ToInferResponse(&answer, TwoOutputs(), {}, "", {}, &buffers);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::vector<const void*> starts;
+  for (const grpc::Slice& slice : bytes->slices) starts.push_back(slice.begin());
+  EXPECT_NE(std::find(starts.begin(), starts.end(), held->data()), starts.end());
+  buffers.clear();
+  EXPECT_GT(held.use_count(), 1);  // the slice holds the buffer
+  const ModelInferResponse r = Parsed(*std::move(bytes));
+  ASSERT_EQ(r.raw_output_contents_size(), 2);
+  EXPECT_EQ(r.raw_output_contents(0), expected_answer.outputs().at("out").data());
+  EXPECT_EQ(r.raw_output_contents(1), expected_answer.outputs().at("lse").data());
+  EXPECT_EQ(r.outputs(0).shape(0), 100000);
+}
+
+TEST(KServeAnswerTest, SmallOutputsInHostBuffersAreCopiedIntoTheAnswer) {
+  v1::ExecuteResponse answer = Answer(2);
+  const v1::ExecuteResponse expected_answer = answer;
+  wire::TensorBuffers buffers;
+  v1::Tensor& lse = (*answer.mutable_outputs())["lse"];
+  buffers[&lse] = Held(lse.data());
+  lse.clear_data();
+  absl::StatusOr<WireMessage> bytes = ToInferResponse(&answer, TwoOutputs(), {}, "", {}, &buffers);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const ModelInferResponse r = Parsed(*std::move(bytes));
+  ASSERT_EQ(r.raw_output_contents_size(), 2);
+  EXPECT_EQ(r.raw_output_contents(1), expected_answer.outputs().at("lse").data());
 }
 
 TEST(KServeAnswerTest, NestedAsTheStreamsInferResponse) {
