@@ -562,6 +562,13 @@ class LargeCallTest(unittest.TestCase):
                 self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
                 self.assertIn("the deadline was 0.001 s", raised.exception.message)
 
+    def test_huge_timeouts_are_no_deadline(self):
+        x = uniform(self.rng, (4, 300, 96))
+        for name, client in self.clients.items():
+            with self.subTest(transport=name):
+                np.testing.assert_allclose(client.mean_pooling(x, timeout=1e15).out,
+                                           references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+
     def test_no_server(self):
         target = f"127.0.0.1:{free_port()}"
         for native in (True, False):

@@ -79,6 +79,9 @@ class HeldBuffers {
 
 void FreeAligned(void* p) noexcept { std::free(p); }
 
+// The longest deadline a call gets (a year): longer ones would overflow the clock's ticks.
+constexpr double kLongestTimeoutSeconds = 365.0 * 24 * 3600;
+
 // A received message, as gRPC's slices.
 class Answer {
  public:
@@ -163,10 +166,11 @@ class Channel {
       grpc::ByteBuffer request(slices.data(), slices.size());
       slices.clear();
       grpc::ClientContext context;
-      if (timeout.has_value()) {
+      if (timeout.has_value()) {  // clamped: a year and more is as good as none, and fits
+        const double seconds = std::clamp(*timeout, 0.0, kLongestTimeoutSeconds);
         context.set_deadline(std::chrono::system_clock::now() +
                              std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                 std::chrono::duration<double>(*timeout)));
+                                 std::chrono::duration<double>(seconds)));
       }
       for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
       const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);

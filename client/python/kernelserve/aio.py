@@ -95,7 +95,7 @@ class Client:
         await self.close()
 
     async def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         try:
             return await method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
@@ -162,7 +162,7 @@ class Client:
             return results.result_of(await self._call(self._stub.Execute, request, timeout),
                                      places)
         spliced = wire.splice(request.SerializeToString(), aside)
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         if self._native is not None:
             response, datas = await asyncio.get_running_loop().run_in_executor(
                 None, self._native.execute, spliced, timeout, self._metadata)
@@ -186,7 +186,7 @@ class Client:
         """See kernelserve.Client.execute_stream: a Result or a KernelserveError per request,
         in request order, over one ExecuteStream call."""
         answers = calls.StreamAnswers(list(requests), self._regions)
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         try:
             stream = self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                               metadata=self._metadata)
@@ -262,7 +262,7 @@ class Client:
         if progress is None:
             return results.tune_result_of(await self._call(self._stub.Autotune, request,
                                                            timeout))
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         response = None
         stream = self._stub.AutotuneStream(request, timeout=timeout, metadata=self._metadata)
         try:

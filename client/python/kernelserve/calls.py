@@ -432,6 +432,18 @@ def channel_credentials(tls: bool, root_certificates: Optional[bytes],
     return grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
 
 
+# The longest deadline a call gets, in seconds (a year): gRPC's clocks overflow on longer ones,
+# which then expire at once.
+LONGEST_TIMEOUT = 365.0 * 24 * 3600
+
+
+def call_timeout(timeout: Optional[float], default: Optional[float]) -> Optional[float]:
+    """The seconds a call may take: its own timeout, else the client's (None = no deadline),
+    at most LONGEST_TIMEOUT."""
+    chosen = timeout or default
+    return None if chosen is None else min(chosen, LONGEST_TIMEOUT)
+
+
 def call_metadata(token: Optional[str]) -> tuple[tuple[str, str], ...]:
     """The metadata every KernelService call carries: the bearer token, if any."""
     return (("authorization", f"Bearer {token}"),) if token else ()

@@ -114,7 +114,7 @@ class Client:
         self.close()
 
     def _call(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as error:
@@ -190,7 +190,8 @@ class Client:
         # the faster way for a tiny call (gRPC's C++ library, not grpcio's Python layers).
         spliced = wire.splice(request.SerializeToString(), aside)
         sender = self._native if self._native is not None else self._grpcio
-        response, datas = sender.execute(spliced, timeout or self._timeout, self._metadata)
+        response, datas = sender.execute(spliced, calls.call_timeout(timeout, self._timeout),
+                                         self._metadata)
         return results.result_of(response, places, datas)
 
     def execute_batch(self, kernel: str, items: Sequence[Inputs], params: Optional[Params] = None,
@@ -214,7 +215,7 @@ class Client:
         (UNAVAILABLE, UNAUTHENTICATED, DEADLINE_EXCEEDED: the timeout covers the whole
         stream). Shared-memory inputs and Request.outputs as in execute()."""
         answers = calls.StreamAnswers(list(requests), self._regions)
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         try:
             for response in self._stub.ExecuteStream(answers.wire_requests(), timeout=timeout,
                                                      metadata=self._metadata):
@@ -296,7 +297,7 @@ class Client:
                                          time_budget)
         if progress is None:
             return results.tune_result_of(self._call(self._stub.Autotune, request, timeout))
-        timeout = timeout or self._timeout
+        timeout = calls.call_timeout(timeout, self._timeout)
         response = None
         stream = self._stub.AutotuneStream(request, timeout=timeout, metadata=self._metadata)
         try:
