@@ -696,6 +696,17 @@ class LocalSharedMemoryTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_inputs_in_the_callers_own_region_go_as_they_are(self):
+        x = uniform(self.rng, (2, 600, 300))
+        with self.client.register_system_shm("mine", 4 << 20) as region:
+            view = region.put(x)
+            np.testing.assert_allclose(self.client.mean_pooling(view).out,
+                                       references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+            self.assertEqual(self.auto_regions(), [])  # no copy into a region of the client's
+        with self.assertRaises(kernelserve.KernelserveError) as raised:  # a param that is a list
+            self.client.mean_pooling(x, chunk_size=[4])
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
     def test_a_failed_call_does_not_reuse_its_region(self):
         x = uniform(self.rng, (2, 600, 300))
         self.client.mean_pooling(x)

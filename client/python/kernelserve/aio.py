@@ -111,7 +111,7 @@ class Client:
         run: dict[str, Any] = dict(config=config, platform=platform, device=device,
                                    allow_autotune=allow_autotune, request_id=request_id,
                                    timeout=timeout)
-        plan = (self._auto.plan(kernel, inputs, params, platform)
+        plan = (self._auto.plan(kernel, inputs, params, platform, self._regions)
                 if self._auto is not None and outputs is None else None)
         region = await self._auto_region(plan.nbytes) if plan is not None else None
         if plan is None or region is None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from kernelserve import tensors
 from kernelserve.errors import KernelserveError
-from kernelserve.shm import SharedMemoryRegion
+from kernelserve.shm import Regions, SharedMemoryRegion
 
 # A call goes through a region when its inputs have at least this many bytes: below, the copy
 # into the region and the extra bookkeeping cost about what gRPC's copies do (measured with
@@ -106,16 +106,19 @@ class AutoRegions:
         return self._off
 
     def plan(self, kernel: str, inputs: Mapping[str, Any], params: Optional[Mapping[str, Any]],
-             platform: str) -> Optional[Plan]:
+             platform: str, regions: Regions) -> Optional[Plan]:
         """The plan of a call that goes through a region, or None (a call whose inputs are not
-        all plain arrays, or smaller than MIN_BYTES, or the server cannot use regions)."""
+        all plain arrays, or smaller than MIN_BYTES, or lie in one of `regions` already (they go
+        as references as they are), or the server cannot use regions)."""
         if self._off or not inputs:
             return None
         if sum(getattr(v, "nbytes", 0) for v in inputs.values()) < MIN_BYTES:
             return None  # a small call, decided before any other work
         arrays: dict[str, np.ndarray] = {}
         for name, value in inputs.items():
-            if type(value) is not np.ndarray:  # views the caller placed, resident tensors...
+            if type(value) is not np.ndarray:  # RegionTensors, resident tensors...
+                return None
+            if regions.locate(value) is not None:  # in a region the caller registered
                 return None
             held = tensors.sent_aside(value, name, 0)
             if held is None:
@@ -125,6 +128,10 @@ class AutoRegions:
             return None
         key = (kernel, platform, tuple((n, a.dtype.str, a.shape) for n, a in arrays.items()),
                tuple(sorted((params or {}).items())))
+        try:
+            hash(key)
+        except TypeError:  # a param that is no scalar: the call's own checks say what is wrong
+            return None
         offset = 0
         placed: dict[str, tuple[int, np.ndarray]] = {}
         for name, array in arrays.items():
