@@ -38,6 +38,7 @@ SYMBOLIZER = /usr/lib/llvm-14/bin/llvm-symbolizer
 SAN_CMAKE = CC=$(CLANG) CXX=$(CLANGXX) cmake -S . -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DKERNELSERVE_CUDA=OFF
 ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:external_symbolizer_path=$(SYMBOLIZER) \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:external_symbolizer_path=$(SYMBOLIZER)
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:external_symbolizer_path=$(SYMBOLIZER):suppressions=$(CURDIR)/tests/tsan.supp
 
