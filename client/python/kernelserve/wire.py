@@ -147,9 +147,10 @@ def _fields(buf: memoryview, pos: int, end: int) -> Any:
         pos = stop
 
 
-def _payload(buf: memoryview, value: int, stop: int) -> tuple[int, int]:
-    """The bytes of a length-delimited field whose length prefix starts at `value`."""
-    return _varint_at(buf, value, stop)[1], stop
+def _payload(buf: memoryview, value: int, stop: int) -> int:
+    """Where the bytes of a length-delimited field whose length prefix starts at `value` begin
+    (they end at the field's end, `stop`)."""
+    return _varint_at(buf, value, stop)[1]
 
 
 def _tensor_without_data(buf: memoryview, start: int, end: int
@@ -159,7 +160,7 @@ def _tensor_without_data(buf: memoryview, start: int, end: int
     data = None
     for field, wire_type, tag, value, stop in _fields(buf, start, end):
         if field == _DATA and wire_type == _LEN:
-            begin, _ = _payload(buf, value, stop)
+            begin = _payload(buf, value, stop)
             data = buf[begin:stop]
         else:
             kept.append(bytes(buf[tag:stop]))
@@ -174,11 +175,11 @@ def _output_entry(buf: memoryview, start: int, end: int
     data = None
     for field, wire_type, tag, value, stop in _fields(buf, start, end):
         if field == _MAP_KEY and wire_type == _LEN:
-            begin, _ = _payload(buf, value, stop)
+            begin = _payload(buf, value, stop)
             key = bytes(buf[begin:stop])
             kept.append(bytes(buf[tag:stop]))
         elif field == _MAP_VALUE and wire_type == _LEN:
-            begin, _ = _payload(buf, value, stop)
+            begin = _payload(buf, value, stop)
             meta, value_data = _tensor_without_data(buf, begin, stop)
             data = value_data if value_data is not None else data  # values given twice merge
             kept.append(_length_prefix(_MAP_VALUE, len(meta)) + meta)
@@ -201,7 +202,7 @@ def split_answer(message: Union[bytes, memoryview]
     datas: dict[str, memoryview] = {}
     for field, wire_type, tag, value, stop in _fields(buf, 0, buf.nbytes):
         if field == _OUTPUTS and wire_type == _LEN:
-            begin, _ = _payload(buf, value, stop)
+            begin = _payload(buf, value, stop)
             entry, name, data = _output_entry(buf, begin, stop)
             kept.append(_length_prefix(_OUTPUTS, len(entry)) + entry)
             if data is None:
