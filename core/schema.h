@@ -33,6 +33,11 @@ struct InputSchema {
   // whose values the gradient does not need): it may come without data (Tensor::ShapeOnly;
   // on the wire, empty data). False: data is required.
   bool shape_only = false;
+  // True when the kernel writes new values into this input as it runs (a paged cache that the
+  // call appends to). A resident tensor named for it is updated in place (the call holds it
+  // for writing, and it must lie where the call runs); inline data is updated in the call's own
+  // copy, which is not returned; a client's shared-memory region is refused for it.
+  bool updated = false;
 };
 
 // One output tensor. A value type.

@@ -4,6 +4,7 @@
 #include "kernels/flash_attention/flash_attention.h"
 #include "kernels/flash_attention/flash_attention_bwd.h"
 #include "kernels/mean_pooling/mean_pooling.h"
+#include "kernels/paged_attention/paged_attention.h"
 #ifdef KERNELSERVE_WITH_CUDA
 #include "kernels/runtime/cuda/cuda_platform.h"
 #include "kernels/runtime/cuda/cuda_resources.h"
@@ -20,6 +21,7 @@ absl::Status RegisterBuiltinKernels(KernelRegistry* registry) {
   KS_RETURN_IF_ERROR(registry->Register(MakeMeanPoolingBwd()));
   KS_RETURN_IF_ERROR(registry->Register(MakeFlashAttention()));
   KS_RETURN_IF_ERROR(registry->Register(MakeFlashAttentionBwd()));
+  KS_RETURN_IF_ERROR(registry->Register(MakePagedAttention()));
   return absl::OkStatus();
 }
 

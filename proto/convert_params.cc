@@ -166,11 +166,13 @@ void ToProto(const KernelSchema& schema, v1::KernelInfo* info) {
     out->set_shape(input.shape);
     out->set_doc(input.doc);
     out->set_shape_only(input.shape_only);
+    out->set_updated(input.updated);
     v1::ArgInfo* arg = info->add_inputs();
     arg->set_name(input.name);
     arg->set_required(input.required);
     arg->set_doc(absl::StrCat(absl::StrJoin(dtypes, "|"), " ", input.shape,
-                              input.shape_only ? " (shape only: data may be empty)" : "", "; ",
+                              input.shape_only ? " (shape only: data may be empty)" : "",
+                              input.updated ? " (updated in place)" : "", "; ",
                               input.doc));
   }
   for (const OutputSchema& output : schema.outputs) {

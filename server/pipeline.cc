@@ -193,9 +193,10 @@ absl::Status TakeResident(const ResidentTensors* resident, const Caller& caller,
   }
   KS_ASSIGN_OR_RETURN(auto stated, StatedSpecs(request, refs.resident_inputs));
   call.lease = std::make_shared<ResidentLease>(resident);
-  KS_ASSIGN_OR_RETURN(TensorMap inputs, InputsFromResident(resident, caller, refs.resident_inputs,
-                                                           stated, call.plan.ordinal(),
-                                                           call.regions.get(), call.lease.get()));
+  KS_ASSIGN_OR_RETURN(TensorMap inputs,
+                      InputsFromResident(resident, caller, call.plan.kernel->schema(),
+                                         refs.resident_inputs, stated, call.plan.ordinal(),
+                                         call.regions.get(), call.lease.get()));
   call.inputs.merge(inputs);
   return OutputsToResident(resident, caller, call.plan, refs.resident_outputs, refs.resident_inputs,
                            &call.output_spans, call.regions.get(), call.lease.get());
@@ -213,6 +214,12 @@ absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, co
   TensorSpecMap specs;  // of the inputs in regions, as the request gives them
   for (const auto& [name, ref] : regions.inputs) {
     const std::string what = absl::StrCat("input '", name, "'");
+    if (IsUpdated(call.plan.kernel->schema(), name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " is updated in place by ", call.plan.kernel->name(), " and may not be in a "
+          "shared-memory region (region '", ref.region, "'); send it inline, or name a resident "
+          "tensor to have the update kept"));
+    }
     auto proto = request->inputs().find(name);
     if (proto == request->inputs().end()) {
       return absl::InternalError(absl::StrCat(what, ": in a region but not in the request"));

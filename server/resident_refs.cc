@@ -56,10 +56,29 @@ absl::Status CheckInPlace(const CallPlan& plan, const std::string& output, const
                    tensor, "'", allowed, " (see ListKernels: OutputInfo.in_place_of)"));
 }
 
+// InvalidArgument unless `tensor`, named for an input the kernel updates in place, lies where
+// the call runs (`device`, -1 = the CPU): elsewhere the call would update a copy.
+absl::Status CheckUpdatedWhereCallRuns(const ResidentTensor& tensor, int device,
+                                       const std::string& what) {
+  if (tensor.device() == device) return absl::OkStatus();
+  auto where = [](int d) { return d < 0 ? std::string("the host") : absl::StrCat("GPU ", d); };
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " is updated in place by the kernel, but ", Place(tensor), " is on ",
+      where(tensor.device()), " and the call runs on ", where(device),
+      "; create the tensor where the call runs, or run the call there"));
+}
+
 }  // namespace
 
+bool IsUpdated(const KernelSchema& schema, const std::string& input) {
+  for (const InputSchema& declared : schema.inputs) {
+    if (declared.name == input) return declared.updated;
+  }
+  return false;
+}
+
 absl::StatusOr<TensorMap> InputsFromResident(const ResidentTensors* resident, const Caller& caller,
-                                             const ResidentRefs& refs,
+                                             const KernelSchema& schema, const ResidentRefs& refs,
                                              const std::map<std::string, StatedSpec>& stated,
                                              int device, CallRegions* held, ResidentLease* lease) {
   TensorMap inputs;
@@ -75,11 +94,13 @@ absl::StatusOr<TensorMap> InputsFromResident(const ResidentTensors* resident, co
     if (auto said = stated.find(name); said != stated.end()) {
       KS_RETURN_IF_ERROR(CheckStated(said->second, **tensor, what));
     }
+    const bool updated = IsUpdated(schema, name);
+    if (updated) KS_RETURN_IF_ERROR(CheckUpdatedWhereCallRuns(**tensor, device, what));
     RegionSpan span = (*tensor)->Span();
     if (held != nullptr) held->Add(span);
     KS_ASSIGN_OR_RETURN(inputs[name], TensorInSpan(resident->gpu(), (*tensor)->spec(),
                                                    std::move(span), device, what, Place(**tensor)));
-    if (lease != nullptr) lease->Add(*std::move(tensor), /*write=*/false);
+    if (lease != nullptr) lease->Add(*std::move(tensor), /*write=*/updated);
   }
   return inputs;
 }

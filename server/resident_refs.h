@@ -28,14 +28,18 @@ struct StatedSpec {
   std::optional<Shape> shape;
 };
 
+// True when `schema` marks `input` as updated in place by the kernel (InputSchema::updated).
+bool IsUpdated(const KernelSchema& schema, const std::string& input);
+
 // The inputs of `refs` as tensors of the caller's resident tensors, for a call on `device` (-1 =
-// the CPU), each held in `held` and added to `lease` to read. `stated` has what the request
-// says of each (missing = nothing). As TensorInSpan: floating tensors read in place, index
-// tensors copied. NotFound for a tensor the caller does not have; InvalidArgument naming the
-// input when the request states another dtype or shape, or for a GPU tensor in a CPU call;
-// Unimplemented when `resident` is null.
+// the CPU), each held in `held` and added to `lease` to read, or to write for an input `schema`
+// marks updated. `stated` has what the request says of each (missing = nothing). As
+// TensorInSpan: floating tensors read in place, index tensors copied. NotFound for a tensor the
+// caller does not have; InvalidArgument naming the input when the request states another dtype
+// or shape, for a GPU tensor in a CPU call, or for an updated input whose tensor lies elsewhere
+// than the call runs; Unimplemented when `resident` is null.
 absl::StatusOr<TensorMap> InputsFromResident(const ResidentTensors* resident, const Caller& caller,
-                                             const ResidentRefs& refs,
+                                             const KernelSchema& schema, const ResidentRefs& refs,
                                              const std::map<std::string, StatedSpec>& stated,
                                              int device, CallRegions* held, ResidentLease* lease);
 

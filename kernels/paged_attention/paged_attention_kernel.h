@@ -17,8 +17,7 @@ namespace kernelserve {
 
 // A paged attention call as the platforms see it. A value type.
 struct PagedAttentionProblem : Problem {
-  DType dtype = DType::kF32;        // of q and out (and of k, v when appending)
-  DType cache_dtype = DType::kF32;  // of k_cache and v_cache
+  DType dtype = DType::kF32;        // of q, out, the caches, and k, v when appending
   int64_t batch = 0;                // B
   int64_t seq_len_q = 0;            // Sq: new query tokens per sequence
   int64_t num_heads_q = 0;          // Hq
@@ -28,7 +27,6 @@ struct PagedAttentionProblem : Problem {
   int64_t page_size = 0;            // tokens per page
   int64_t max_pages = 0;            // block_table's columns: pages per sequence at most
   bool append = false;              // k and v given: written into the cache first
-  bool has_scales = false;          // k_scale and v_scale [Hkv] given (fp8 caches)
   // Attributes.
   bool causal = false;
   double softmax_scale = 0.0;    // resolved: 1/sqrt(D) when the attribute is 0 or absent
@@ -61,11 +59,13 @@ absl::StatusOr<PagedAttentionProblem> AnalyzePagedAttention(const TensorSpecMap&
 class PagedAttentionKernel : public Kernel {
  public:
   const KernelSchema& schema() const override { return PagedAttentionSchema(); }
-  // Checks cache_seqlens (0 <= L <= max_pages * page_size; L >= Sq where appending) and the
-  // block table entries each sequence uses (0 <= page < P).
+  // Checks cache_seqlens (0 <= L <= max_pages * page_size; L >= Sq where appending), the
+  // block table entries each sequence uses (0 <= page < P), and that no two sequences append
+  // into the same slot of a page.
   absl::Status ValidateData(const Problem& problem, const TensorMap& inputs) const override;
   TensorSpecMap OutputSpecs(const Problem& problem) const override;
-  // Random q, caches and new k, v; every sequence full length, the pages dealt out shuffled.
+  // Random q, caches and new k, v; each sequence given an equal share of the pages, dealt out
+  // shuffled, and full length (empty where its share cannot hold the Sq new tokens).
   absl::StatusOr<TensorMap> SynthesizeInputs(const Problem& problem, const TensorSpecMap& specs,
                                              uint64_t seed) const override;
 
