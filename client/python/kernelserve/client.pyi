@@ -560,3 +560,57 @@ class Client:
         Run options: config, platform, device, allow_autotune, request_id, timeout, outputs
             (see execute())."""
         ...
+
+    def paged_attention(
+            self,
+            q: _Input,
+            k_cache: _Input,
+            v_cache: _Input,
+            block_table: _Input,
+            cache_seqlens: _Input,
+            *,
+            k: _Optional[_Input] = None,
+            v: _Optional[_Input] = None,
+            causal: bool = False,
+            softmax_scale: float = 0.0,
+            window_left: int = -1,
+            window_right: int = -1,
+            logits_soft_cap: float = 0.0,
+            return_lse: bool = False,
+            config: Optional[Config] = None,
+            platform: str = "",
+            device: Optional[int] = None,
+            allow_autotune: Optional[bool] = None,
+            request_id: str = "",
+            timeout: Optional[float] = None,
+            outputs: Optional[Outputs] = None,
+    ) -> _Result:
+        """attention of new query tokens over a paged KV cache, optionally appending to it
+
+        Inputs:
+          q: f32|f16|bf16 [B,Sq,Hq,D]: the new tokens' queries; D <= 256
+          k_cache: f32|f16|bf16 [P,page_size,Hkv,D]: key pages, dtype of q; updated where
+              k is given
+          v_cache: f32|f16|bf16 shape of k_cache: value pages; updated where v is given
+          block_table: i32 [B,max_pages]: page of each sequence's token t: block_table[b,
+              t / page_size]
+          cache_seqlens: i32 [B]: tokens in each sequence's cache, the new ones included;
+              0 = empty
+          k (optional): f32|f16|bf16 [B,Sq,Hkv,D]: new keys to append (with v)
+          v (optional): f32|f16|bf16 [B,Sq,Hkv,D]: new values to append (with k)
+        Params:
+          causal: bool = False: query i (at position L - Sq + i) sees keys t <= L - Sq + i
+          softmax_scale: float = 0.0: scale of q k^T; 0 = 1/sqrt(D)
+          window_left: int = -1 (>= -1): keys t >= L - Sq + i - window_left; -1 =
+              unlimited
+          window_right: int = -1 (>= -1): keys t <= L - Sq + i + window_right; -1 =
+              unlimited
+          logits_soft_cap: float = 0.0 (>= 0): cap * tanh(logits / cap); 0 = off
+          return_lse: bool = False: also return lse
+        Outputs (in the Result):
+          out: dtype of q, shape of q: the attention output
+          lse: f32, [B,Hq,Sq]: natural-log sum of exp of each row's logits; with
+              return_lse
+        Run options: config, platform, device, allow_autotune, request_id, timeout, outputs
+            (see execute())."""
+        ...
