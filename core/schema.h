@@ -35,8 +35,9 @@ struct InputSchema {
   bool shape_only = false;
   // True when the kernel writes new values into this input as it runs (a paged cache that the
   // call appends to). A resident tensor named for it is updated in place (the call holds it
-  // for writing, and it must lie where the call runs); inline data is updated in the call's own
-  // copy, which is not returned; a client's shared-memory region is refused for it.
+  // for writing, and it must lie where the call runs); inline data, or a system region's bytes
+  // (copied first: a client's region is never written), are updated in the call's own copy,
+  // which is not returned; a CUDA region is refused for it.
   bool updated = false;
 };
 

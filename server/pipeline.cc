@@ -179,6 +179,26 @@ absl::StatusOr<std::map<std::string, StatedSpec>> StatedSpecs(const v1::ExecuteR
   return stated;
 }
 
+// The inputs of `inputs` read from the caller's regions (`refs`) that the kernel updates in
+// place, made the call's own copies: the kernel writes into them, and a client's region is an
+// input, never written. A CUDA region's would need a copy on its GPU: InvalidArgument saying
+// what to send instead.
+absl::Status CopyUpdatedInputs(const CallPlan& plan, const RegionRefs& refs, TensorMap& inputs) {
+  for (const auto& [name, ref] : refs) {
+    if (!IsUpdated(plan.kernel->schema(), name)) continue;
+    Tensor& tensor = inputs.at(name);
+    if (tensor.device() >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", name, "' is updated in place by ", plan.kernel->name(),
+          " and may not be in a CUDA region ('", ref.region, "'); send it inline or in a system "
+          "region, or name a resident tensor to have the update kept"));
+    }
+    KS_ASSIGN_OR_RETURN(tensor, Tensor::FromBytes(tensor.dtype(), tensor.shape(),
+                                                  std::string(tensor.bytes())));
+  }
+  return absl::OkStatus();
+}
+
 // The resident inputs and outputs of `refs` into `call` (its inputs, output spans, regions and
 // lease).
 absl::Status TakeResident(const ResidentTensors* resident, const Caller& caller,
@@ -214,12 +234,6 @@ absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, co
   TensorSpecMap specs;  // of the inputs in regions, as the request gives them
   for (const auto& [name, ref] : regions.inputs) {
     const std::string what = absl::StrCat("input '", name, "'");
-    if (IsUpdated(call.plan.kernel->schema(), name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " is updated in place by ", call.plan.kernel->name(), " and may not be in a "
-          "shared-memory region (region '", ref.region, "'); send it inline, or name a resident "
-          "tensor to have the update kept"));
-    }
     auto proto = request->inputs().find(name);
     if (proto == request->inputs().end()) {
       return absl::InternalError(absl::StrCat(what, ": in a region but not in the request"));
@@ -236,6 +250,7 @@ absl::StatusOr<PreparedCall> TakeInputs(const SharedMemoryRegistry* registry, co
   }
   KS_ASSIGN_OR_RETURN(call.inputs, InputsFromRegions(registry, caller, regions.inputs, specs,
                                                      call.plan.ordinal(), call.regions.get()));
+  KS_RETURN_IF_ERROR(CopyUpdatedInputs(call.plan, regions.inputs, call.inputs));
   KS_ASSIGN_OR_RETURN(call.output_spans, OutputSpansOf(registry, caller, call.plan, regions.outputs,
                                                        call.regions.get()));
   KS_RETURN_IF_ERROR(TakeResident(resident, caller, regions, *request, call));

@@ -1475,6 +1475,52 @@ class ResidentTensorTest(unittest.TestCase):
                                     dout, rx, outputs={"dx": rx})
             self.assertIn("dx", error.message)
 
+    def test_paged_decode_loop_appends_into_resident_caches(self):
+        # The remote decode loop: the caches live on the server; each step sends q and the new
+        # k, v only, and the server appends them in place and attends.
+        pages, page_size, hkv, hq, d, batch = 12, 4, 2, 4, 8, 3
+        k_pages = uniform(self.rng, (pages, page_size, hkv, d))
+        v_pages = uniform(self.rng, (pages, page_size, hkv, d))
+        table = self.rng.permutation(pages).astype(np.int32).reshape(batch, 4)
+        lens = np.array([3, 0, 6], np.int32)  # sequence 1 is an empty slot of the batch
+        kc = self.client.create_tensor(k_pages, name="k-pages")
+        vc = self.client.create_tensor(v_pages, name="v-pages")
+        [schema_k] = [i for i in self.client.schema("paged_attention").inputs
+                      if i.name == "k_cache"]
+        self.assertTrue(schema_k.updated)
+
+        def gathered(pool, b):
+            t = np.arange(lens[b])
+            return pool[table[b, t // page_size], t % page_size][None]
+
+        for step in range(3):
+            lens = np.where(lens > 0, lens + 1, 0).astype(np.int32)
+            q = uniform(self.rng, (batch, 1, hq, d))
+            k, v = uniform(self.rng, (batch, 1, hkv, d)), uniform(self.rng, (batch, 1, hkv, d))
+            r = self.client.paged_attention(q, kc, vc, table, lens, k=k, v=v, return_lse=True)
+            for b in np.flatnonzero(lens):  # the host's copy of the cache, appended the same way
+                t = lens[b] - 1
+                k_pages[table[b, t // page_size], t % page_size] = k[b, 0]
+                v_pages[table[b, t // page_size], t % page_size] = v[b, 0]
+            np.testing.assert_array_equal(kc.read(), k_pages)
+            np.testing.assert_array_equal(vc.read(), v_pages)
+            for b in range(batch):
+                if lens[b] == 0:
+                    self.assertFalse(r.out[b].any())
+                    self.assertTrue(np.all(np.isneginf(r.lse[b])))
+                    continue
+                want, lse = references.attention(q[b:b + 1], gathered(k_pages, b),
+                                                 gathered(v_pages, b))
+                np.testing.assert_allclose(r.out[b:b + 1], want, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"step {step} sequence {b}")
+                np.testing.assert_allclose(r.lse[b:b + 1], lse, rtol=1e-5, atol=1e-6)
+        # Inline caches are updated in the call's own copy only: the answer is the same, the
+        # caller's arrays stay as they were.
+        mine = k_pages.copy()
+        r2 = self.client.paged_attention(q, mine, v_pages, table, lens, k=k, v=v)
+        np.testing.assert_array_equal(mine, k_pages)
+        np.testing.assert_allclose(r2.out, r.out, rtol=1e-6, atol=1e-7)
+
     def test_write_rows_and_bytes_then_read_rows(self):
         t = self.client.create_tensor(None, name="rows", shape=(5, 3))
         rows = uniform(self.rng, (2, 3))

@@ -64,6 +64,9 @@ class InputSchema:
     shape: str  # for people: "[B,S,H]"
     doc: str
     shape_only: bool = False  # only dtype and shape are read: a TensorSpec may stand for it
+    # The kernel writes into it as it runs (a paged cache it appends to): a ResidentTensor
+    # passed for it is updated in place; an array only in the call's own copy.
+    updated: bool = False
 
 
 @dataclasses.dataclass
@@ -165,7 +168,7 @@ def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
     inputs = [InputSchema(name=i.name, required=i.required,
                           dtypes=[tensors.DTYPE_NAMES.get(d, str(d)) for d in i.dtypes],
                           ranks=list(i.ranks), shape=i.shape, doc=i.doc,
-                          shape_only=i.shape_only)
+                          shape_only=i.shape_only, updated=i.updated)
               for i in kernel.input_schema]
     outputs = [OutputSchema(name=o.name, dtype=o.dtype, shape=o.shape, doc=o.doc,
                             in_place_of=o.in_place_of)
