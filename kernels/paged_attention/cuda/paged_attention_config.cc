@@ -1,6 +1,8 @@
 #include "kernels/paged_attention/cuda/paged_attention_config.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "kernels/paged_attention/cuda/paged_attention_space.h"
 
@@ -9,9 +11,11 @@ namespace {
 
 // Used when the device reports no SM count (an H100 SXM has 132).
 constexpr int64_t kDefaultSmCount = 132;
-// Blocks the heuristic aims for per SM: two waves of the attention kernel (it fits one or two
-// blocks an SM by shared memory), so that sequences of unequal length even out.
-constexpr int64_t kBlocksPerSm = 2;
+// Splits past those that give the device two rounds of resident blocks only add combine
+// traffic.
+constexpr int64_t kMaxRounds = 2;
+// Split counts whose rounds are this close to the best one's count as equal: the smallest wins.
+constexpr double kUtilizationSlack = 0.05;
 // Tokens a split keeps at least: below that the pipeline's fill (kStages tiles of 64 tokens)
 // and the combine pass's partial-output traffic (Sq*G*D floats per split) stop paying for the
 // extra blocks.
@@ -42,13 +46,11 @@ int64_t MaxUsefulSplits(const PagedAttentionShape& shape) {
   return std::max<int64_t>(1, shape.max_seq_len / kMinTokensPerSplit);
 }
 
-// The largest entry of kPagedSplits that is at most `splits` (at least 1).
-int RoundDownToListed(int64_t splits) {
-  int chosen = kPagedSplits.front();
-  for (int s : kPagedSplits) {
-    if (s <= splits) chosen = s;
-  }
-  return chosen;
+// The fraction of the device's block slots that `blocks` keep busy over the rounds they take
+// (1 for whole rounds; 1.5 rounds' worth of blocks keep 0.75 of two rounds busy).
+double Utilization(int64_t blocks, int64_t slots) {
+  const int64_t rounds = CeilDiv(blocks, slots);
+  return static_cast<double>(blocks) / static_cast<double>(rounds * slots);
 }
 
 }  // namespace
@@ -102,17 +104,37 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
   return *configs;
 }
 
-// Splits so that B * Hkv * row_groups * splits fills the SMs about kBlocksPerSm times (decode
-// batches are often too small to fill 132 SMs with one block per kv head), but never so many
-// that a split keeps fewer than kMinTokensPerSplit tokens of the longest sequence; rounded down
-// to kPagedSplits. One split when the batch alone fills the device.
+// Decode batches are often too small to fill 132 SMs with one block per (kv head, sequence), and
+// a block's pages stream at the speed of one SM, so the tokens are split. Among the listed split
+// counts that keep at least kMinTokensPerSplit tokens of the longest sequence per split and at
+// most kMaxRounds rounds of resident blocks (PagedBlocksPerSm per SM), the heuristic takes the
+// one whose rounds keep the most block slots busy (B * Hkv * row_groups * splits close to a
+// whole number of rounds, so that no half-empty last round doubles the time), the smallest
+// within kUtilizationSlack of the best: fewer splits mean less partial output to combine. One
+// split when the batch alone fills the device.
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
       device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
-  const int64_t wanted = CeilDiv(sms * kBlocksPerSm, BlocksPerSplit(shape));
-  const int64_t splits = std::min<int64_t>(
-      {wanted, MaxUsefulSplits(shape), static_cast<int64_t>(kPagedMaxSplits)});
-  return MakeConfig(kHeuristicWarps, RoundDownToListed(splits));
+  const int64_t slots = sms * PagedBlocksPerSm(shape.head_dim);
+  const int64_t blocks = BlocksPerSplit(shape);
+  const int64_t most =
+      std::min(MaxUsefulSplits(shape), std::max<int64_t>(1, kMaxRounds * slots / blocks));
+  std::vector<std::pair<int, double>> options;
+  double best = 0.0;
+  for (int s : kPagedSplits) {
+    if (s > most && s != 1) continue;
+    const double u = Utilization(blocks * s, slots);
+    options.push_back({s, u});
+    best = std::max(best, u);
+  }
+  int chosen = 1;
+  for (const auto& [s, u] : options) {
+    if (u >= best - kUtilizationSlack) {
+      chosen = s;
+      break;
+    }
+  }
+  return MakeConfig(kHeuristicWarps, chosen);
 }
 
 std::vector<KernelConfig> PagedAttentionCandidates(const PagedAttentionShape& shape,

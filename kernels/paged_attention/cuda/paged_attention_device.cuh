@@ -73,6 +73,9 @@ struct Tiling {
   static constexpr size_t kSmemBytes = kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
   static_assert(kThreads % kChunks == 0, "a thread copies one fixed column of every row");
   static_assert(kHeadDim % 16 == 0, "head dim is a whole number of k16 steps");
+  // The heuristic counts on this many blocks per SM (228 KiB, 1 KiB of it reserved per block).
+  static_assert(PagedBlocksPerSm(kHeadDim) * (kSmemBytes + 1024) <= 228 * 1024,
+                "the shared memory of a block outgrew PagedBlocksPerSm");
 };
 
 struct AttentionParams {

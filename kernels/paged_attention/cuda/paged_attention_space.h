@@ -33,6 +33,11 @@ inline constexpr int kPagedRowsPerBlock = 16;
 // Tokens per warp per tile.
 inline constexpr int kPagedTokensPerWarp = 16;
 
+// Attention blocks resident on one SM by their shared memory (paged_attention_device.cuh
+// checks its layout against this): about 76 KiB (D 64) and 109 KiB (D 128) fit twice in the
+// 228 KiB of an H100 SM, 143 KiB (D 256) once.
+constexpr int PagedBlocksPerSm(int64_t head_dim) { return head_dim >= 256 ? 1 : 2; }
+
 }  // namespace kernelserve::cuda
 
 #endif  // KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_SPACE_H_

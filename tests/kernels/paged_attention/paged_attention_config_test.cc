@@ -89,14 +89,21 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepAtLeast256TokensEach) {
   for (const PagedAttentionShape& shape : Shapes()) {
     const int splits = PagedSplits(PagedAttentionHeuristic(shape, h100));
     ASSERT_GE(splits, 1) << Describe(shape, 132);
+    const int64_t slots = 132 * PagedBlocksPerSm(shape.head_dim);
     const int64_t row_groups = (shape.rows_per_kv_head + 15) / 16;
     const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
     if (splits > 1) {
       EXPECT_GE(shape.max_seq_len / splits, 256) << Describe(shape, 132);
-      // Never more than twice the blocks the device needs for two waves.
-      EXPECT_LE(blocks * splits, 2 * 2 * 132) << Describe(shape, 132);
+      // At most two rounds of resident blocks.
+      EXPECT_LE(blocks * splits, 2 * slots) << Describe(shape, 132);
     }
-    if (blocks >= 2 * 132) EXPECT_EQ(splits, 1) << "the batch alone fills " << Describe(shape, 132);
+    if (blocks > slots) {
+      EXPECT_EQ(splits, 1) << "the batch alone fills " << Describe(shape, 132);
+    }
+    // Splitting is never worse at filling the slots than the split count one below it allows.
+    if (blocks * 2 <= slots && shape.max_seq_len >= 512) {
+      EXPECT_GT(splits, 1) << "a small batch of long sequences splits " << Describe(shape, 132);
+    }
   }
 }
 
@@ -104,11 +111,17 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapes) {
   const DeviceInfo h100 = Gpu(132);
   // Batch 1, 8 kv heads, 4k tokens: 8 blocks per split; 4096 / 256 = 16 splits at most.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 4096, 128}, h100)), 16);
-  // Batch 1, 8 kv heads, 128k tokens: 264 / 8 = 33 blocks wanted -> 32 listed.
+  // Batch 1, 8 kv heads, 128k tokens: 32 and 64 splits both fill whole rounds of 264 slots
+  // (2 per SM) to 97%; the smaller wins.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)),
             32);
-  // Batch 64 x 8 kv heads = 512 blocks: already two waves.
+  // Batch 64 x 8 kv heads = 512 blocks: already two rounds.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 64, 8, 4, 4096, 128}, h100)), 1);
+  // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots, 3 would leave a
+  // second round mostly empty.
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 128}, h100)), 2);
+  // D 256: one block per SM, 132 slots: 128 blocks already fill them.
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 256}, h100)), 1);
   // Short sequences never split.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kF16, 1, 1, 1, 300, 64}, h100)), 1);
   // No SM count reported: 132 assumed.
