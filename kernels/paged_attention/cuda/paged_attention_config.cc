@@ -36,8 +36,7 @@ KernelConfig MakeConfig(int num_warps, int splits) {
 int64_t BlocksPerSplit(const PagedAttentionShape& shape) {
   const int64_t row_groups =
       CeilDiv(std::max<int64_t>(shape.rows_per_kv_head, 1), kPagedRowsPerBlock);
-  return std::max<int64_t>(shape.batch, 1) * std::max<int64_t>(shape.num_heads_kv, 1) *
-         row_groups;
+  return std::max<int64_t>(shape.batch, 1) * std::max<int64_t>(shape.num_heads_kv, 1) * row_groups;
 }
 
 // The largest split count the sequence length supports: each split keeps
@@ -67,8 +66,8 @@ PagedAttentionShape PagedAttentionShapeOf(const PagedAttentionProblem& problem) 
 
 const ConfigSchema& PagedAttentionCudaConfigSchema() {
   static const ConfigSchema* const kSchema = new ConfigSchema{{
-      IntConfigField("num_warps", kPagedNumWarps.front(), kPagedNumWarps.back(),
-                     "none: always set", "warps per block"),
+      IntConfigField("num_warps", kPagedNumWarps.front(), kPagedNumWarps.back(), "none: always set",
+                     "warps per block"),
       IntConfigField(kPagedSplitsField, 1, kPagedMaxSplits, "none: always set",
                      "paged_attention's split-KV slices of each sequence on cuda"),
   }};
@@ -86,8 +85,8 @@ bool IsPagedConfigCompiled(const KernelConfig& config) {
     return false;
   }
   if (PagedSplits(config) == 0 || config.named.size() != 1) return false;
-  if (config.block_q != 0 || config.block_k != 0 || config.block_d != 0 ||
-      config.num_stages != 0 || config.block_size != 0 || !config.algorithm.empty()) {
+  if (config.block_q != 0 || config.block_k != 0 || config.block_d != 0 || config.num_stages != 0 ||
+      config.block_size != 0 || !config.algorithm.empty()) {
     return false;
   }
   return config.platform.empty() || config.platform == "cuda";

@@ -33,9 +33,9 @@
 #include "kernels/paged_attention/cuda/paged_attention_space.h"
 
 // Returns a failed CUDA call's error from the enclosing launcher.
-#define KS_PAGED_RETURN_IF_ERROR(expr)         \
-  do {                                         \
-    const cudaError_t ks_paged_error_ = (expr); \
+#define KS_PAGED_RETURN_IF_ERROR(expr)                          \
+  do {                                                          \
+    const cudaError_t ks_paged_error_ = (expr);                 \
     if (ks_paged_error_ != cudaSuccess) return ks_paged_error_; \
   } while (0)
 
@@ -69,8 +69,10 @@ struct Tiling {
   // The end-of-block merge: each warp's output rows (fp32), then each warp's row max and sum,
   // then each row's merged max and sum.
   static constexpr size_t kMergeOBytes = size_t{kWarps} * kRows * kHeadDim * 4;
-  static constexpr size_t kMergeBytes = kMergeOBytes + 2 * size_t{kWarps} * kRows * 4 + 2 * kRows * 4;
-  static constexpr size_t kSmemBytes = kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+  static constexpr size_t kMergeBytes =
+      kMergeOBytes + 2 * size_t{kWarps} * kRows * 4 + 2 * kRows * 4;
+  static constexpr size_t kSmemBytes =
+      kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
   static_assert(kThreads % kChunks == 0, "a thread copies one fixed column of every row");
   static_assert(kHeadDim % 16 == 0, "head dim is a whole number of k16 steps");
   // The heuristic counts on this many blocks per SM (228 KiB, 1 KiB of it reserved per block).
@@ -86,7 +88,7 @@ struct AttentionParams {
   int group = 1;       // G = Hq / Hkv
   int window_left = -1;
   int window_right = -1;
-  float scale_log2 = 0.0f;  // softmax_scale * log2(e), used without a soft cap
+  float scale_log2 = 0.0f;       // softmax_scale * log2(e), used without a soft cap
   float* partial_out = nullptr;  // [splits, B, Hq, Sq, D] when splits > 1
   float* partial_lse = nullptr;  // [splits, B, Hq, Sq]
 };
@@ -178,8 +180,7 @@ __device__ __forceinline__ RowInfo RowOf(const AttentionParams& p, int row_group
 }
 
 // Whether the row at `pos` sees token `t` (t < len checked here: tiles run past the end).
-__device__ __forceinline__ bool Sees(const AttentionParams& p, const RowInfo& row, int t,
-                                     int len) {
+__device__ __forceinline__ bool Sees(const AttentionParams& p, const RowInfo& row, int t, int len) {
   if (!row.valid || t >= len) return false;
   if (p.args.causal && t > row.pos) return false;
   if (p.window_left >= 0 && t < row.pos - p.window_left) return false;
@@ -230,8 +231,8 @@ __device__ __forceinline__ void LoadQ(const AttentionParams& p, int b, int kv_he
     int bytes = 0;
     if (m < p.rows) {
       const int64_t hq = static_cast<int64_t>(kv_head) * p.group + m / sq;
-      offset = ((static_cast<int64_t>(b) * sq + m % sq) * p.args.num_heads_q + hq) * kHeadDim +
-               col * 8;
+      offset =
+          ((static_cast<int64_t>(b) * sq + m % sq) * p.args.num_heads_q + hq) * kHeadDim + col * 8;
       bytes = 16;
     }
     CopyAsync16(q_s + r * Tl::kStride + col * 8, q + offset, bytes);
@@ -265,8 +266,8 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowI
     uint32_t a[4];
     LdMatrixX4(a, q_s + (lane % 16) * Tl::kStride + kk * 16 + (lane / 16) * 8);
     uint32_t bk[4];
-    LdMatrixX4(bk, k_s + ((lane % 8) + (lane / 16) * 8) * Tl::kStride + kk * 16 +
-                       ((lane / 8) % 2) * 8);
+    LdMatrixX4(bk,
+               k_s + ((lane % 8) + (lane / 16) * 8) * Tl::kStride + kk * 16 + ((lane / 8) % 2) * 8);
     Mma<T>::Run(s[0], a, bk[0], bk[1]);
     Mma<T>::Run(s[1], a, bk[2], bk[3]);
   }
@@ -322,8 +323,8 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowI
 #pragma unroll
   for (int dn = 0; dn < kHeadDim / 16; ++dn) {
     uint32_t bv[4];
-    LdMatrixX4Trans(bv, v_s + ((lane % 8) + ((lane / 8) % 2) * 8) * Tl::kStride + dn * 16 +
-                            (lane / 16) * 8);
+    LdMatrixX4Trans(
+        bv, v_s + ((lane % 8) + ((lane / 8) % 2) * 8) * Tl::kStride + dn * 16 + (lane / 16) * 8);
     Mma<T>::Run(st.o[2 * dn], a, bv[0], bv[1]);
     Mma<T>::Run(st.o[2 * dn + 1], a, bv[2], bv[3]);
   }
@@ -338,11 +339,11 @@ __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int spli
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  float* o_s = reinterpret_cast<float*>(merge);  // [warp][row][d]
+  float* o_s = reinterpret_cast<float*>(merge);                       // [warp][row][d]
   float* max_s = reinterpret_cast<float*>(merge + Tl::kMergeOBytes);  // [warp][row]
-  float* sum_s = max_s + kWarps * kRows;                               // [warp][row]
-  float* row_max_s = sum_s + kWarps * kRows;                           // [row]
-  float* row_sum_s = row_max_s + kRows;                                // [row]
+  float* sum_s = max_s + kWarps * kRows;                              // [warp][row]
+  float* row_max_s = sum_s + kWarps * kRows;                          // [row]
+  float* row_sum_s = row_max_s + kRows;                               // [row]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.row_sum[h] += __shfl_xor_sync(0xffffffffu, st.row_sum[h], 1);
@@ -408,8 +409,8 @@ __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int spli
                ((static_cast<int64_t>(b) * sq + i) * p.args.num_heads_q + hq) * kHeadDim + col * 8;
       *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(vals);
     } else {
-      const int64_t row = ((static_cast<int64_t>(split) * p.args.batch + b) * p.args.num_heads_q +
-                           hq) * sq + i;
+      const int64_t row =
+          ((static_cast<int64_t>(split) * p.args.batch + b) * p.args.num_heads_q + hq) * sq + i;
       float4* dst = reinterpret_cast<float4*>(p.partial_out + row * kHeadDim + col * 8);
       dst[0] = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
       dst[1] = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
@@ -485,21 +486,19 @@ __global__ void __launch_bounds__(kWarps * 32)
       __syncthreads();
       const int next = tile + Tl::kStages - 1;
       if (next < tile_end) {
-        LoadTile<T, kHeadDim, kWarps>(p, b, kv_head, first + next * Tl::kTileN, len,
-                                      pipe + ((next - tile_begin) % Tl::kStages) * 2 *
-                                                 Tl::kTileElems);
+        LoadTile<T, kHeadDim, kWarps>(
+            p, b, kv_head, first + next * Tl::kTileN, len,
+            pipe + ((next - tile_begin) % Tl::kStages) * 2 * Tl::kTileElems);
       }
       CommitCopies();
-      ComputeTile<T, kHeadDim, kWarps>(p, rows, first + tile * Tl::kTileN, len, q_s,
-                                       pipe + ((tile - tile_begin) % Tl::kStages) * 2 *
-                                                  Tl::kTileElems,
-                                       st);
+      ComputeTile<T, kHeadDim, kWarps>(
+          p, rows, first + tile * Tl::kTileN, len, q_s,
+          pipe + ((tile - tile_begin) % Tl::kStages) * 2 * Tl::kTileElems, st);
     }
     WaitCopies<0>();
   }
   __syncthreads();  // the pipeline's memory becomes the merge's
-  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, len, st,
-                                     smem + Tl::kQBytes);
+  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, len, st, smem + Tl::kQBytes);
 }
 
 // One warp per output row (b, hq, i): merges the splits' partial outputs by their lse. Splits
@@ -578,15 +577,15 @@ cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, vo
   if (num_splits > 1) {
     const size_t rows = static_cast<size_t>(args.batch * args.num_heads_q * args.seq_len_q);
     p.partial_out = static_cast<float*>(workspace);
-    p.partial_lse = reinterpret_cast<float*>(
-        static_cast<char*>(workspace) +
-        paged::AlignUp(rows * num_splits * kHeadDim * sizeof(float)));
+    p.partial_lse =
+        reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                 paged::AlignUp(rows * num_splits * kHeadDim * sizeof(float)));
   }
   const int64_t grid_y = args.num_heads_kv * p.row_groups;
   if (grid_y > 65535 || args.batch > 65535) return cudaErrorInvalidConfiguration;
   auto* kernel = &paged::PagedAttentionKernel<T, kHeadDim, kWarps>;
-  KS_PAGED_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Tl::kSmemBytes)));
+  KS_PAGED_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(Tl::kSmemBytes)));
   const dim3 grid(num_splits, static_cast<unsigned>(grid_y), static_cast<unsigned>(args.batch));
   kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, stream>>>(p);
   KS_PAGED_RETURN_IF_ERROR(cudaGetLastError());

@@ -11,7 +11,7 @@
 
 // TODO(issue 36): fp8 caches add a cache element type here (and to the dispatch key).
 #define KS_FOR_EACH_PAGED_INSTANCE_OF_DIM(X, D) X(kF16, __half, D, 4) X(kBF16, __nv_bfloat16, D, 4)
-#define KS_FOR_EACH_PAGED_INSTANCE(X)        \
+#define KS_FOR_EACH_PAGED_INSTANCE(X)       \
   KS_FOR_EACH_PAGED_INSTANCE_OF_DIM(X, 64)  \
   KS_FOR_EACH_PAGED_INSTANCE_OF_DIM(X, 128) \
   KS_FOR_EACH_PAGED_INSTANCE_OF_DIM(X, 256)

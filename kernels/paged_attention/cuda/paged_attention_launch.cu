@@ -50,8 +50,8 @@ cudaError_t LaunchAppend(const PagedAppendArgs& args, cudaStream_t stream) {
   if (vectors == 0) return cudaSuccess;
   const int64_t blocks =
       std::min<int64_t>(kAppendMaxBlocks, (vectors + kAppendThreads - 1) / kAppendThreads);
-  PagedAppendKernel<T, kVec><<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(
-      args, vectors);
+  PagedAppendKernel<T, kVec>
+      <<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(args, vectors);
   return cudaGetLastError();
 }
 

@@ -113,8 +113,7 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapes) {
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 4096, 128}, h100)), 16);
   // Batch 1, 8 kv heads, 128k tokens: 32 and 64 splits both fill whole rounds of 264 slots
   // (2 per SM) to 97%; the smaller wins.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)),
-            32);
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)), 32);
   // Batch 64 x 8 kv heads = 512 blocks: already two rounds.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 64, 8, 4, 4096, 128}, h100)), 1);
   // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots, 3 would leave a

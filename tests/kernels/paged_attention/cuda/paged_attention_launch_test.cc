@@ -5,6 +5,8 @@
 // split and several, lse; repeated launches give the same bits; append writes only its slots.
 // Inputs are fresh random values; outputs and workspace are poisoned (0xFF bytes: NaN) before
 // each launch. Skips where no GPU is visible (the dispatch tests run anywhere CUDA is built).
+#include "kernels/paged_attention/cuda/paged_attention_launch.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -27,7 +29,6 @@
 #include "gtest/gtest.h"
 #include "kernels/paged_attention/cuda/paged_attention_config.h"
 #include "kernels/paged_attention/cuda/paged_attention_dispatch.h"
-#include "kernels/paged_attention/cuda/paged_attention_launch.h"
 #include "kernels/paged_attention/cuda/paged_attention_space.h"
 
 namespace kernelserve::cuda {
@@ -148,11 +149,11 @@ struct Case {
     return softmax_scale > 0.0f ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   std::string Describe() const {
-    return absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16", " D=", head_dim,
-                        " Sq=", seq_len_q, " Hq=", hq, " Hkv=", hkv, " page=", page_size,
-                        " lens={", absl::StrJoin(lens, ","), "} causal=", causal,
-                        " window=(", window_left, ",", window_right, ") softcap=", softcap,
-                        " scale=", scale(), " lse=", lse, " append=", append);
+    return absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16", " D=", head_dim, " Sq=", seq_len_q,
+                        " Hq=", hq, " Hkv=", hkv, " page=", page_size, " lens={",
+                        absl::StrJoin(lens, ","), "} causal=", causal, " window=(", window_left,
+                        ",", window_right, ") softcap=", softcap, " scale=", scale(), " lse=", lse,
+                        " append=", append);
   }
 };
 
@@ -196,8 +197,8 @@ struct Reference {
   std::vector<double> lse;  // [B, Hq, Sq]
 };
 
-Reference ComputeReference(const Case& c, const Paging& p, const HostTensor& q,
-                           const HostTensor& k, const HostTensor& v) {
+Reference ComputeReference(const Case& c, const Paging& p, const HostTensor& q, const HostTensor& k,
+                           const HostTensor& v) {
   const int64_t d = c.head_dim;
   const int64_t sq = c.seq_len_q;
   Reference ref;
@@ -263,7 +264,8 @@ std::string Compare(const Case& c, const Reference& ref, const std::vector<uint1
     const bool ok = std::isinf(want) ? (std::isinf(lse[j]) && lse[j] < 0)
                                      : std::fabs(lse[j] - want) <=
                                            kLseTolerance * std::max(1.0, std::fabs(want));
-    if (!ok && shown++ < 10) absl::StrAppend(&errors, "\n  lse[", j, "] = ", lse[j], ", want ", want);
+    if (!ok && shown++ < 10)
+      absl::StrAppend(&errors, "\n  lse[", j, "] = ", lse[j], ", want ", want);
   }
   return errors;
 }
@@ -287,8 +289,9 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     DeviceInfo gpu;
     gpu.platform = Platform::kCuda;
     gpu.fingerprint.sm_count = sm_count_;
-    const PagedAttentionShape shape = {c.dtype,  c.batch(), c.hkv, c.seq_len_q * (c.hq / c.hkv),
-                                       p.max_pages * c.page_size, c.head_dim};
+    const PagedAttentionShape shape = {
+        c.dtype,   c.batch(), c.hkv, c.seq_len_q * (c.hq / c.hkv), p.max_pages * c.page_size,
+        c.head_dim};
     return PagedSplits(PagedAttentionHeuristic(shape, gpu));
   }
 
@@ -438,24 +441,54 @@ std::vector<Case> Scenarios(DType dtype, int64_t d) {
   // MHA decode, page 16, an empty sequence, a full last page and partly filled ones.
   add({.seq_len_q = 1, .hq = 2, .hkv = 2, .page_size = 16, .lens = {37, 0, 16, 200}});
   // GQA 4, Sq 4, causal, page 64, appended.
-  add({.seq_len_q = 4, .hq = 8, .hkv = 2, .page_size = 64, .lens = {130, 4, 0, 257},
-       .causal = true, .append = true});
+  add({.seq_len_q = 4,
+       .hq = 8,
+       .hkv = 2,
+       .page_size = 64,
+       .lens = {130, 4, 0, 257},
+       .causal = true,
+       .append = true});
   // GQA 8 (32 rows: two row groups), causal with a window, page 256, appended.
-  add({.seq_len_q = 4, .hq = 8, .hkv = 1, .page_size = 256, .lens = {600, 300},
-       .causal = true, .window_left = 50, .window_right = 0, .append = true});
+  add({.seq_len_q = 4,
+       .hq = 8,
+       .hkv = 1,
+       .page_size = 256,
+       .lens = {600, 300},
+       .causal = true,
+       .window_left = 50,
+       .window_right = 0,
+       .append = true});
   // GQA 4, soft cap, no lse, page 16, appended.
-  add({.seq_len_q = 1, .hq = 16, .hkv = 4, .page_size = 16, .lens = {1000, 33},
-       .softcap = 2.0f, .lse = false, .append = true});
+  add({.seq_len_q = 1,
+       .hq = 16,
+       .hkv = 4,
+       .page_size = 16,
+       .lens = {1000, 33},
+       .softcap = 2.0f,
+       .lse = false,
+       .append = true});
   // GQA 8, a two-sided window without causal, custom scale, page 64.
-  add({.seq_len_q = 4, .hq = 16, .hkv = 2, .page_size = 64, .lens = {500, 100, 0},
-       .window_left = 20, .window_right = 10, .softmax_scale = 0.3f});
+  add({.seq_len_q = 4,
+       .hq = 16,
+       .hkv = 2,
+       .page_size = 64,
+       .lens = {500, 100, 0},
+       .window_left = 20,
+       .window_right = 10,
+       .softmax_scale = 0.3f});
   // L < Sq with causal: the first queries see nothing (zeros, lse -inf).
   add({.seq_len_q = 4, .hq = 1, .hkv = 1, .page_size = 16, .lens = {3, 2, 17}, .causal = true});
   // Every sequence empty.
   add({.seq_len_q = 1, .hq = 8, .hkv = 8, .page_size = 64, .lens = {0, 0}});
   // Long sequences with causal, soft cap and a window, GQA 4: the heuristic splits.
-  add({.seq_len_q = 1, .hq = 8, .hkv = 2, .page_size = 16, .lens = {5000, 4097},
-       .causal = true, .window_left = 3000, .softcap = 30.0f});
+  add({.seq_len_q = 1,
+       .hq = 8,
+       .hkv = 2,
+       .page_size = 16,
+       .lens = {5000, 4097},
+       .causal = true,
+       .window_left = 3000,
+       .softcap = 30.0f});
   return cases;
 }
 
@@ -474,8 +507,14 @@ TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceBF16) {
 }
 
 TEST_F(PagedAttentionLaunchTest, MoreSplitsThanTilesLeavesEmptySplits) {
-  Case c{.dtype = DType::kBF16, .head_dim = 128, .seq_len_q = 4, .hq = 4, .hkv = 1,
-         .page_size = 16, .lens = {70, 1, 0, 129}, .causal = true};
+  Case c{.dtype = DType::kBF16,
+         .head_dim = 128,
+         .seq_len_q = 4,
+         .hq = 4,
+         .hkv = 1,
+         .page_size = 16,
+         .lens = {70, 1, 0, 129},
+         .causal = true};
   Check(c, {kPagedMaxSplits, 64}, 77);
 }
 
@@ -483,8 +522,14 @@ TEST_F(PagedAttentionLaunchTest, AppendSkipsEmptySequencesAndD8Unaligned) {
   // Head dims that are no multiple of 8 take the element-wise append path; attention is not
   // compiled for them, so only the caches are checked.
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    Case c{.dtype = dtype, .head_dim = 12, .seq_len_q = 3, .hq = 2, .hkv = 2, .page_size = 16,
-           .lens = {0, 3, 40}, .append = true};
+    Case c{.dtype = dtype,
+           .head_dim = 12,
+           .seq_len_q = 3,
+           .hq = 2,
+           .hkv = 2,
+           .page_size = 16,
+           .lens = {0, 3, 40},
+           .append = true};
     SCOPED_TRACE(c.Describe());
     std::mt19937_64 rng(5);
     const Paging paging = MakePaging(c, rng);
@@ -561,11 +606,11 @@ TEST_F(PagedAttentionLaunchTest, DISABLED_Bandwidth) {
   }
   std::printf("device copy: %.0f GB/s (read + write)\n", copy_bw * 1e-9);
   std::printf("%-44s %6s %9s %8s %6s\n", "shape", "splits", "us", "GB/s", "copy%");
-  const BenchShape shapes[] = {
-      {1, 8, 4, 1, 4096, 128, 16},   {1, 8, 4, 1, 32768, 128, 16}, {16, 8, 4, 1, 4096, 128, 16},
-      {64, 8, 4, 1, 2048, 128, 64},  {32, 8, 8, 1, 4096, 128, 16}, {16, 8, 4, 4, 4096, 128, 16},
-      {16, 8, 4, 1, 4096, 64, 16},   {16, 8, 4, 1, 4096, 256, 16}, {1, 8, 4, 1, 4096, 256, 16},
-      {128, 1, 16, 1, 1024, 128, 256}};
+  const BenchShape shapes[] = {{1, 8, 4, 1, 4096, 128, 16},  {1, 8, 4, 1, 32768, 128, 16},
+                               {16, 8, 4, 1, 4096, 128, 16}, {64, 8, 4, 1, 2048, 128, 64},
+                               {32, 8, 8, 1, 4096, 128, 16}, {16, 8, 4, 4, 4096, 128, 16},
+                               {16, 8, 4, 1, 4096, 64, 16},  {16, 8, 4, 1, 4096, 256, 16},
+                               {1, 8, 4, 1, 4096, 256, 16},  {128, 1, 16, 1, 1024, 128, 256}};
   std::mt19937_64 rng(9);
   for (const BenchShape& s : shapes) {
     const DType dtype = DType::kBF16;
@@ -626,8 +671,8 @@ TEST_F(PagedAttentionLaunchTest, DISABLED_Bandwidth) {
       DeviceBuffer workspace(PagedWorkspaceBytes(args, static_cast<int>(s.head_dim), splits));
       const double t = MedianSeconds(
           [&](int i) {
-            args.block_table = static_cast<const int32_t*>(tables_d.get()) +
-                               (i % sets) * s.batch * pages_per_seq;
+            args.block_table =
+                static_cast<const int32_t*>(tables_d.get()) + (i % sets) * s.batch * pages_per_seq;
             (*launch)(args, splits, workspace.get(), nullptr);
           },
           50);
@@ -657,16 +702,13 @@ TEST(PagedAttentionDispatchTest, EveryCompiledInstanceIsSelectable) {
 
 TEST(PagedAttentionDispatchTest, OthersAreUnimplementedNamingTheCompiledSet) {
   for (auto [dtype, d, warps] : {std::tuple{DType::kF32, 128, 4}, std::tuple{DType::kF16, 96, 4},
-                                 std::tuple{DType::kBF16, 128, 8},
-                                 std::tuple{DType::kF16, 0, 4}}) {
-    const absl::StatusOr<PagedAttentionLaunchFn> got =
-        SelectPagedAttentionLaunch(dtype, d, warps);
+                                 std::tuple{DType::kBF16, 128, 8}, std::tuple{DType::kF16, 0, 4}}) {
+    const absl::StatusOr<PagedAttentionLaunchFn> got = SelectPagedAttentionLaunch(dtype, d, warps);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_THAT(got.status().message(), HasSubstr("compiled: f16/bf16, head_dim 64, 128 or 256"));
   }
-  EXPECT_EQ(SelectPagedAppendLaunch(DType::kF32).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(SelectPagedAppendLaunch(DType::kF32).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace
