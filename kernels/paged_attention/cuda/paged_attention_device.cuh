@@ -334,8 +334,8 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowI
 // directly (one split) or the split's partial output and lse.
 template <typename T, int kHeadDim, int kWarps>
 __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int split, int b,
-                                              int kv_head, int row_group, int len,
-                                              WarpState<kHeadDim>& st, unsigned char* merge) {
+                                              int kv_head, int row_group, WarpState<kHeadDim>& st,
+                                              unsigned char* merge) {
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -428,8 +428,8 @@ __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int spli
   }
 }
 
-// The tokens any query of a sequence of length `len` may see start at `*first` (the window of
-// its first query); they end at len (its last query, at len - 1, sees len - 1 at least).
+// The first token any query of a sequence of length `len` may see (the window's start for its
+// first query). They all end at len: the last query, at len - 1, sees len - 1 at least.
 __device__ __forceinline__ int FirstToken(const AttentionParams& p, int len) {
   if (p.window_left < 0) return 0;
   const int64_t first = static_cast<int64_t>(len) - p.args.seq_len_q - p.window_left;
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     WaitCopies<0>();
   }
   __syncthreads();  // the pipeline's memory becomes the merge's
-  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, len, st, smem + Tl::kQBytes);
+  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, st, smem + Tl::kQBytes);
 }
 
 // One warp per output row (b, hq, i): merges the splits' partial outputs by their lse. Splits
