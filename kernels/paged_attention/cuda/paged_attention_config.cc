@@ -1,0 +1,160 @@
+#include "kernels/paged_attention/cuda/paged_attention_config.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "kernels/paged_attention/cuda/paged_attention_space.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+// Used when the device reports no SM count (an H100 SXM has 132).
+constexpr int64_t kDefaultSmCount = 132;
+// Splits past those that give the device two rounds of resident blocks only add combine
+// traffic.
+constexpr int64_t kMaxRounds = 2;
+// Split counts whose rounds are this close to the best one's count as equal: the smallest wins.
+constexpr double kUtilizationSlack = 0.05;
+// Tokens a split keeps at least: below that the pipeline's fill (kStages tiles of 64 tokens)
+// and the combine pass's partial-output traffic (Sq*G*D floats per split) stop paying for the
+// extra blocks.
+constexpr int64_t kMinTokensPerSplit = 256;
+constexpr int kHeuristicWarps = kPagedNumWarps[0];
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+KernelConfig MakeConfig(int num_warps, int splits) {
+  KernelConfig config;
+  config.num_warps = num_warps;
+  config.named[kPagedSplitsField] = splits;
+  config.platform = "cuda";
+  return config;
+}
+
+// Blocks one split of the shape launches: (kv head, 16-row group, sequence).
+int64_t BlocksPerSplit(const PagedAttentionShape& shape) {
+  const int64_t row_groups =
+      CeilDiv(std::max<int64_t>(shape.rows_per_kv_head, 1), kPagedRowsPerBlock);
+  return std::max<int64_t>(shape.batch, 1) * std::max<int64_t>(shape.num_heads_kv, 1) * row_groups;
+}
+
+// The largest split count the sequence length supports: each split keeps
+// kMinTokensPerSplit tokens.
+int64_t MaxUsefulSplits(const PagedAttentionShape& shape) {
+  return std::max<int64_t>(1, shape.max_seq_len / kMinTokensPerSplit);
+}
+
+// The fraction of the device's block slots that `blocks` keep busy over the rounds they take
+// (1 for whole rounds; 1.5 rounds' worth of blocks keep 0.75 of two rounds busy).
+double Utilization(int64_t blocks, int64_t slots) {
+  const int64_t rounds = CeilDiv(blocks, slots);
+  return static_cast<double>(blocks) / static_cast<double>(rounds * slots);
+}
+
+}  // namespace
+
+PagedAttentionShape PagedAttentionShapeOf(const PagedAttentionProblem& problem) {
+  const int64_t group = problem.num_heads_kv > 0 ? problem.num_heads_q / problem.num_heads_kv : 1;
+  return {problem.dtype,
+          problem.batch,
+          problem.num_heads_kv,
+          problem.seq_len_q * group,
+          problem.max_pages * problem.page_size,
+          problem.head_dim};
+}
+
+const ConfigSchema& PagedAttentionCudaConfigSchema() {
+  static const ConfigSchema* const kSchema = new ConfigSchema{{
+      IntConfigField("num_warps", kPagedNumWarps.front(), kPagedNumWarps.back(), "none: always set",
+                     "warps per block"),
+      IntConfigField(kPagedSplitsField, 1, kPagedMaxSplits, "none: always set",
+                     "paged_attention's split-KV slices of each sequence on cuda"),
+  }};
+  return *kSchema;
+}
+
+int PagedSplits(const KernelConfig& config) {
+  const int64_t splits = config.Named(kPagedSplitsField);
+  return splits >= 1 && splits <= kPagedMaxSplits ? static_cast<int>(splits) : 0;
+}
+
+bool IsPagedConfigCompiled(const KernelConfig& config) {
+  if (std::find(kPagedNumWarps.begin(), kPagedNumWarps.end(), config.num_warps) ==
+      kPagedNumWarps.end()) {
+    return false;
+  }
+  if (PagedSplits(config) == 0 || config.named.size() != 1) return false;
+  if (config.block_q != 0 || config.block_k != 0 || config.block_d != 0 || config.num_stages != 0 ||
+      config.block_size != 0 || !config.algorithm.empty()) {
+    return false;
+  }
+  return config.platform.empty() || config.platform == "cuda";
+}
+
+const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
+  static const std::vector<KernelConfig>* const configs = [] {
+    auto* list = new std::vector<KernelConfig>();
+    for (int warps : kPagedNumWarps) {
+      for (int splits : kPagedSplits) list->push_back(MakeConfig(warps, splits));
+    }
+    return list;
+  }();
+  return *configs;
+}
+
+// Decode batches are often too small to fill 132 SMs with one block per (kv head, sequence), and
+// a block's pages stream at the speed of one SM, so the tokens are split. Among the listed split
+// counts that keep at least kMinTokensPerSplit tokens of the longest sequence per split and at
+// most kMaxRounds rounds of resident blocks (PagedBlocksPerSm per SM), the heuristic takes the
+// one whose rounds keep the most block slots busy (B * Hkv * row_groups * splits close to a
+// whole number of rounds, so that no half-empty last round doubles the time), the smallest
+// within kUtilizationSlack of the best: fewer splits mean less partial output to combine. One
+// split when the batch alone fills the device.
+KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
+  const int64_t sms =
+      device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
+  const int64_t slots = sms * PagedBlocksPerSm(shape.head_dim);
+  const int64_t blocks = BlocksPerSplit(shape);
+  const int64_t most =
+      std::min(MaxUsefulSplits(shape), std::max<int64_t>(1, kMaxRounds * slots / blocks));
+  std::vector<std::pair<int, double>> options;
+  double best = 0.0;
+  for (int s : kPagedSplits) {
+    if (s > most && s != 1) continue;
+    const double u = Utilization(blocks * s, slots);
+    options.push_back({s, u});
+    best = std::max(best, u);
+  }
+  int chosen = 1;
+  for (const auto& [s, u] : options) {
+    if (u >= best - kUtilizationSlack) {
+      chosen = s;
+      break;
+    }
+  }
+  return MakeConfig(kHeuristicWarps, chosen);
+}
+
+std::vector<KernelConfig> PagedAttentionCandidates(const PagedAttentionShape& shape,
+                                                   const DeviceInfo& device) {
+  const KernelConfig best = PagedAttentionHeuristic(shape, device);
+  const int best_splits = PagedSplits(best);
+  // Neighbours of the heuristic's split count, and one step past the token floor (a split of
+  // kMinTokensPerSplit / 2 tokens may still win on short sequences).
+  const int64_t most = std::max<int64_t>(1, shape.max_seq_len / (kMinTokensPerSplit / 2));
+  std::vector<int> splits = {1};
+  const auto it = std::find(kPagedSplits.begin(), kPagedSplits.end(), best_splits);
+  if (it != kPagedSplits.begin()) splits.push_back(*(it - 1));
+  if (it + 1 != kPagedSplits.end() && *(it + 1) <= most) splits.push_back(*(it + 1));
+  std::vector<KernelConfig> out = {best};
+  for (int warps : kPagedNumWarps) {
+    for (int s : splits) {
+      const KernelConfig config = MakeConfig(warps, s);
+      if (std::find(out.begin(), out.end(), config) == out.end()) out.push_back(config);
+    }
+  }
+  return out;
+}
+
+}  // namespace kernelserve::cuda

@@ -1,0 +1,603 @@
+// Device code of the CUDA paged attention launchers: the split-KV attention kernel, the combine
+// kernel and LaunchPagedAttention's template body (instantiated per head dim by the
+// paged_attention_hdim*.cu files, so that CI compiles them in parallel).
+//
+// Design (issue 36). Decode reads every cached key and value once and does 4 * M * D flops per
+// token (M = query rows of a kv head), so with M <= 16 it is bound by memory: the kernel's job
+// is to keep enough bytes in flight on every SM.
+// - A block takes one (split, kv head, 16-row group, sequence). Its rows are the G = Hq / Hkv
+//   query heads sharing the kv head times the Sq new tokens (GQA packing), so each page is read
+//   once for all of them; the 16 rows are one m16 tile of mma.sync m16n8k16 (bf16/f16 in, fp32
+//   accumulate). Shapes with more rows take more row groups, which re-read the pages (mostly
+//   from L2, as the groups of one page run side by side).
+// - The block streams its split's tokens in tiles of kWarps * 16 tokens: each thread copies
+//   16-byte vectors (cp.async, kStages tiles in flight) from the page of each token row, so a
+//   tile may span part of a page or several pages, in any order. Rows past the end are
+//   zero-filled (and masked), so no stale value can reach P*V as NaN.
+// - Each warp takes its own 16 tokens of every tile against all 16 rows and keeps its own
+//   online softmax (fp32, base 2); the warps are merged once at the end through shared memory.
+// - splits == 1 writes out and lse directly; otherwise each split writes its normalised partial
+//   output (fp32) and natural-log lse to the workspace and PagedCombineKernel merges them.
+#ifndef KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_
+#define KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/paged_attention/cuda/paged_attention_launch.h"
+#include "kernels/paged_attention/cuda/paged_attention_space.h"
+
+// Returns a failed CUDA call's error from the enclosing launcher.
+#define KS_PAGED_RETURN_IF_ERROR(expr)                          \
+  do {                                                          \
+    const cudaError_t ks_paged_error_ = (expr);                 \
+    if (ks_paged_error_ != cudaSuccess) return ks_paged_error_; \
+  } while (0)
+
+namespace kernelserve::cuda {
+namespace paged {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kRows = kPagedRowsPerBlock;
+constexpr int kWarpTokens = kPagedTokensPerWarp;
+constexpr int kCombineWarps = 4;
+constexpr size_t kWorkspaceAlign = 256;
+
+inline size_t AlignUp(size_t n) {
+  return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+// Shared-memory layout of one instance. Rows are padded by 16 bytes so that the 8 row addresses
+// of an ldmatrix fall in distinct banks.
+template <int kHeadDim, int kWarps>
+struct Tiling {
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kTileN = kWarps * kWarpTokens;
+  static constexpr int kStride = kHeadDim + 8;  // elements per smem row
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte vectors per row
+  // Tiles in flight: about 64 KiB of copies per block, within the 227 KiB of an SM.
+  static constexpr int kStages = kHeadDim >= 256 ? 2 : (kHeadDim >= 128 ? 3 : 4);
+  static constexpr size_t kQBytes = size_t{kRows} * kStride * 2;
+  static constexpr size_t kTileElems = size_t{kTileN} * kStride;  // K (then V) of one stage
+  static constexpr size_t kPipeBytes = size_t{kStages} * 2 * kTileElems * 2;
+  // The end-of-block merge: each warp's output rows (fp32), then each warp's row max and sum,
+  // then each row's merged max and sum.
+  static constexpr size_t kMergeOBytes = size_t{kWarps} * kRows * kHeadDim * 4;
+  static constexpr size_t kMergeBytes =
+      kMergeOBytes + 2 * size_t{kWarps} * kRows * 4 + 2 * kRows * 4;
+  static constexpr size_t kSmemBytes =
+      kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+  static_assert(kThreads % kChunks == 0, "a thread copies one fixed column of every row");
+  static_assert(kHeadDim % 16 == 0, "head dim is a whole number of k16 steps");
+  // The heuristic counts on this many blocks per SM (228 KiB, 1 KiB of it reserved per block).
+  static_assert(PagedBlocksPerSm(kHeadDim) * (kSmemBytes + 1024) <= 228 * 1024,
+                "the shared memory of a block outgrew PagedBlocksPerSm");
+};
+
+struct AttentionParams {
+  PagedDeviceArgs args;
+  int num_splits = 1;
+  int row_groups = 1;  // ceil(rows / 16)
+  int rows = 0;        // G * Sq
+  int group = 1;       // G = Hq / Hkv
+  int window_left = -1;
+  int window_right = -1;
+  float scale_log2 = 0.0f;       // softmax_scale * log2(e), used without a soft cap
+  float* partial_out = nullptr;  // [splits, B, Hq, Sq, D] when splits > 1
+  float* partial_lse = nullptr;  // [splits, B, Hq, Sq]
+};
+
+// ---- PTX wrappers ----
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared; `bytes` 0 zero-fills the destination without reading.
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
+               "r"(bytes));
+}
+__device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void WaitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+
+template <typename T>
+struct Mma;
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static void Run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t Pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static void Run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t Pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// ---- the attention kernel ----
+
+// One query row of the block as a thread sees it.
+struct RowInfo {
+  bool valid;  // a real row (the last group may be partial)
+  int pos;     // its position in the sequence: L - Sq + i
+};
+
+__device__ __forceinline__ RowInfo RowOf(const AttentionParams& p, int row_group, int r, int len) {
+  const int m = row_group * kRows + r;
+  const int sq = static_cast<int>(p.args.seq_len_q);
+  return {m < p.rows, len - sq + m % sq};
+}
+
+// Whether the row at `pos` sees token `t` (t < len checked here: tiles run past the end).
+__device__ __forceinline__ bool Sees(const AttentionParams& p, const RowInfo& row, int t, int len) {
+  if (!row.valid || t >= len) return false;
+  if (p.args.causal && t > row.pos) return false;
+  if (p.window_left >= 0 && t < row.pos - p.window_left) return false;
+  if (p.window_right >= 0 && t > row.pos + p.window_right) return false;
+  return true;
+}
+
+// Issues the copies of one tile of K and V (tokens first .. first + kTileN - 1) into `dst` (K
+// then V). Each thread copies a fixed 16-byte column of every (kThreads / kChunks)-th row.
+template <typename T, int kHeadDim, int kWarps>
+__device__ __forceinline__ void LoadTile(const AttentionParams& p, int b, int kv_head, int first,
+                                         int len, T* dst) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  constexpr int kRowStep = Tl::kThreads / Tl::kChunks;
+  const int col = threadIdx.x % Tl::kChunks;
+  const int32_t* table = p.args.block_table + b * p.args.max_pages;
+  const T* k = static_cast<const T*>(p.args.k_cache);
+  const T* v = static_cast<const T*>(p.args.v_cache);
+  const int page_size = static_cast<int>(p.args.page_size);
+#pragma unroll
+  for (int row = threadIdx.x / Tl::kChunks; row < Tl::kTileN; row += kRowStep) {
+    const int t = first + row;
+    int64_t offset = 0;
+    int bytes = 0;
+    if (t < len) {
+      const int64_t slot = static_cast<int64_t>(table[t / page_size]) * page_size + t % page_size;
+      offset = (slot * p.args.num_heads_kv + kv_head) * kHeadDim + col * 8;
+      bytes = 16;
+    }
+    T* k_dst = dst + row * Tl::kStride + col * 8;
+    CopyAsync16(k_dst, k + offset, bytes);
+    CopyAsync16(k_dst + Tl::kTileElems, v + offset, bytes);
+  }
+}
+
+// The block's 16 query rows into shared memory (zeros for rows past the end).
+template <typename T, int kHeadDim, int kWarps>
+__device__ __forceinline__ void LoadQ(const AttentionParams& p, int b, int kv_head, int row_group,
+                                      T* q_s) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  const T* q = static_cast<const T*>(p.args.q);
+  const int sq = static_cast<int>(p.args.seq_len_q);
+  for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
+    const int r = c / Tl::kChunks;
+    const int col = c % Tl::kChunks;
+    const int m = row_group * kRows + r;
+    int64_t offset = 0;
+    int bytes = 0;
+    if (m < p.rows) {
+      const int64_t hq = static_cast<int64_t>(kv_head) * p.group + m / sq;
+      offset =
+          ((static_cast<int64_t>(b) * sq + m % sq) * p.args.num_heads_q + hq) * kHeadDim + col * 8;
+      bytes = 16;
+    }
+    CopyAsync16(q_s + r * Tl::kStride + col * 8, q + offset, bytes);
+  }
+}
+
+// Per-thread state of a warp's online softmax: rows lane/4 and lane/4 + 8 (h = 0, 1), the
+// thread's columns of the output (D/8 n8 tiles of 4 floats).
+template <int kHeadDim>
+struct WarpState {
+  float o[kHeadDim / 8][4];
+  float row_max[2];  // base-2 logits
+  float row_sum[2];  // this thread's columns only; summed over the quad at the end
+};
+
+template <typename T, int kHeadDim, int kWarps>
+__device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowInfo (&rows)[2],
+                                            int first, int len, const T* q_s, const T* k_s,
+                                            WarpState<kHeadDim>& st) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const T* v_s = k_s + Tl::kTileElems;
+  k_s += warp * kWarpTokens * Tl::kStride;
+  v_s += warp * kWarpTokens * Tl::kStride;
+
+  // S = Q K^T for the warp's 16 tokens: two n8 tiles.
+  float s[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t a[4];
+    LdMatrixX4(a, q_s + (lane % 16) * Tl::kStride + kk * 16 + (lane / 16) * 8);
+    uint32_t bk[4];
+    LdMatrixX4(bk,
+               k_s + ((lane % 8) + (lane / 16) * 8) * Tl::kStride + kk * 16 + ((lane / 8) % 2) * 8);
+    Mma<T>::Run(s[0], a, bk[0], bk[1]);
+    Mma<T>::Run(s[1], a, bk[2], bk[3]);
+  }
+
+  // Scale, soft cap, mask; in base 2 so that exp2 does the softmax.
+  const int t0 = first + warp * kWarpTokens + (lane % 4) * 2;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s[nt][e];
+      if (p.args.softcap > 0.0f) {
+        x = p.args.softcap * tanhf(x * p.args.softmax_scale / p.args.softcap) * kLog2e;
+      } else {
+        x *= p.scale_log2;
+      }
+      s[nt][e] = Sees(p, rows[e / 2], t0 + nt * 8 + (e % 2), len) ? x : -INFINITY;
+    }
+  }
+
+  // Online softmax, per row h.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float new_max = fmaxf(st.row_max[h], mx);
+    // A row that has seen nothing yet keeps max -inf; subtracting 0 then keeps exp2 at 0.
+    const float base = new_max == -INFINITY ? 0.0f : new_max;
+    const float alpha = exp2f(st.row_max[h] - base);
+    st.row_max[h] = new_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = exp2f(s[nt][2 * h + e] - base);
+        s[nt][2 * h + e] = pe;
+        sum += pe;
+      }
+    }
+    st.row_sum[h] = st.row_sum[h] * alpha + sum;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      st.o[dt][2 * h] *= alpha;
+      st.o[dt][2 * h + 1] *= alpha;
+    }
+  }
+
+  // O += P V: P's accumulator layout is the A operand's (k = the warp's 16 tokens).
+  const uint32_t a[4] = {Mma<T>::Pack(s[0][0], s[0][1]), Mma<T>::Pack(s[0][2], s[0][3]),
+                         Mma<T>::Pack(s[1][0], s[1][1]), Mma<T>::Pack(s[1][2], s[1][3])};
+#pragma unroll
+  for (int dn = 0; dn < kHeadDim / 16; ++dn) {
+    uint32_t bv[4];
+    LdMatrixX4Trans(
+        bv, v_s + ((lane % 8) + ((lane / 8) % 2) * 8) * Tl::kStride + dn * 16 + (lane / 16) * 8);
+    Mma<T>::Run(st.o[2 * dn], a, bv[0], bv[1]);
+    Mma<T>::Run(st.o[2 * dn + 1], a, bv[2], bv[3]);
+  }
+}
+
+// Merges the warps' states through shared memory and writes the block's rows: out and lse
+// directly (one split) or the split's partial output and lse.
+template <typename T, int kHeadDim, int kWarps>
+__device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int split, int b,
+                                              int kv_head, int row_group, WarpState<kHeadDim>& st,
+                                              unsigned char* merge) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  float* o_s = reinterpret_cast<float*>(merge);                       // [warp][row][d]
+  float* max_s = reinterpret_cast<float*>(merge + Tl::kMergeOBytes);  // [warp][row]
+  float* sum_s = max_s + kWarps * kRows;                              // [warp][row]
+  float* row_max_s = sum_s + kWarps * kRows;                          // [row]
+  float* row_sum_s = row_max_s + kRows;                               // [row]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    st.row_sum[h] += __shfl_xor_sync(0xffffffffu, st.row_sum[h], 1);
+    st.row_sum[h] += __shfl_xor_sync(0xffffffffu, st.row_sum[h], 2);
+    if (lane % 4 == 0) {
+      max_s[warp * kRows + lane / 4 + 8 * h] = st.row_max[h];
+      sum_s[warp * kRows + lane / 4 + 8 * h] = st.row_sum[h];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows) {
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, max_s[w * kRows + threadIdx.x]);
+    const float base = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      sum += sum_s[w * kRows + threadIdx.x] * exp2f(max_s[w * kRows + threadIdx.x] - base);
+    }
+    row_max_s[threadIdx.x] = mx;
+    row_sum_s[threadIdx.x] = sum;
+  }
+  // Each warp's rows rescaled to the merged max (a warp that saw nothing has all zeros).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = lane / 4 + 8 * h;
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, max_s[w * kRows + r]);
+    const float factor = st.row_max[h] == -INFINITY ? 0.0f : exp2f(st.row_max[h] - mx);
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      const int d = dt * 8 + (lane % 4) * 2;
+      float* dst = o_s + (warp * kRows + r) * kHeadDim + d;
+      dst[0] = st.o[dt][2 * h] * factor;
+      dst[1] = st.o[dt][2 * h + 1] * factor;
+    }
+  }
+  __syncthreads();
+
+  const int sq = static_cast<int>(p.args.seq_len_q);
+  const int64_t hq_base = static_cast<int64_t>(kv_head) * p.group;
+  for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
+    const int r = c / Tl::kChunks;
+    const int col = c % Tl::kChunks;
+    const int m = row_group * kRows + r;
+    if (m >= p.rows) continue;
+    const int i = m % sq;
+    const int64_t hq = hq_base + m / sq;
+    const float sum = row_sum_s[r];
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float acc[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float* src = o_s + (w * kRows + r) * kHeadDim + col * 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += src[j];
+    }
+    if (p.num_splits == 1) {
+      alignas(16) T vals[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) vals[j] = FromFloat<T>(acc[j] * inv);
+      T* out = static_cast<T*>(p.args.out) +
+               ((static_cast<int64_t>(b) * sq + i) * p.args.num_heads_q + hq) * kHeadDim + col * 8;
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(vals);
+    } else {
+      const int64_t row =
+          ((static_cast<int64_t>(split) * p.args.batch + b) * p.args.num_heads_q + hq) * sq + i;
+      float4* dst = reinterpret_cast<float4*>(p.partial_out + row * kHeadDim + col * 8);
+      dst[0] = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+      dst[1] = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
+    }
+    if (col == 0) {
+      const float lse = sum > 0.0f ? (row_max_s[r] + log2f(sum)) * kLn2 : -INFINITY;
+      const int64_t lse_row = (static_cast<int64_t>(b) * p.args.num_heads_q + hq) * sq + i;
+      if (p.num_splits > 1) {
+        p.partial_lse[static_cast<int64_t>(split) * p.args.batch * p.args.num_heads_q * sq +
+                      lse_row] = lse;
+      } else if (p.args.lse != nullptr) {
+        p.args.lse[lse_row] = lse;
+      }
+    }
+  }
+}
+
+// The first token any query of a sequence of length `len` may see (the window's start for its
+// first query). They all end at len: the last query, at len - 1, sees len - 1 at least.
+__device__ __forceinline__ int FirstToken(const AttentionParams& p, int len) {
+  if (p.window_left < 0) return 0;
+  const int64_t first = static_cast<int64_t>(len) - p.args.seq_len_q - p.window_left;
+  return first > 0 ? static_cast<int>(first) : 0;
+}
+
+// grid (splits, Hkv * row_groups, B).
+template <typename T, int kHeadDim, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    PagedAttentionKernel(const __grid_constant__ AttentionParams p) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);
+  T* pipe = reinterpret_cast<T*>(smem + Tl::kQBytes);
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / p.row_groups;
+  const int row_group = blockIdx.y % p.row_groups;
+  const int b = blockIdx.z;
+  const int len = p.args.cache_seqlens[b];
+  const int lane = threadIdx.x % 32;
+
+  // This split's tiles of the sequence's visible tokens [first, len).
+  const int first = FirstToken(p, len);
+  const int tiles = len > first ? (len - first + Tl::kTileN - 1) / Tl::kTileN : 0;
+  const int per_split = (tiles + p.num_splits - 1) / p.num_splits;
+  const int tile_begin = min(tiles, split * per_split);
+  const int tile_end = min(tiles, tile_begin + per_split);
+
+  const RowInfo rows[2] = {RowOf(p, row_group, lane / 4, len),
+                           RowOf(p, row_group, lane / 4 + 8, len)};
+  WarpState<kHeadDim> st;
+#pragma unroll
+  for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[dt][e] = 0.0f;
+  }
+  st.row_max[0] = st.row_max[1] = -INFINITY;
+  st.row_sum[0] = st.row_sum[1] = 0.0f;
+
+  if (tile_begin < tile_end) {
+    LoadQ<T, kHeadDim, kWarps>(p, b, kv_head, row_group, q_s);
+#pragma unroll
+    for (int s = 0; s < Tl::kStages - 1; ++s) {
+      const int tile = tile_begin + s;
+      if (tile < tile_end) {
+        LoadTile<T, kHeadDim, kWarps>(p, b, kv_head, first + tile * Tl::kTileN, len,
+                                      pipe + s * 2 * Tl::kTileElems);
+      }
+      CommitCopies();  // empty groups keep the count the waits below assume
+    }
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      WaitCopies<Tl::kStages - 2>();
+      // The tile is visible to all, and the slot loaded next was read by all last iteration.
+      __syncthreads();
+      const int next = tile + Tl::kStages - 1;
+      if (next < tile_end) {
+        LoadTile<T, kHeadDim, kWarps>(
+            p, b, kv_head, first + next * Tl::kTileN, len,
+            pipe + ((next - tile_begin) % Tl::kStages) * 2 * Tl::kTileElems);
+      }
+      CommitCopies();
+      ComputeTile<T, kHeadDim, kWarps>(
+          p, rows, first + tile * Tl::kTileN, len, q_s,
+          pipe + ((tile - tile_begin) % Tl::kStages) * 2 * Tl::kTileElems, st);
+    }
+    WaitCopies<0>();
+  }
+  __syncthreads();  // the pipeline's memory becomes the merge's
+  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, st, smem + Tl::kQBytes);
+}
+
+// One warp per output row (b, hq, i): merges the splits' partial outputs by their lse. Splits
+// that saw nothing (lse -inf) are skipped, so their partial output is never read.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kCombineWarps * 32)
+    PagedCombineKernel(const __grid_constant__ AttentionParams p) {
+  constexpr int kPerLane = kHeadDim / 32;
+  const int64_t sq = p.args.seq_len_q;
+  const int64_t rows = p.args.batch * p.args.num_heads_q * sq;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float mx = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.partial_lse[s * rows + row]);
+  float acc[kPerLane] = {};
+  float sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float lse = p.partial_lse[s * rows + row];
+      if (lse == -INFINITY) continue;
+      const float w = __expf(lse - mx);
+      sum += w;
+      const float* src = p.partial_out + (s * rows + row) * kHeadDim + lane * kPerLane;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) acc[j] += w * src[j];
+    }
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  // row = (b * Hq + hq) * Sq + i; out is [B, Sq, Hq, D].
+  const int64_t i = row % sq;
+  const int64_t bh = row / sq;
+  const int64_t hq = bh % p.args.num_heads_q;
+  const int64_t b = bh / p.args.num_heads_q;
+  T* out = static_cast<T*>(p.args.out) + ((b * sq + i) * p.args.num_heads_q + hq) * kHeadDim +
+           lane * kPerLane;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) out[j] = FromFloat<T>(acc[j] * inv);
+  if (lane == 0 && p.args.lse != nullptr) {
+    p.args.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+  }
+}
+
+inline int ClampWindow(int64_t w) {
+  if (w < 0) return -1;
+  return w > INT_MAX / 2 ? INT_MAX / 2 : static_cast<int>(w);
+}
+
+inline bool ValidArgs(const PagedDeviceArgs& a, int num_splits, const void* workspace) {
+  if (a.batch < 0 || a.seq_len_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q <= 0 ||
+      a.num_heads_q % a.num_heads_kv != 0 || a.page_size <= 0 || a.max_pages < 0) {
+    return false;
+  }
+  if (num_splits < 1 || num_splits > kPagedMaxSplits) return false;
+  return num_splits == 1 || workspace != nullptr;
+}
+
+}  // namespace paged
+
+template <typename T, int kHeadDim, int kWarps>
+cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, void* workspace,
+                                 cudaStream_t stream) {
+  using Tl = paged::Tiling<kHeadDim, kWarps>;
+  // TODO(issue 36): fp8 caches (k_scale, v_scale) take a cache type apart from T.
+  if (!paged::ValidArgs(args, num_splits, workspace)) return cudaErrorInvalidValue;
+  if (args.batch == 0) return cudaSuccess;
+  paged::AttentionParams p;
+  p.args = args;
+  p.num_splits = num_splits;
+  p.group = static_cast<int>(args.num_heads_q / args.num_heads_kv);
+  p.rows = static_cast<int>(p.group * args.seq_len_q);
+  p.row_groups = (p.rows + paged::kRows - 1) / paged::kRows;
+  p.window_left = paged::ClampWindow(args.window_left);
+  p.window_right = paged::ClampWindow(args.window_right);
+  p.scale_log2 = args.softmax_scale * paged::kLog2e;
+  if (num_splits > 1) {
+    const size_t rows = static_cast<size_t>(args.batch * args.num_heads_q * args.seq_len_q);
+    p.partial_out = static_cast<float*>(workspace);
+    p.partial_lse =
+        reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                 paged::AlignUp(rows * num_splits * kHeadDim * sizeof(float)));
+  }
+  const int64_t grid_y = args.num_heads_kv * p.row_groups;
+  if (grid_y > 65535 || args.batch > 65535) return cudaErrorInvalidConfiguration;
+  auto* kernel = &paged::PagedAttentionKernel<T, kHeadDim, kWarps>;
+  KS_PAGED_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(Tl::kSmemBytes)));
+  const dim3 grid(num_splits, static_cast<unsigned>(grid_y), static_cast<unsigned>(args.batch));
+  kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, stream>>>(p);
+  KS_PAGED_RETURN_IF_ERROR(cudaGetLastError());
+  if (num_splits == 1) return cudaSuccess;
+  const int64_t rows = args.batch * args.num_heads_q * args.seq_len_q;
+  const int64_t blocks = (rows + paged::kCombineWarps - 1) / paged::kCombineWarps;
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  paged::PagedCombineKernel<T, kHeadDim>
+      <<<static_cast<unsigned>(blocks), paged::kCombineWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_

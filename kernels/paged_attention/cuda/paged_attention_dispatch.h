@@ -1,0 +1,26 @@
+// From runtime values (dtype, head dim, warp count) to a compiled paged attention launcher.
+#ifndef KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DISPATCH_H_
+#define KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DISPATCH_H_
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "kernels/paged_attention/cuda/paged_attention_launch.h"
+
+namespace kernelserve::cuda {
+
+using PagedAttentionLaunchFn = cudaError_t (*)(const PagedDeviceArgs& args, int num_splits,
+                                               void* workspace, cudaStream_t stream);
+using PagedAppendLaunchFn = cudaError_t (*)(const PagedAppendArgs& args, cudaStream_t stream);
+
+// The compiled LaunchPagedAttention instance for these values (dtype of q, out and the caches).
+// Unimplemented naming the values and the compiled set when none was compiled for them.
+// Thread-safe.
+absl::StatusOr<PagedAttentionLaunchFn> SelectPagedAttentionLaunch(DType dtype, int64_t head_dim,
+                                                                  int num_warps);
+
+// LaunchPagedAppend for `dtype` (f16, bf16); Unimplemented otherwise. Thread-safe.
+absl::StatusOr<PagedAppendLaunchFn> SelectPagedAppendLaunch(DType dtype);
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DISPATCH_H_

@@ -1,0 +1,43 @@
+// The values each config field of the CUDA paged attention kernel may take. Plain C++ (no CUDA
+// types): the config choice (paged_attention_config.cc, built without CUDA too), the dispatch and
+// the launch code share these lists, so a config the heuristic names is always one that runs.
+//
+// Meaning of the KernelConfig fields for this kernel (its schema: PagedAttentionCudaConfigSchema):
+//   num_warps  threads per block / 32; a compile-time constant of the kernel. Each warp takes
+//              its own 16 tokens of every tile, so a tile holds num_warps * 16 tokens.
+//   "splits"   (a named field) slices of each sequence's tokens attended by separate blocks
+//              (split-KV, flash-decoding); more than 1 adds a combine pass. A run-time argument.
+//   platform   "cuda" (or "" when given by hand).
+#ifndef KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_SPACE_H_
+#define KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_SPACE_H_
+
+#include <array>
+#include <cstdint>
+
+namespace kernelserve::cuda {
+
+// The named config field of the split count.
+inline constexpr char kPagedSplitsField[] = "splits";
+
+// Compiled as template arguments (paged_attention_instances.h).
+inline constexpr std::array<int, 1> kPagedNumWarps = {4};
+inline constexpr std::array<int, 3> kPagedHeadDims = {64, 128, 256};
+// The split counts configs may name: every count launches (splits is a run-time argument); the
+// list only keeps the autotune space small while stepping by at most 1.5x.
+inline constexpr std::array<int, 14> kPagedSplits = {1,  2,  3,  4,  6,  8,  12,
+                                                     16, 24, 32, 48, 64, 96, 128};
+inline constexpr int kPagedMaxSplits = 128;
+// Query rows (GQA heads x new tokens of one kv head) one block computes: one m16 tile of the
+// tensor cores. More rows take more blocks (grid.y), each reading the same pages.
+inline constexpr int kPagedRowsPerBlock = 16;
+// Tokens per warp per tile.
+inline constexpr int kPagedTokensPerWarp = 16;
+
+// Attention blocks resident on one SM by their shared memory (paged_attention_device.cuh
+// checks its layout against this): about 76 KiB (D 64) and 109 KiB (D 128) fit twice in the
+// 228 KiB of an H100 SM, 143 KiB (D 256) once.
+constexpr int PagedBlocksPerSm(int64_t head_dim) { return head_dim >= 256 ? 1 : 2; }
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_SPACE_H_

@@ -1,0 +1,719 @@
+// The CUDA paged attention launchers called directly on device buffers, against a float64 host
+// reference computed from the paged layout: page sizes 16/64/256, shuffled block tables with
+// unused pages, empty sequences and partly filled last pages, Sq 1 and 4, causal, windows, soft
+// cap, GQA 1/4/8 (with more than 16 rows per kv head), head dims 64/128/256, f16 and bf16, one
+// split and several, lse; repeated launches give the same bits; append writes only its slots.
+// Inputs are fresh random values; outputs and workspace are poisoned (0xFF bytes: NaN) before
+// each launch. Skips where no GPU is visible (the dispatch tests run anywhere CUDA is built).
+#include "kernels/paged_attention/cuda/paged_attention_launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/paged_attention/cuda/paged_attention_config.h"
+#include "kernels/paged_attention/cuda/paged_attention_dispatch.h"
+#include "kernels/paged_attention/cuda/paged_attention_space.h"
+
+namespace kernelserve::cuda {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Absolute error allowed on out (values are convex combinations of v in [-1, 1]): P and the
+// output are rounded to the dtype (bf16 keeps 8 bits, f16 11), as in the flash attention tests'
+// relative 1e-2 / 5e-3, taken element-wise with headroom for the largest elements.
+double OutTolerance(DType dtype) { return dtype == DType::kBF16 ? 2e-2 : 4e-3; }
+// ||out - ref|| / ||ref||, as the flash attention tests (issue 5).
+double RelTolerance(DType dtype) { return dtype == DType::kBF16 ? 1e-2 : 5e-3; }
+// lse comes from fp32 accumulation of the same rounded inputs: only fp32 rounding differs.
+constexpr double kLseTolerance = 2e-3;
+
+// ---- host values in the device's element types ----
+
+uint16_t ToBits(DType dtype, float x) {
+  if (dtype == DType::kBF16) return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(x)).x;
+  return static_cast<__half_raw>(__float2half_rn(x)).x;
+}
+
+float FromBits(DType dtype, uint16_t bits) {
+  if (dtype == DType::kBF16) {
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+  }
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+
+// A host tensor of 16-bit values and the floats they stand for.
+struct HostTensor {
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+};
+
+HostTensor Random(DType dtype, size_t n, float lo, float hi, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  HostTensor t;
+  t.bits.resize(n);
+  t.values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    t.bits[i] = ToBits(dtype, dist(rng));
+    t.values[i] = FromBits(dtype, t.bits[i]);
+  }
+  return t;
+}
+
+// ---- device buffers ----
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) {
+      EXPECT_EQ(cudaMalloc(&ptr_, bytes), cudaSuccess);
+    }
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  void Upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size() * sizeof(T), bytes_);
+    if (bytes_ > 0) {
+      ASSERT_EQ(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  template <typename T>
+  std::vector<T> Download() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    if (bytes_ > 0) {
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return host;
+  }
+  // 0xFF bytes: NaN in f16, bf16 and f32, so an element left unwritten shows.
+  void Poison() {
+    if (bytes_ > 0) {
+      ASSERT_EQ(cudaMemset(ptr_, 0xFF, bytes_), cudaSuccess);
+    }
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// ---- the cases ----
+
+struct Case {
+  DType dtype = DType::kF16;
+  int64_t head_dim = 64;
+  int64_t seq_len_q = 1;
+  int64_t hq = 1;
+  int64_t hkv = 1;
+  int64_t page_size = 16;
+  std::vector<int32_t> lens;  // cache_seqlens, new tokens included
+  bool causal = false;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  float softcap = 0.0f;
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(D)
+  bool lse = true;
+  bool append = false;  // every L is 0 or at least Sq
+
+  int64_t batch() const { return static_cast<int64_t>(lens.size()); }
+  float scale() const {
+    return softmax_scale > 0.0f ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+  std::string Describe() const {
+    return absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16", " D=", head_dim, " Sq=", seq_len_q,
+                        " Hq=", hq, " Hkv=", hkv, " page=", page_size, " lens={",
+                        absl::StrJoin(lens, ","), "} causal=", causal, " window=(", window_left,
+                        ",", window_right, ") softcap=", softcap, " scale=", scale(), " lse=", lse,
+                        " append=", append);
+  }
+};
+
+// A paged cache: pages dealt out to the sequences in a random order, a few pages unused, the
+// block table's unused entries far out of range (a read of one faults).
+struct Paging {
+  int64_t num_pages = 0;
+  int64_t max_pages = 0;
+  std::vector<int32_t> table;
+};
+
+Paging MakePaging(const Case& c, std::mt19937_64& rng) {
+  Paging p;
+  std::vector<int64_t> pages_of(c.lens.size());
+  int64_t used = 0;
+  for (size_t b = 0; b < c.lens.size(); ++b) {
+    pages_of[b] = (c.lens[b] + c.page_size - 1) / c.page_size;
+    used += pages_of[b];
+    p.max_pages = std::max(p.max_pages, pages_of[b]);
+  }
+  p.max_pages += 1;  // a column no sequence uses
+  p.num_pages = used + 3;
+  std::vector<int32_t> order(p.num_pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  p.table.assign(c.lens.size() * p.max_pages, 1 << 30);
+  int64_t next = 0;
+  for (size_t b = 0; b < c.lens.size(); ++b) {
+    for (int64_t j = 0; j < pages_of[b]; ++j) p.table[b * p.max_pages + j] = order[next++];
+  }
+  return p;
+}
+
+int64_t CacheIndex(const Case& c, const Paging& p, int64_t b, int64_t t, int64_t h) {
+  const int64_t page = p.table[b * p.max_pages + t / c.page_size];
+  return ((page * c.page_size + t % c.page_size) * c.hkv + h) * c.head_dim;
+}
+
+struct Reference {
+  std::vector<double> out;  // [B, Sq, Hq, D]
+  std::vector<double> lse;  // [B, Hq, Sq]
+};
+
+Reference ComputeReference(const Case& c, const Paging& p, const HostTensor& q, const HostTensor& k,
+                           const HostTensor& v) {
+  const int64_t d = c.head_dim;
+  const int64_t sq = c.seq_len_q;
+  Reference ref;
+  ref.out.assign(c.batch() * sq * c.hq * d, 0.0);
+  ref.lse.assign(c.batch() * c.hq * sq, -kInf);
+  for (int64_t b = 0; b < c.batch(); ++b) {
+    const int64_t len = c.lens[b];
+    for (int64_t i = 0; i < sq; ++i) {
+      const int64_t pos = len - sq + i;
+      for (int64_t hq = 0; hq < c.hq; ++hq) {
+        const int64_t h = hq / (c.hq / c.hkv);
+        const double* qrow = &q.values[((b * sq + i) * c.hq + hq) * d];
+        std::vector<std::pair<int64_t, double>> logits;
+        for (int64_t t = 0; t < len; ++t) {
+          if (c.causal && t > pos) continue;
+          if (c.window_left >= 0 && t < pos - c.window_left) continue;
+          if (c.window_right >= 0 && t > pos + c.window_right) continue;
+          const double* krow = &k.values[CacheIndex(c, p, b, t, h)];
+          double dot = 0.0;
+          for (int64_t e = 0; e < d; ++e) dot += qrow[e] * krow[e];
+          double s = c.scale() * dot;
+          if (c.softcap > 0.0f) s = c.softcap * std::tanh(s / c.softcap);
+          logits.push_back({t, s});
+        }
+        if (logits.empty()) continue;  // zeros, lse -inf
+        double mx = -kInf;
+        for (const auto& [t, s] : logits) mx = std::max(mx, s);
+        double sum = 0.0;
+        for (const auto& [t, s] : logits) sum += std::exp(s - mx);
+        double* orow = &ref.out[((b * sq + i) * c.hq + hq) * d];
+        for (const auto& [t, s] : logits) {
+          const double w = std::exp(s - mx) / sum;
+          const double* vrow = &v.values[CacheIndex(c, p, b, t, h)];
+          for (int64_t e = 0; e < d; ++e) orow[e] += w * vrow[e];
+        }
+        ref.lse[(b * c.hq + hq) * sq + i] = mx + std::log(sum);
+      }
+    }
+  }
+  return ref;
+}
+
+// Empty when out (and lse) match the reference; otherwise the first few mismatches.
+std::string Compare(const Case& c, const Reference& ref, const std::vector<uint16_t>& out,
+                    const std::vector<float>& lse) {
+  std::string errors;
+  int shown = 0;
+  double diff2 = 0.0;
+  double ref2 = 0.0;
+  for (size_t j = 0; j < out.size(); ++j) {
+    const double got = FromBits(c.dtype, out[j]);
+    const double err = std::fabs(got - ref.out[j]);
+    diff2 += std::isnan(got) ? kInf : err * err;
+    ref2 += ref.out[j] * ref.out[j];
+    if (!(err <= OutTolerance(c.dtype)) && shown++ < 5) {
+      absl::StrAppend(&errors, "\n  out[", j, "] = ", got, ", want ", ref.out[j]);
+    }
+  }
+  const double rel = ref2 > 0.0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  if (!(rel <= RelTolerance(c.dtype))) absl::StrAppend(&errors, "\n  relative error ", rel);
+  for (size_t j = 0; j < lse.size(); ++j) {
+    const double want = ref.lse[j];
+    const bool ok = std::isinf(want) ? (std::isinf(lse[j]) && lse[j] < 0)
+                                     : std::fabs(lse[j] - want) <=
+                                           kLseTolerance * std::max(1.0, std::fabs(want));
+    if (!ok && shown++ < 10)
+      absl::StrAppend(&errors, "\n  lse[", j, "] = ", lse[j], ", want ", want);
+  }
+  return errors;
+}
+
+class PagedAttentionLaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      GTEST_SKIP() << "no CUDA device visible (no driver or no GPU): GPU tests run on a GPU "
+                      "machine, see docs/GPU.md";
+    }
+    cudaDeviceProp prop;
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+    sm_count_ = prop.multiProcessorCount;
+  }
+
+  // The heuristic's split count for the case on this device.
+  int HeuristicSplits(const Case& c, const Paging& p) const {
+    DeviceInfo gpu;
+    gpu.platform = Platform::kCuda;
+    gpu.fingerprint.sm_count = sm_count_;
+    const PagedAttentionShape shape = {
+        c.dtype,   c.batch(), c.hkv, c.seq_len_q * (c.hq / c.hkv), p.max_pages * c.page_size,
+        c.head_dim};
+    return PagedSplits(PagedAttentionHeuristic(shape, gpu));
+  }
+
+  // Runs the case with each split count of `splits` (and the heuristic's), each twice, and
+  // compares with the reference; with c.append, appends new keys and values first and checks
+  // the caches. `seed` draws the inputs.
+  void Check(const Case& c, std::vector<int> splits, uint64_t seed) {
+    SCOPED_TRACE(c.Describe());
+    std::mt19937_64 rng(seed);
+    const Paging paging = MakePaging(c, rng);
+    const int64_t d = c.head_dim;
+    const size_t q_elems = c.batch() * c.seq_len_q * c.hq * d;
+    const size_t cache_elems = paging.num_pages * c.page_size * c.hkv * d;
+    // q wider than k: logits of a few units, so the softmax is far from uniform.
+    HostTensor q = Random(c.dtype, q_elems, -2.0f, 2.0f, rng);
+    HostTensor k = Random(c.dtype, cache_elems, -1.0f, 1.0f, rng);
+    HostTensor v = Random(c.dtype, cache_elems, -1.0f, 1.0f, rng);
+
+    DeviceBuffer q_d(q_elems * 2), k_d(cache_elems * 2), v_d(cache_elems * 2);
+    DeviceBuffer table_d(paging.table.size() * 4), lens_d(c.lens.size() * 4);
+    DeviceBuffer out_d(q_elems * 2), lse_d(c.batch() * c.hq * c.seq_len_q * 4);
+    q_d.Upload(q.bits);
+    k_d.Upload(k.bits);
+    v_d.Upload(v.bits);
+    table_d.Upload(paging.table);
+    lens_d.Upload(c.lens);
+
+    if (c.append) {
+      ASSERT_NO_FATAL_FAILURE(Append(c, paging, rng, k, v, k_d, v_d, table_d, lens_d));
+    }
+    const Reference ref = ComputeReference(c, paging, q, k, v);
+
+    PagedDeviceArgs args;
+    args.q = q_d.get();
+    args.k_cache = k_d.get();
+    args.v_cache = v_d.get();
+    args.block_table = static_cast<const int32_t*>(table_d.get());
+    args.cache_seqlens = static_cast<const int32_t*>(lens_d.get());
+    args.out = out_d.get();
+    args.lse = c.lse ? static_cast<float*>(lse_d.get()) : nullptr;
+    args.batch = c.batch();
+    args.seq_len_q = c.seq_len_q;
+    args.num_heads_q = c.hq;
+    args.num_heads_kv = c.hkv;
+    args.num_pages = paging.num_pages;
+    args.page_size = c.page_size;
+    args.max_pages = paging.max_pages;
+    args.max_seq_len = c.lens.empty() ? 0 : *std::max_element(c.lens.begin(), c.lens.end());
+    args.softmax_scale = c.scale();
+    args.causal = c.causal;
+    args.window_left = c.window_left;
+    args.window_right = c.window_right;
+    args.softcap = c.softcap;
+
+    absl::StatusOr<PagedAttentionLaunchFn> launch =
+        SelectPagedAttentionLaunch(c.dtype, d, kPagedNumWarps[0]);
+    ASSERT_TRUE(launch.ok()) << launch.status();
+    splits.push_back(HeuristicSplits(c, paging));
+    for (int s : splits) {
+      SCOPED_TRACE(absl::StrCat("splits=", s));
+      DeviceBuffer workspace(PagedWorkspaceBytes(args, static_cast<int>(d), s));
+      std::vector<uint16_t> first_out;
+      std::vector<float> first_lse;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        out_d.Poison();
+        lse_d.Poison();
+        workspace.Poison();
+        ASSERT_EQ((*launch)(args, s, workspace.get(), /*stream=*/nullptr), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<uint16_t> out = out_d.Download<uint16_t>();
+        std::vector<float> lse = c.lse ? lse_d.Download<float>() : std::vector<float>();
+        if (repeat == 0) {
+          EXPECT_EQ(Compare(c, ref, out, lse), "");
+          first_out = std::move(out);
+          first_lse = std::move(lse);
+        } else {
+          EXPECT_TRUE(out == first_out) << "a repeated launch changed out";
+          EXPECT_EQ(std::memcmp(lse.data(), first_lse.data(), lse.size() * 4), 0)
+              << "a repeated launch changed lse";
+        }
+      }
+    }
+  }
+
+  // Appends fresh k, v on the device; checks that exactly the target slots changed, to the
+  // new values; applies the same writes to the host caches.
+  void Append(const Case& c, const Paging& paging, std::mt19937_64& rng, HostTensor& k,
+              HostTensor& v, DeviceBuffer& k_d, DeviceBuffer& v_d, const DeviceBuffer& table_d,
+              const DeviceBuffer& lens_d) {
+    const int64_t d = c.head_dim;
+    const size_t new_elems = c.batch() * c.seq_len_q * c.hkv * d;
+    const HostTensor k_new = Random(c.dtype, new_elems, -1.0f, 1.0f, rng);
+    const HostTensor v_new = Random(c.dtype, new_elems, -1.0f, 1.0f, rng);
+    DeviceBuffer k_new_d(new_elems * 2), v_new_d(new_elems * 2);
+    k_new_d.Upload(k_new.bits);
+    v_new_d.Upload(v_new.bits);
+    PagedAppendArgs a;
+    a.k = k_new_d.get();
+    a.v = v_new_d.get();
+    a.k_cache = k_d.get();
+    a.v_cache = v_d.get();
+    a.block_table = static_cast<const int32_t*>(table_d.get());
+    a.cache_seqlens = static_cast<const int32_t*>(lens_d.get());
+    a.batch = c.batch();
+    a.seq_len_q = c.seq_len_q;
+    a.num_heads_kv = c.hkv;
+    a.head_dim = d;
+    a.page_size = c.page_size;
+    a.max_pages = paging.max_pages;
+    absl::StatusOr<PagedAppendLaunchFn> append = SelectPagedAppendLaunch(c.dtype);
+    ASSERT_TRUE(append.ok()) << append.status();
+    ASSERT_EQ((*append)(a, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int64_t b = 0; b < c.batch(); ++b) {
+      const int64_t len = c.lens[b];
+      if (len == 0) continue;
+      ASSERT_GE(len, c.seq_len_q) << "a case to append needs L >= Sq";
+      for (int64_t i = 0; i < c.seq_len_q; ++i) {
+        for (int64_t h = 0; h < c.hkv; ++h) {
+          const int64_t dst = CacheIndex(c, paging, b, len - c.seq_len_q + i, h);
+          const int64_t src = ((b * c.seq_len_q + i) * c.hkv + h) * d;
+          for (int64_t e = 0; e < d; ++e) {
+            k.bits[dst + e] = k_new.bits[src + e];
+            k.values[dst + e] = k_new.values[src + e];
+            v.bits[dst + e] = v_new.bits[src + e];
+            v.values[dst + e] = v_new.values[src + e];
+          }
+        }
+      }
+    }
+    // The whole caches: the target slots hold the new values, every other element is unchanged.
+    EXPECT_TRUE(k_d.Download<uint16_t>() == k.bits) << "k_cache after append";
+    EXPECT_TRUE(v_d.Download<uint16_t>() == v.bits) << "v_cache after append";
+  }
+
+  int sm_count_ = 0;
+};
+
+// The scenarios every dtype and head dim runs.
+std::vector<Case> Scenarios(DType dtype, int64_t d) {
+  std::vector<Case> cases;
+  auto add = [&](Case c) {
+    c.dtype = dtype;
+    c.head_dim = d;
+    cases.push_back(std::move(c));
+  };
+  // MHA decode, page 16, an empty sequence, a full last page and partly filled ones.
+  add({.seq_len_q = 1, .hq = 2, .hkv = 2, .page_size = 16, .lens = {37, 0, 16, 200}});
+  // GQA 4, Sq 4, causal, page 64, appended.
+  add({.seq_len_q = 4,
+       .hq = 8,
+       .hkv = 2,
+       .page_size = 64,
+       .lens = {130, 4, 0, 257},
+       .causal = true,
+       .append = true});
+  // GQA 8 (32 rows: two row groups), causal with a window, page 256, appended.
+  add({.seq_len_q = 4,
+       .hq = 8,
+       .hkv = 1,
+       .page_size = 256,
+       .lens = {600, 300},
+       .causal = true,
+       .window_left = 50,
+       .window_right = 0,
+       .append = true});
+  // GQA 4, soft cap, no lse, page 16, appended.
+  add({.seq_len_q = 1,
+       .hq = 16,
+       .hkv = 4,
+       .page_size = 16,
+       .lens = {1000, 33},
+       .softcap = 2.0f,
+       .lse = false,
+       .append = true});
+  // GQA 8, a two-sided window without causal, custom scale, page 64.
+  add({.seq_len_q = 4,
+       .hq = 16,
+       .hkv = 2,
+       .page_size = 64,
+       .lens = {500, 100, 0},
+       .window_left = 20,
+       .window_right = 10,
+       .softmax_scale = 0.3f});
+  // L < Sq with causal: the first queries see nothing (zeros, lse -inf).
+  add({.seq_len_q = 4, .hq = 1, .hkv = 1, .page_size = 16, .lens = {3, 2, 17}, .causal = true});
+  // Every sequence empty.
+  add({.seq_len_q = 1, .hq = 8, .hkv = 8, .page_size = 64, .lens = {0, 0}});
+  // Long sequences with causal, soft cap and a window, GQA 4: the heuristic splits.
+  add({.seq_len_q = 1,
+       .hq = 8,
+       .hkv = 2,
+       .page_size = 16,
+       .lens = {5000, 4097},
+       .causal = true,
+       .window_left = 3000,
+       .softcap = 30.0f});
+  return cases;
+}
+
+TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceF16) {
+  uint64_t seed = 1;
+  for (int64_t d : kPagedHeadDims) {
+    for (const Case& c : Scenarios(DType::kF16, d)) Check(c, {1, 3, 16}, seed++);
+  }
+}
+
+TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceBF16) {
+  uint64_t seed = 1000;
+  for (int64_t d : kPagedHeadDims) {
+    for (const Case& c : Scenarios(DType::kBF16, d)) Check(c, {1, 2, 7}, seed++);
+  }
+}
+
+TEST_F(PagedAttentionLaunchTest, MoreSplitsThanTilesLeavesEmptySplits) {
+  Case c{.dtype = DType::kBF16,
+         .head_dim = 128,
+         .seq_len_q = 4,
+         .hq = 4,
+         .hkv = 1,
+         .page_size = 16,
+         .lens = {70, 1, 0, 129},
+         .causal = true};
+  Check(c, {kPagedMaxSplits, 64}, 77);
+}
+
+TEST_F(PagedAttentionLaunchTest, AppendSkipsEmptySequencesAndD8Unaligned) {
+  // Head dims that are no multiple of 8 take the element-wise append path; attention is not
+  // compiled for them, so only the caches are checked.
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    Case c{.dtype = dtype,
+           .head_dim = 12,
+           .seq_len_q = 3,
+           .hq = 2,
+           .hkv = 2,
+           .page_size = 16,
+           .lens = {0, 3, 40},
+           .append = true};
+    SCOPED_TRACE(c.Describe());
+    std::mt19937_64 rng(5);
+    const Paging paging = MakePaging(c, rng);
+    const size_t cache_elems = paging.num_pages * c.page_size * c.hkv * c.head_dim;
+    HostTensor k = Random(dtype, cache_elems, -1.0f, 1.0f, rng);
+    HostTensor v = Random(dtype, cache_elems, -1.0f, 1.0f, rng);
+    DeviceBuffer k_d(cache_elems * 2), v_d(cache_elems * 2);
+    DeviceBuffer table_d(paging.table.size() * 4), lens_d(c.lens.size() * 4);
+    k_d.Upload(k.bits);
+    v_d.Upload(v.bits);
+    table_d.Upload(paging.table);
+    lens_d.Upload(c.lens);
+    Append(c, paging, rng, k, v, k_d, v_d, table_d, lens_d);
+  }
+}
+
+TEST_F(PagedAttentionLaunchTest, RefusesBadArguments) {
+  absl::StatusOr<PagedAttentionLaunchFn> launch = SelectPagedAttentionLaunch(DType::kF16, 64, 4);
+  ASSERT_TRUE(launch.ok());
+  PagedDeviceArgs args;
+  args.batch = 1;
+  args.seq_len_q = 1;
+  args.num_heads_q = 3;
+  args.num_heads_kv = 2;  // does not divide Hq
+  args.page_size = 16;
+  EXPECT_EQ((*launch)(args, 1, nullptr, nullptr), cudaErrorInvalidValue);
+  args.num_heads_q = 4;
+  EXPECT_EQ((*launch)(args, 2, nullptr, nullptr), cudaErrorInvalidValue);  // no workspace
+  EXPECT_EQ((*launch)(args, 0, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ((*launch)(args, kPagedMaxSplits + 1, nullptr, nullptr), cudaErrorInvalidValue);
+  args.batch = 0;
+  EXPECT_EQ((*launch)(args, 1, nullptr, nullptr), cudaSuccess);  // nothing to do
+}
+
+// ---- bandwidth (not run by default: --gtest_also_run_disabled_tests) ----
+
+// Median seconds of `fn` over `reps` launches timed with events, after a warm-up.
+template <typename Fn>
+double MedianSeconds(Fn fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  std::vector<double> times;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    fn(i);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct BenchShape {
+  int64_t batch, hkv, group, seq_len_q, len, head_dim, page_size;
+};
+
+// Reads of K and V per second over the device's copy bandwidth (bytes read plus written by a
+// 1 GiB device-to-device copy). Several disjoint page sets rotate so that L2 holds none.
+TEST_F(PagedAttentionLaunchTest, DISABLED_Bandwidth) {
+  const size_t copy_bytes = size_t{1} << 30;
+  double copy_bw = 0.0;
+  {
+    DeviceBuffer a(copy_bytes), b(copy_bytes);
+    const double t = MedianSeconds(
+        [&](int) { cudaMemcpyAsync(b.get(), a.get(), copy_bytes, cudaMemcpyDeviceToDevice); }, 20);
+    copy_bw = 2.0 * copy_bytes / t;
+  }
+  std::printf("device copy: %.0f GB/s (read + write)\n", copy_bw * 1e-9);
+  std::printf("%-44s %6s %9s %8s %6s\n", "shape", "splits", "us", "GB/s", "copy%");
+  const BenchShape shapes[] = {{1, 8, 4, 1, 4096, 128, 16},  {1, 8, 4, 1, 32768, 128, 16},
+                               {16, 8, 4, 1, 4096, 128, 16}, {64, 8, 4, 1, 2048, 128, 64},
+                               {32, 8, 8, 1, 4096, 128, 16}, {16, 8, 4, 4, 4096, 128, 16},
+                               {16, 8, 4, 1, 4096, 64, 16},  {16, 8, 4, 1, 4096, 256, 16},
+                               {1, 8, 4, 1, 4096, 256, 16},  {128, 1, 16, 1, 1024, 128, 256}};
+  std::mt19937_64 rng(9);
+  for (const BenchShape& s : shapes) {
+    const DType dtype = DType::kBF16;
+    const int64_t hq = s.hkv * s.group;
+    const int64_t pages_per_seq = (s.len + s.page_size - 1) / s.page_size;
+    const size_t set_bytes = s.batch * pages_per_seq * s.page_size * s.hkv * s.head_dim * 2;
+    // 256 MiB of pages per cache: five times an H100's L2.
+    const int64_t sets = std::max<int64_t>(2, (size_t{256} << 20) / set_bytes);
+    const int64_t num_pages = sets * s.batch * pages_per_seq;
+    const size_t cache_elems = num_pages * s.page_size * s.hkv * s.head_dim;
+    std::vector<uint16_t> host(cache_elems);
+    // Random values (never zeros), cycled from a table of a prime length: the timing only
+    // needs data that is not all alike, and drawing every element would take seconds.
+    const HostTensor table = Random(dtype, 4099, -1.0f, 1.0f, rng);
+    for (size_t j = 0; j < host.size(); ++j) host[j] = table.bits[j % table.bits.size()];
+    DeviceBuffer k_d(cache_elems * 2), v_d(cache_elems * 2);
+    k_d.Upload(host);
+    v_d.Upload(host);
+    // Set r's tables take pages r, r + sets, ...: shuffled within the set.
+    std::vector<int32_t> order(num_pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    DeviceBuffer tables_d(order.size() * 4);
+    tables_d.Upload(order);
+    const size_t q_elems = s.batch * s.seq_len_q * hq * s.head_dim;
+    std::vector<uint16_t> q_host(q_elems);
+    for (auto& x : q_host) x = ToBits(dtype, std::uniform_real_distribution<float>(-2, 2)(rng));
+    DeviceBuffer q_d(q_elems * 2), out_d(q_elems * 2), lse_d(s.batch * hq * s.seq_len_q * 4);
+    q_d.Upload(q_host);
+    DeviceBuffer lens_d(s.batch * 4);
+    lens_d.Upload(std::vector<int32_t>(s.batch, static_cast<int32_t>(s.len)));
+    PagedDeviceArgs args;
+    args.q = q_d.get();
+    args.k_cache = k_d.get();
+    args.v_cache = v_d.get();
+    args.cache_seqlens = static_cast<const int32_t*>(lens_d.get());
+    args.out = out_d.get();
+    args.lse = static_cast<float*>(lse_d.get());
+    args.batch = s.batch;
+    args.seq_len_q = s.seq_len_q;
+    args.num_heads_q = hq;
+    args.num_heads_kv = s.hkv;
+    args.num_pages = num_pages;
+    args.page_size = s.page_size;
+    args.max_pages = pages_per_seq;
+    args.max_seq_len = s.len;
+    args.softmax_scale = 0.08f;
+    args.causal = true;
+    DeviceInfo gpu;
+    gpu.fingerprint.sm_count = sm_count_;
+    const int heuristic = PagedSplits(PagedAttentionHeuristic(
+        {dtype, s.batch, s.hkv, s.group * s.seq_len_q, s.len, s.head_dim}, gpu));
+    absl::StatusOr<PagedAttentionLaunchFn> launch =
+        SelectPagedAttentionLaunch(dtype, s.head_dim, kPagedNumWarps[0]);
+    ASSERT_TRUE(launch.ok());
+    const double bytes = 2.0 * s.batch * s.len * s.hkv * s.head_dim * 2;
+    std::vector<int> splits_list = {heuristic};
+    for (int sp : {1, heuristic / 2, heuristic * 2}) {
+      if (sp >= 1 && sp <= kPagedMaxSplits && sp != heuristic) splits_list.push_back(sp);
+    }
+    for (int splits : splits_list) {
+      DeviceBuffer workspace(PagedWorkspaceBytes(args, static_cast<int>(s.head_dim), splits));
+      const double t = MedianSeconds(
+          [&](int i) {
+            args.block_table =
+                static_cast<const int32_t*>(tables_d.get()) + (i % sets) * s.batch * pages_per_seq;
+            (*launch)(args, splits, workspace.get(), nullptr);
+          },
+          50);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string name =
+          absl::StrCat("B=", s.batch, " Hkv=", s.hkv, " G=", s.group, " Sq=", s.seq_len_q,
+                       " L=", s.len, " D=", s.head_dim, " page=", s.page_size);
+      std::printf("%-44s %6d %9.1f %8.0f %5.0f%%%s\n", name.c_str(), splits, t * 1e6,
+                  bytes / t * 1e-9, 100.0 * bytes / t / copy_bw,
+                  splits == heuristic ? " (heuristic)" : "");
+    }
+  }
+}
+
+// ---- dispatch: no GPU needed ----
+
+TEST(PagedAttentionDispatchTest, EveryCompiledInstanceIsSelectable) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (int64_t d : kPagedHeadDims) {
+      for (int warps : kPagedNumWarps) {
+        EXPECT_TRUE(SelectPagedAttentionLaunch(dtype, d, warps).ok()) << d << " " << warps;
+      }
+    }
+    EXPECT_TRUE(SelectPagedAppendLaunch(dtype).ok());
+  }
+}
+
+TEST(PagedAttentionDispatchTest, OthersAreUnimplementedNamingTheCompiledSet) {
+  for (auto [dtype, d, warps] : {std::tuple{DType::kF32, 128, 4}, std::tuple{DType::kF16, 96, 4},
+                                 std::tuple{DType::kBF16, 128, 8}, std::tuple{DType::kF16, 0, 4}}) {
+    const absl::StatusOr<PagedAttentionLaunchFn> got = SelectPagedAttentionLaunch(dtype, d, warps);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(got.status().message(), HasSubstr("compiled: f16/bf16, head_dim 64, 128 or 256"));
+  }
+  EXPECT_EQ(SelectPagedAppendLaunch(DType::kF32).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kernelserve::cuda
