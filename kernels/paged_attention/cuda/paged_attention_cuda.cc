@@ -119,7 +119,9 @@ absl::StatusOr<double> CudaPagedAttentionRun::Launch(const KernelConfig& config)
   KS_ASSIGN_OR_RETURN(const cuda::PagedAttentionLaunchFn attend,
                       cuda::SelectPagedAttentionLaunch(p_.dtype, p_.head_dim, config.num_warps));
   cuda::PagedAppendLaunchFn append = nullptr;
-  if (p_.append) KS_ASSIGN_OR_RETURN(append, cuda::SelectPagedAppendLaunch(p_.dtype));
+  if (p_.append) {
+    KS_ASSIGN_OR_RETURN(append, cuda::SelectPagedAppendLaunch(p_.dtype));
+  }
   KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal()));
   const size_t workspace = cuda::PagedWorkspaceBytes(args_, static_cast<int>(p_.head_dim), splits);
   if (workspace_.size() < workspace) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -186,6 +187,103 @@ TEST(ServerResidentGpuTest, TheOutputOfAMeanPoolingIntoAGpuTensorEqualsTheInline
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(got.device(), 0);
   EXPECT_EQ(ReadAll(*stub, "out"), want.outputs().at("out").data());
+}
+
+// The tensor of a wire tensor the test made.
+Tensor FromWireOrDie(const v1::Tensor& wire) {
+  absl::StatusOr<DType> dtype = FromProto(wire.dtype(), "wire");
+  EXPECT_TRUE(dtype.ok());
+  absl::StatusOr<Tensor> tensor =
+      Tensor::FromBytes(*dtype, Shape(wire.shape().begin(), wire.shape().end()), wire.data());
+  EXPECT_TRUE(tensor.ok());
+  return *std::move(tensor);
+}
+
+// A paged decode step: q, new k and v, and caches of shuffled pages (sequence 1 empty).
+v1::ExecuteRequest DecodeStep(uint64_t seed) {
+  constexpr int64_t kPages = 40, kPageSize = 16, kMaxPages = 8;
+  v1::ExecuteRequest request;
+  request.set_kernel("paged_attention");
+  request.set_platform("cuda");
+  auto& inputs = *request.mutable_inputs();
+  inputs["q"] = ToWire(RandomTensor(DType::kBF16, {3, 2, 8, 128}, seed, -1.0f, 1.0f));
+  inputs["k"] = ToWire(RandomTensor(DType::kBF16, {3, 2, 2, 128}, seed + 1, -1.0f, 1.0f));
+  inputs["v"] = ToWire(RandomTensor(DType::kBF16, {3, 2, 2, 128}, seed + 2, -1.0f, 1.0f));
+  for (const char* cache : {"k_cache", "v_cache"}) {
+    inputs[cache] = ToWire(RandomTensor(DType::kBF16, {kPages, kPageSize, 2, 128}, seed + 3));
+    seed += 7;
+  }
+  std::vector<int64_t> table(3 * kMaxPages);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>((i * 17 + 5) % 40);
+  inputs["block_table"] = ToWire(Tensor::FromInts(DType::kI32, {3, kMaxPages}, table));
+  inputs["cache_seqlens"] = ToWire(Tensor::FromInts(DType::kI32, {3}, {100, 0, 37}));
+  (*request.mutable_parameters())["causal"].set_bool_value(true);
+  return request;
+}
+
+// `cache`'s bytes with the step's new rows (`rows`, [3, 2, 2, 128] bf16) at positions L - 2 and
+// L - 1 of each non-empty sequence.
+std::string Appended(const v1::ExecuteRequest& step, const char* cache, const char* rows) {
+  std::string bytes = step.inputs().at(cache).data();
+  const Tensor table = FromWireOrDie(step.inputs().at("block_table"));
+  const Tensor lens = FromWireOrDie(step.inputs().at("cache_seqlens"));
+  const size_t row = 2 * 128 * 2;  // Hkv x D x bf16
+  for (int64_t b = 0; b < 3; ++b) {
+    const int64_t len = lens.GetInt(b);
+    for (int64_t i = 0; len > 0 && i < 2; ++i) {
+      const int64_t t = len - 2 + i;
+      const int64_t page = table.GetInt(b * 8 + t / 16);
+      std::memcpy(bytes.data() + (page * 16 + t % 16) * row,
+                  step.inputs().at(rows).data().data() + (b * 2 + i) * row, row);
+    }
+  }
+  return bytes;
+}
+
+TEST(ServerResidentGpuTest, ADecodeStepAppendsIntoGpuCachesInPlaceAndAttendsAsInline) {
+  START_GPU_SERVER(server);
+  auto stub = MakeStub(server.address());
+  const v1::ExecuteRequest step = DecodeStep(4400);
+  v1::ExecuteResponse want;
+  grpc::Status status = stub->Execute(Context().get(), step, &want);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // The float64 reference (the cpu platform) within bf16's rounding.
+  v1::ExecuteRequest on_cpu = step;
+  on_cpu.set_platform("cpu");
+  v1::ExecuteResponse reference;
+  ASSERT_TRUE(stub->Execute(Context().get(), on_cpu, &reference).ok());
+  const Tensor got_out = FromWireOrDie(want.outputs().at("out"));
+  const Tensor ref_out = FromWireOrDie(reference.outputs().at("out"));
+  for (int64_t i = 0; i < got_out.numel(); ++i) {
+    ASSERT_NEAR(got_out.GetFloat(i), ref_out.GetFloat(i), 2e-2) << "element " << i;
+  }
+
+  Create(*stub, "k-pages", step.inputs().at("k_cache"), 0);
+  Create(*stub, "v-pages", step.inputs().at("v_cache"), 0);
+  v1::ExecuteRequest resident = step;
+  resident.clear_platform();  // runs where its caches are
+  (*resident.mutable_inputs())["k_cache"].Clear();
+  *(*resident.mutable_inputs())["k_cache"].mutable_ref() = Ref("k-pages");
+  (*resident.mutable_inputs())["v_cache"].Clear();
+  *(*resident.mutable_inputs())["v_cache"].mutable_ref() = Ref("v-pages");
+  v1::ExecuteResponse got;
+  status = stub->Execute(Context().get(), resident, &got);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(got.device(), 0);
+  EXPECT_EQ(got.outputs().at("out").data(), want.outputs().at("out").data());
+  // The new rows are in the resident caches, and nothing else changed.
+  EXPECT_EQ(ReadAll(*stub, "k-pages"), Appended(step, "k_cache", "k"));
+  EXPECT_EQ(ReadAll(*stub, "v-pages"), Appended(step, "v_cache", "v"));
+
+  // A cache in host memory cannot be updated by a call on the GPU: refused, naming why.
+  Create(*stub, "k-host", step.inputs().at("k_cache"), -1);
+  v1::ExecuteRequest host = resident;
+  host.set_platform("cuda");
+  *(*host.mutable_inputs())["k_cache"].mutable_ref() = Ref("k-host");
+  status = stub->Execute(Context().get(), host, &got);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "updated in place"))
+      << status.error_message();
 }
 
 }  // namespace
