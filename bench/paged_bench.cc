@@ -1,0 +1,264 @@
+// kernelserve-paged-bench: the CUDA paged attention kernel's K/V read bandwidth against the
+// device's copy bandwidth measured in the same run (the roofline: bytes read plus written per
+// second by a 1 GiB device-to-device copy), over the matrix: bf16, Hq 32 / Hkv 8, D 128
+// (D 64 and 256 at one size), pages of 16 / 64 / 256 tokens in shuffled block tables, batch 1 /
+// 8 / 32 / 128 at 1k, 4k and 16k tokens, batch 1 at 64k and 128k, Sq 1 and 4 (causal).
+//
+//   kernelserve-paged-bench [--quick] [--json=FILE]
+//
+// Each shape runs with the heuristic's split count and its neighbours; a set of pages is read
+// once per launch and launches rotate over enough sets (at least 256 MiB of pages) that L2
+// holds none. Append is timed too: a decode step's new rows alone, and appends of 4096 tokens
+// (large appends) against the copy bandwidth.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "bench/bench_fill.h"
+#include "core/device.h"
+#include "kernels/paged_attention/cuda/paged_attention_config.h"
+#include "kernels/paged_attention/cuda/paged_attention_dispatch.h"
+#include "kernels/paged_attention/cuda/paged_attention_space.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(bool, quick, false, "a few shapes only");
+ABSL_FLAG(std::string, json, "", "also write the results to this file");
+
+namespace {
+
+using namespace kernelserve;        // NOLINT(build/namespaces): a benchmark's main file
+using namespace kernelserve::cuda;  // NOLINT(build/namespaces)
+
+#define BENCH_CHECK(call)                                                              \
+  do {                                                                                 \
+    const cudaError_t bench_error = (call);                                            \
+    if (bench_error != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(bench_error));       \
+      return 1;                                                                        \
+    }                                                                                  \
+  } while (0)
+
+// Device memory freed at scope end.
+struct Buffer {
+  void* ptr = nullptr;
+  explicit Buffer(size_t bytes) {
+    if (cudaMalloc(&ptr, std::max<size_t>(bytes, 16)) != cudaSuccess) ptr = nullptr;
+  }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+// Median seconds of `fn(i)` over `reps` launches timed with events, after three warm-ups.
+template <typename Fn>
+double MedianSeconds(Fn fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    fn(i);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct BenchShape {
+  int64_t batch, tokens, seq_len_q, head_dim, page_size;
+};
+
+std::vector<BenchShape> Shapes(bool quick) {
+  if (quick) return {{1, 4096, 1, 128, 16}, {16, 4096, 1, 128, 16}, {64, 4096, 1, 128, 64}};
+  std::vector<BenchShape> shapes;
+  for (int64_t page : {16, 64, 256}) {
+    for (int64_t batch : {1, 8, 32, 128}) {
+      for (int64_t tokens : {1024, 4096, 16384}) shapes.push_back({batch, tokens, 1, 128, page});
+    }
+  }
+  for (int64_t tokens : {65536, 131072}) shapes.push_back({1, tokens, 1, 128, 16});
+  for (int64_t batch : {1, 32}) shapes.push_back({batch, 4096, 4, 128, 16});
+  for (int64_t d : {64, 256}) {
+    shapes.push_back({32, 4096, 1, d, 16});
+    shapes.push_back({1, 4096, 1, d, 16});
+  }
+  return shapes;
+}
+
+constexpr int64_t kHeadsQ = 32, kHeadsKv = 8;
+
+// Times one shape with the heuristic's splits and its neighbours; appends rows to `out`.
+int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64& rng,
+             nlohmann::json& out) {
+  const int64_t pages_per_seq = (s.tokens + s.page_size - 1) / s.page_size;
+  const size_t set_bytes =
+      static_cast<size_t>(s.batch * pages_per_seq * s.page_size * kHeadsKv * s.head_dim * 2);
+  const int64_t sets = std::max<int64_t>(2, static_cast<int64_t>((size_t{256} << 20) / set_bytes));
+  const int64_t num_pages = sets * s.batch * pages_per_seq;
+  const int64_t cache_elems = num_pages * s.page_size * kHeadsKv * s.head_dim;
+  Buffer k(static_cast<size_t>(cache_elems) * 2), v(static_cast<size_t>(cache_elems) * 2);
+  if (k.ptr == nullptr || v.ptr == nullptr) {
+    std::printf("B=%ld tokens=%ld: out of memory, skipped\n", s.batch, s.tokens);
+    return 0;
+  }
+  BENCH_CHECK(bench::FillRandom(k.ptr, cache_elems, bench::FillType::kBF16, 1, nullptr));
+  BENCH_CHECK(bench::FillRandom(v.ptr, cache_elems, bench::FillType::kBF16, 2, nullptr));
+  std::vector<int32_t> order(static_cast<size_t>(num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  Buffer tables(order.size() * 4), lens(static_cast<size_t>(s.batch) * 4);
+  BENCH_CHECK(cudaMemcpy(tables.ptr, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<int32_t> len_values(static_cast<size_t>(s.batch),
+                                        static_cast<int32_t>(s.tokens));
+  BENCH_CHECK(cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4,
+                         cudaMemcpyHostToDevice));
+  const int64_t q_elems = s.batch * s.seq_len_q * kHeadsQ * s.head_dim;
+  Buffer q(static_cast<size_t>(q_elems) * 2), o(static_cast<size_t>(q_elems) * 2);
+  BENCH_CHECK(bench::FillRandom(q.ptr, q_elems, bench::FillType::kBF16, 3, nullptr));
+  PagedDeviceArgs args;
+  args.q = q.ptr;
+  args.k_cache = k.ptr;
+  args.v_cache = v.ptr;
+  args.cache_seqlens = static_cast<const int32_t*>(lens.ptr);
+  args.out = o.ptr;
+  args.batch = s.batch;
+  args.seq_len_q = s.seq_len_q;
+  args.num_heads_q = kHeadsQ;
+  args.num_heads_kv = kHeadsKv;
+  args.num_pages = num_pages;
+  args.page_size = s.page_size;
+  args.max_pages = pages_per_seq;
+  args.max_seq_len = s.tokens;
+  args.softmax_scale = 0.088f;
+  args.causal = true;
+  DeviceInfo gpu;
+  gpu.fingerprint.sm_count = sm_count;
+  const int heuristic = PagedSplits(PagedAttentionHeuristic(
+      {DType::kBF16, s.batch, kHeadsKv, kHeadsQ / kHeadsKv * s.seq_len_q,
+       pages_per_seq * s.page_size, s.head_dim},
+      gpu));
+  auto launch = SelectPagedAttentionLaunch(DType::kBF16, s.head_dim, kPagedNumWarps[0]);
+  if (!launch.ok()) return 1;
+  const double bytes = 2.0 * s.batch * s.tokens * kHeadsKv * s.head_dim * 2;
+  std::vector<int> splits_list = {heuristic};
+  for (int sp : {heuristic / 2, heuristic * 2}) {
+    if (sp >= 1 && sp <= kPagedMaxSplits && sp != heuristic) splits_list.push_back(sp);
+  }
+  for (int splits : splits_list) {
+    Buffer workspace(PagedWorkspaceBytes(args, static_cast<int>(s.head_dim), splits));
+    const double t = MedianSeconds(
+        [&](int i) {
+          args.block_table =
+              static_cast<const int32_t*>(tables.ptr) + (i % sets) * s.batch * pages_per_seq;
+          (*launch)(args, splits, workspace.ptr, nullptr);
+        },
+        30);
+    BENCH_CHECK(cudaDeviceSynchronize());
+    const double pct = 100.0 * bytes / t / copy_bw;
+    std::printf("B=%-4ld tokens=%-6ld Sq=%ld D=%-3ld page=%-3ld splits=%-3d %9.1f us %6.0f GB/s "
+                "%5.1f%% of copy%s\n",
+                s.batch, s.tokens, s.seq_len_q, s.head_dim, s.page_size, splits, t * 1e6,
+                bytes / t * 1e-9, pct, splits == heuristic ? " (heuristic)" : "");
+    out.push_back({{"batch", s.batch}, {"tokens", s.tokens}, {"seq_len_q", s.seq_len_q},
+                   {"head_dim", s.head_dim}, {"page_size", s.page_size}, {"splits", splits},
+                   {"heuristic", splits == heuristic}, {"us", t * 1e6},
+                   {"kv_GBs", bytes / t * 1e-9}, {"copy_pct", pct}});
+  }
+  return 0;
+}
+
+// Appends of `rows` tokens per sequence into shuffled pages: GB/s of k and v written (read
+// from the inputs and written to the pages: twice the bytes moved) against the copy bandwidth.
+int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
+              nlohmann::json& out) {
+  const int64_t page = 16, d = 128;
+  const int64_t pages_per_seq = (rows + page - 1) / page;
+  const int64_t num_pages = batch * pages_per_seq;
+  const int64_t cache_elems = num_pages * page * kHeadsKv * d;
+  const int64_t new_elems = batch * rows * kHeadsKv * d;
+  Buffer kc(static_cast<size_t>(cache_elems) * 2), vc(static_cast<size_t>(cache_elems) * 2);
+  Buffer k(static_cast<size_t>(new_elems) * 2), v(static_cast<size_t>(new_elems) * 2);
+  BENCH_CHECK(bench::FillRandom(k.ptr, new_elems, bench::FillType::kBF16, 4, nullptr));
+  BENCH_CHECK(bench::FillRandom(v.ptr, new_elems, bench::FillType::kBF16, 5, nullptr));
+  std::vector<int32_t> order(static_cast<size_t>(num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  Buffer table(order.size() * 4), lens(static_cast<size_t>(batch) * 4);
+  BENCH_CHECK(cudaMemcpy(table.ptr, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<int32_t> len_values(static_cast<size_t>(batch), static_cast<int32_t>(rows));
+  BENCH_CHECK(cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4,
+                         cudaMemcpyHostToDevice));
+  PagedAppendArgs args;
+  args.k = k.ptr;
+  args.v = v.ptr;
+  args.k_cache = kc.ptr;
+  args.v_cache = vc.ptr;
+  args.block_table = static_cast<const int32_t*>(table.ptr);
+  args.cache_seqlens = static_cast<const int32_t*>(lens.ptr);
+  args.batch = batch;
+  args.seq_len_q = rows;
+  args.num_heads_kv = kHeadsKv;
+  args.head_dim = d;
+  args.page_size = page;
+  args.max_pages = pages_per_seq;
+  auto append = SelectPagedAppendLaunch(DType::kBF16);
+  if (!append.ok()) return 1;
+  const double t = MedianSeconds([&](int) { (*append)(args, nullptr); }, 30);
+  BENCH_CHECK(cudaDeviceSynchronize());
+  const double moved = 2.0 * 2.0 * static_cast<double>(new_elems) * 2;  // k and v, read + write
+  std::printf("append B=%-4ld rows=%-5ld %9.1f us %6.0f GB/s moved %5.1f%% of copy\n", batch,
+              rows, t * 1e6, moved / t * 1e-9, 100.0 * moved / t / copy_bw);
+  out.push_back({{"batch", batch}, {"rows", rows}, {"us", t * 1e6},
+                 {"moved_GBs", moved / t * 1e-9}, {"copy_pct", 100.0 * moved / t / copy_bw}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const size_t copy_bytes = size_t{1} << 30;
+  double copy_bw = 0.0;
+  {
+    Buffer a(copy_bytes), b(copy_bytes);
+    const double t = MedianSeconds(
+        [&](int) { cudaMemcpyAsync(b.ptr, a.ptr, copy_bytes, cudaMemcpyDeviceToDevice); }, 20);
+    copy_bw = 2.0 * static_cast<double>(copy_bytes) / t;
+  }
+  std::printf("%s: device copy %.0f GB/s (read + write)\n", prop.name, copy_bw * 1e-9);
+  nlohmann::json result = {{"device", prop.name}, {"copy_GBs", copy_bw * 1e-9},
+                           {"attention", nlohmann::json::array()},
+                           {"append", nlohmann::json::array()}};
+  std::mt19937_64 rng(9);
+  for (const BenchShape& s : Shapes(absl::GetFlag(FLAGS_quick))) {
+    if (RunShape(s, copy_bw, prop.multiProcessorCount, rng, result["attention"]) != 0) return 1;
+  }
+  const std::vector<std::pair<int64_t, int64_t>> appends = {{16, 1}, {16, 4096}, {1, 65536}};
+  for (const auto& [batch, rows] : appends) {
+    if (RunAppend(batch, rows, copy_bw, rng, result["append"]) != 0) return 1;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream(path) << result.dump(1) << "\n";
+  }
+  return 0;
+}
