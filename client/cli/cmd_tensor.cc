@@ -42,6 +42,7 @@ std::string DeviceString(int device) { return device < 0 ? "host" : absl::StrCat
 absl::StatusOr<Tensor> ReadNpy(const std::string& path, std::optional<DType> dtype) {
   npy::ReadOptions options;
   options.u2_as_bf16 = !dtype.has_value() || *dtype == DType::kBF16;
+  if (dtype.has_value() && IsFp8(*dtype)) options.u1_as_fp8 = dtype;
   KS_ASSIGN_OR_RETURN(Tensor tensor, npy::Read(path, options));
   if (dtype.has_value() && tensor.dtype() != *dtype) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' holds ",
@@ -264,9 +265,7 @@ absl::Status Read(const CommandContext& ctx) {
   const std::string path = ctx.args->Get("output");
   if (!path.empty()) {
     KS_RETURN_IF_ERROR(npy::Write(path, tensor));
-    if (tensor.dtype() == DType::kBF16) {
-      *ctx.err << "note: " << path << " holds bf16 bits as '<u2' (numpy has no bfloat16)\n";
-    }
+    if (std::string note = npy::BitsNote(path, tensor.dtype()); !note.empty()) *ctx.err << note;
   }
   nlohmann::json summary = TensorSummary(tensor);
   if (ctx.json) {
