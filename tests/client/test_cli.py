@@ -648,6 +648,13 @@ class CliResidentTensorTest(CliTestBase):
             np.testing.assert_array_equal(self.read(name), codes)  # the same bits back
             summary = self.cli_json("tensor", "read", name, "--rows=3:4")
             self.assertEqual((summary["dtype"], summary["shape"]), (name, [1, 16]))
+            # Rows written from '|u1' bits named as the dtype; unnamed, '|u1' is refused.
+            rows = self.save(name + "-rows", np.full((2, 16), 0x38, np.uint8))
+            self.cli("tensor", "write", name, rows, "--row=5", code=INVALID_ARGUMENT)
+            self.cli("tensor", "write", name, f"{name}:{rows}", "--row=5")
+            want = codes.copy()
+            want[5:7] = 0x38
+            np.testing.assert_array_equal(self.read(name), want)
             zeros = self.cli_json("tensor", "create", name + "z", f"--input-like={name}:2,3")
             self.assertEqual(zeros["tensor"]["dtype"], "DTYPE_" + name.upper())  # proto JSON
             self.assertFalse(self.read(name + "z").any())
