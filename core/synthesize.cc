@@ -21,7 +21,7 @@ absl::StatusOr<TensorMap> Kernel::SynthesizeInputs(const Problem& /*problem*/,
     KS_ASSIGN_OR_RETURN(int64_t n, NumElements(spec.shape));
     Tensor t = Tensor::Empty(spec.dtype, spec.shape);
     for (int64_t i = 0; i < n; ++i) {
-      t.SetFloat(i, IsFloating(spec.dtype) ? uniform(rng) : 1.0f);
+      t.SetFloat(i, HoldsFloats(spec.dtype) ? uniform(rng) : 1.0f);
     }
     out.emplace(name, std::move(t));
   }

@@ -162,6 +162,10 @@ float Tensor::GetFloat(int64_t i) const {
       return HalfToFloat(data_as<uint16_t>()[i]);
     case DType::kBF16:
       return BFloat16ToFloat(data_as<uint16_t>()[i]);
+    case DType::kF8E4M3:
+      return F8E4M3ToFloat(data_as<uint8_t>()[i]);
+    case DType::kF8E5M2:
+      return F8E5M2ToFloat(data_as<uint8_t>()[i]);
     case DType::kI32:
     case DType::kI64:
     case DType::kBool:
@@ -180,6 +184,12 @@ void Tensor::SetFloat(int64_t i, float value) {
       return;
     case DType::kBF16:
       data_as<uint16_t>()[i] = FloatToBFloat16(value);
+      return;
+    case DType::kF8E4M3:
+      data_as<uint8_t>()[i] = FloatToF8E4M3(value);
+      return;
+    case DType::kF8E5M2:
+      data_as<uint8_t>()[i] = FloatToF8E5M2(value);
       return;
     case DType::kI32:
       data_as<int32_t>()[i] = static_cast<int32_t>(value);
@@ -204,6 +214,8 @@ int64_t Tensor::GetInt(int64_t i) const {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
       return static_cast<int64_t>(GetFloat(i));
   }
   return 0;
@@ -219,8 +231,8 @@ std::vector<double> Tensor::ToDoubles() const {
   std::vector<double> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     const int64_t index = static_cast<int64_t>(i);
-    out[i] = IsFloating(spec_.dtype) ? static_cast<double>(GetFloat(index))
-                                     : static_cast<double>(GetInt(index));
+    out[i] = HoldsFloats(spec_.dtype) ? static_cast<double>(GetFloat(index))
+                                      : static_cast<double>(GetInt(index));
   }
   return out;
 }

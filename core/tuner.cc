@@ -36,9 +36,16 @@ double MatchTolerance(DType dtype) {
       return 5e-3;
     case DType::kBF16:
       return 2e-2;
-    default:
+    case DType::kF8E4M3:  // 3 mantissa bits
+      return 1.25e-1;
+    case DType::kF8E5M2:  // 2 mantissa bits
+      return 2.5e-1;
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kBool:
       return 0.0;  // integer outputs must match exactly
   }
+  return 0.0;
 }
 
 namespace {
@@ -46,8 +53,8 @@ namespace {
 // Element i of `t` as ToDoubles gives it, read in place: outputs of hundreds of MiB are compared
 // without a copy of each as doubles.
 double ValueAt(const Tensor& t, int64_t i) {
-  return IsFloating(t.dtype()) ? static_cast<double>(t.GetFloat(i))
-                               : static_cast<double>(t.GetInt(i));
+  return HoldsFloats(t.dtype()) ? static_cast<double>(t.GetFloat(i))
+                                : static_cast<double>(t.GetInt(i));
 }
 
 }  // namespace
@@ -84,7 +91,7 @@ namespace {
 DType FirstFloatDType(const TensorMap& outputs) {
   DType dtype = DType::kF32;
   for (const auto& [name, t] : outputs) {
-    if (IsFloating(t.dtype())) {
+    if (HoldsFloats(t.dtype())) {
       // The narrowest float output bounds the tolerance.
       if (MatchTolerance(t.dtype()) > MatchTolerance(dtype)) dtype = t.dtype();
     }

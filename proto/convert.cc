@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/utils/elide.h"
+#include "core/utils/string_view.h"
 
 namespace kernelserve {
 namespace {
@@ -61,14 +62,18 @@ absl::StatusOr<DType> FromProto(v1::DType dtype, const std::string& what) {
       return DType::kI64;
     case v1::DTYPE_BOOL:
       return DType::kBool;
+    case v1::DTYPE_F8_E4M3:
+      return DType::kF8E4M3;
+    case v1::DTYPE_F8_E5M2:
+      return DType::kF8E5M2;
     case v1::DTYPE_UNSPECIFIED:
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": dtype is unspecified: expected f32, f16, bf16, i32, i64 or bool"));
+          absl::StrCat(what, ": dtype is unspecified: expected one of ", Sv(kDTypeNames)));
     default:
       break;
   }
   return absl::InvalidArgumentError(absl::StrCat(what, ": unknown dtype ", static_cast<int>(dtype),
-                                                 ": expected f32, f16, bf16, i32, i64 or bool"));
+                                                 ": expected one of ", Sv(kDTypeNames)));
 }
 
 v1::DType ToProto(DType dtype) {
@@ -85,6 +90,10 @@ v1::DType ToProto(DType dtype) {
       return v1::DTYPE_I64;
     case DType::kBool:
       return v1::DTYPE_BOOL;
+    case DType::kF8E4M3:
+      return v1::DTYPE_F8_E4M3;
+    case DType::kF8E5M2:
+      return v1::DTYPE_F8_E5M2;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

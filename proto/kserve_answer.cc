@@ -162,11 +162,14 @@ void PutParameters(const v1::ExecuteResponse& response, std::string* out) {
 
 // One InferOutputTensor: name, datatype, shape (packed) and, for an output written to shared
 // memory, its region, offset and byte size as parameters.
-std::string OutputMessage(const std::string& name, DType dtype, const v1::Tensor& tensor,
-                          const RegionRef* region) {
+// Unimplemented for an fp8 output, which the protocol has no datatype for.
+absl::StatusOr<std::string> OutputMessage(const std::string& name, DType dtype,
+                                          const v1::Tensor& tensor, const RegionRef* region) {
+  KS_ASSIGN_OR_RETURN(const std::string_view datatype,
+                      DatatypeName(dtype, absl::StrCat("output '", name, "'")));
   std::string out;
   PutBytes(OutputTensor::kNameFieldNumber, name, &out);
-  PutBytes(OutputTensor::kDatatypeFieldNumber, DatatypeName(dtype), &out);
+  PutBytes(OutputTensor::kDatatypeFieldNumber, datatype, &out);
   if (!tensor.shape().empty()) {
     const size_t packed = std::accumulate(
         tensor.shape().begin(), tensor.shape().end(), size_t{0},
@@ -259,9 +262,10 @@ absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,
     auto region = output_regions.find(output.name);
     const bool in_region = region != output_regions.end();
     if (in_region) tensor.clear_data();  // its bytes are in the region already
-    PutBytes(Response::kOutputsFieldNumber,
-             OutputMessage(output.name, dtype, tensor, in_region ? &region->second : nullptr),
-             &head);
+    KS_ASSIGN_OR_RETURN(
+        const std::string output_message,
+        OutputMessage(output.name, dtype, tensor, in_region ? &region->second : nullptr));
+    PutBytes(Response::kOutputsFieldNumber, output_message, &head);
     sent.push_back(&tensor);
   }
   WireMessage message;

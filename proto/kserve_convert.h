@@ -27,15 +27,25 @@ namespace kernelserve::kserve {
 // The one version every model has.
 inline constexpr std::string_view kModelVersion = "1";
 
-// "FP32" <-> DType. InvalidArgument naming `what` and the datatypes served for any other text.
+// The protocol has no fp8 datatype: what follows "WHAT: f8_e4m3" in the message of a call or
+// listing that would need one.
+inline constexpr std::string_view kNoFp8InV2 =
+    ": the Open Inference Protocol (KServe v2) has no fp8 datatype; send f8_e4m3 and f8_e5m2 "
+    "tensors through the kernelserve.v1 API (kernelserve.v1.KernelService, e.g. Execute)";
+
+// "FP32" <-> DType. DTypeFromDatatype: InvalidArgument naming `what` and the datatypes served
+// for any other text (for an fp8-like name, "FP8_E4M3", pointing at the kernelserve.v1 API).
+// DatatypeName and ConfigDataType: Unimplemented naming `what` for kF8E4M3 and kF8E5M2,
+// which the protocol lacks, pointing at the kernelserve.v1 API.
 absl::StatusOr<DType> DTypeFromDatatype(std::string_view datatype, std::string_view what);
-std::string_view DatatypeName(DType dtype);
-inference::DataType ConfigDataType(DType dtype);
+absl::StatusOr<std::string_view> DatatypeName(DType dtype, std::string_view what);
+absl::StatusOr<inference::DataType> ConfigDataType(DType dtype, std::string_view what);
 
 // OK for "" and kModelVersion; NotFound naming the model and version otherwise.
 absl::Status CheckVersion(std::string_view model, std::string_view version);
 
-// The dtype and rank a model lists for a tensor: an input's first dtype and its largest rank;
+// The dtype and rank a model lists for a tensor: an input's first dtype the protocol has (not
+// fp8; fp8 when the input takes nothing else) and its largest rank;
 // an output's from its schema text ("f32", "dtype of q"; "[B,H]", "shape of q"). The kernel
 // accepts the other dtypes and ranks of its schema too. InvalidArgument when the schema text
 // is neither form (a kernel to fix).
@@ -92,7 +102,8 @@ struct WireMessage {
 // (config_source, cache_key, platform, device, device_fingerprint, config, the timing fields as
 // *_us, warnings). An output of `output_regions` (its bytes written there already) gets an
 // empty raw entry and its region, offset and byte size as parameters. InvalidArgument naming an
-// output asked for that the call did not produce; ResourceExhausted over 2 GiB. An output whose
+// output asked for that the call did not produce; Unimplemented for an fp8 output (no
+// datatype: kNoFp8InV2); ResourceExhausted over 2 GiB. An output whose
 // bytes `buffers` (nullable; keys into `response`) holds in a host buffer is sent from it (a
 // large one without a copy; the slice holds the buffer until gRPC lets go).
 absl::StatusOr<WireMessage> ToInferResponse(v1::ExecuteResponse* response,

@@ -95,9 +95,12 @@ absl::StatusOr<std::string> ContentBytes(const inference::InferTensorContents& c
       return bytes;
     case DType::kF16:
     case DType::kBF16:
+    case DType::kF8E4M3:  // not reached: DTypeFromDatatype has no fp8
+    case DType::kF8E5M2:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": ", Sv(DatatypeName(dtype)),
+  KS_ASSIGN_OR_RETURN(const std::string_view datatype, DatatypeName(dtype, what));
+  return absl::InvalidArgumentError(absl::StrCat(Sv(what), ": ", Sv(datatype),
                                                  " has no typed contents field; send its bytes "
                                                  "in raw_input_contents"));
 }

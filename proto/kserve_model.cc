@@ -22,11 +22,14 @@ constexpr DatatypeEntry kDatatypes[] = {
     {"INT64", DType::kI64, inference::TYPE_INT64}, {"BOOL", DType::kBool, inference::TYPE_BOOL},
 };
 
-const DatatypeEntry& EntryOf(DType dtype) {
+// The entry of `dtype`; Unimplemented naming `what` for the fp8 dtypes, which the protocol
+// lacks.
+absl::StatusOr<const DatatypeEntry*> EntryOf(DType dtype, std::string_view what) {
   for (const DatatypeEntry& entry : kDatatypes) {
-    if (entry.dtype == dtype) return entry;
+    if (entry.dtype == dtype) return &entry;
   }
-  return kDatatypes[0];  // unreachable: every DType has an entry
+  return absl::UnimplementedError(
+      absl::StrCat(Sv(what), ": ", Sv(DTypeName(dtype)), Sv(kNoFp8InV2)));
 }
 
 // The rank of a shape written for people: "[B,H] (varlen [N,H])" -> 2; nullopt when the text
@@ -48,11 +51,14 @@ const InputSchema* OfInput(const KernelSchema& schema, std::string_view text,
   return schema.FindInput(name);
 }
 
-void AddTensor(std::string_view name, const TensorListing& listing,
-               inference::ModelMetadataResponse::TensorMetadata* out) {
+absl::Status AddTensor(std::string_view name, const TensorListing& listing,
+                       inference::ModelMetadataResponse::TensorMetadata* out) {
+  KS_ASSIGN_OR_RETURN(const std::string_view datatype,
+                      DatatypeName(listing.dtype, absl::StrCat("tensor '", Sv(name), "'")));
   out->set_name(std::string(name));
-  out->set_datatype(std::string(DatatypeName(listing.dtype)));
+  out->set_datatype(std::string(datatype));
   for (int i = 0; i < listing.rank; ++i) out->add_shape(-1);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -61,14 +67,26 @@ absl::StatusOr<DType> DTypeFromDatatype(std::string_view datatype, std::string_v
   for (const DatatypeEntry& entry : kDatatypes) {
     if (entry.name == datatype) return entry.dtype;
   }
+  if (absl::StartsWithIgnoreCase(Sv(datatype), "FP8") ||
+      absl::StartsWithIgnoreCase(Sv(datatype), "F8") ||
+      absl::StartsWithIgnoreCase(Sv(datatype), "FLOAT8")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(what), ": datatype '", Sv(datatype.substr(0, 32)), "' is not served", Sv(kNoFp8InV2)));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(Sv(what), ": datatype '", Sv(datatype.substr(0, 32)),
                    "' is not served; expected one of FP32, FP16, BF16, INT32, INT64, BOOL"));
 }
 
-std::string_view DatatypeName(DType dtype) { return EntryOf(dtype).name; }
+absl::StatusOr<std::string_view> DatatypeName(DType dtype, std::string_view what) {
+  KS_ASSIGN_OR_RETURN(const DatatypeEntry* entry, EntryOf(dtype, what));
+  return entry->name;
+}
 
-inference::DataType ConfigDataType(DType dtype) { return EntryOf(dtype).config; }
+absl::StatusOr<inference::DataType> ConfigDataType(DType dtype, std::string_view what) {
+  KS_ASSIGN_OR_RETURN(const DatatypeEntry* entry, EntryOf(dtype, what));
+  return entry->config;
+}
 
 absl::Status CheckVersion(std::string_view model, std::string_view version) {
   if (version.empty() || version == kModelVersion) return absl::OkStatus();
@@ -80,6 +98,13 @@ absl::Status CheckVersion(std::string_view model, std::string_view version) {
 TensorListing ListInput(const InputSchema& input) {
   TensorListing listing;
   if (!input.dtypes.empty()) listing.dtype = input.dtypes.front();
+  // The first dtype the protocol has a datatype for (fp8 has none); fp8 when there is none.
+  for (DType dtype : input.dtypes) {
+    if (!IsFp8(dtype)) {
+      listing.dtype = dtype;
+      break;
+    }
+  }
   if (!input.ranks.empty())
     listing.rank = *std::max_element(input.ranks.begin(), input.ranks.end());
   return listing;
@@ -115,11 +140,11 @@ absl::Status ToModelMetadata(const KernelSchema& schema, inference::ModelMetadat
   out->add_versions(std::string(kModelVersion));
   out->set_platform("kernelserve");
   for (const InputSchema& input : schema.inputs) {
-    AddTensor(input.name, ListInput(input), out->add_inputs());
+    KS_RETURN_IF_ERROR(AddTensor(input.name, ListInput(input), out->add_inputs()));
   }
   for (const OutputSchema& output : schema.outputs) {
     KS_ASSIGN_OR_RETURN(const TensorListing listing, ListOutput(schema, output));
-    AddTensor(output.name, listing, out->add_outputs());
+    KS_RETURN_IF_ERROR(AddTensor(output.name, listing, out->add_outputs()));
   }
   return absl::OkStatus();
 }
@@ -131,17 +156,21 @@ absl::Status ToModelConfig(const KernelSchema& schema, inference::ModelConfig* o
   out->set_max_batch_size(0);
   for (const InputSchema& input : schema.inputs) {
     const TensorListing listing = ListInput(input);
+    KS_ASSIGN_OR_RETURN(const inference::DataType data_type,
+                        ConfigDataType(listing.dtype, absl::StrCat("input '", input.name, "'")));
     inference::ModelInput* in = out->add_input();
     in->set_name(input.name);
-    in->set_data_type(ConfigDataType(listing.dtype));
+    in->set_data_type(data_type);
     for (int i = 0; i < listing.rank; ++i) in->add_dims(-1);
     in->set_optional(!input.required);
   }
   for (const OutputSchema& output : schema.outputs) {
     KS_ASSIGN_OR_RETURN(const TensorListing listing, ListOutput(schema, output));
+    KS_ASSIGN_OR_RETURN(const inference::DataType data_type,
+                        ConfigDataType(listing.dtype, absl::StrCat("output '", output.name, "'")));
     inference::ModelOutput* o = out->add_output();
     o->set_name(output.name);
-    o->set_data_type(ConfigDataType(listing.dtype));
+    o->set_data_type(data_type);
     for (int i = 0; i < listing.rank; ++i) o->add_dims(-1);
   }
   return absl::OkStatus();

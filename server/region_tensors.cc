@@ -16,8 +16,8 @@ absl::Status NoRegistry() {
 }
 
 // A tensor in GPU memory (a CUDA region, a resident tensor) at `place`, for a call on GPU
-// `device`: a view of the GPU bytes for a floating tensor, read in place by the kernel; a host
-// copy for an index tensor (lengths, segment ids, masks), which the server checks on the host.
+// `device`: a view of the GPU bytes for a float tensor (fp8 too), read in place by the kernel; a
+// host copy for an index tensor (lengths, segment ids, masks), which the server checks on the host.
 absl::StatusOr<Tensor> TensorInGpuMemory(GpuMemoryAccess* gpu, const TensorSpec& spec,
                                          RegionSpan span, int device, const std::string& what,
                                          const std::string& place) {
@@ -28,7 +28,7 @@ absl::StatusOr<Tensor> TensorInGpuMemory(GpuMemoryAccess* gpu, const TensorSpec&
         ", which a call on the CPU cannot read; leave device and platform unset, or name GPU ",
         on));
   }
-  if (!IsFloating(spec.dtype)) {
+  if (!HoldsFloats(spec.dtype)) {
     if (gpu == nullptr) return absl::InternalError(absl::StrCat(what, ": no GPU access"));
     std::string bytes(span.byte_size, '\0');
     if (absl::Status copied = gpu->CopyToHost(bytes.data(), span.data, bytes.size());
@@ -66,7 +66,7 @@ absl::StatusOr<Tensor> TensorInSpan(GpuMemoryAccess* gpu, const TensorSpec& spec
   constexpr uintptr_t kTensorAlignment = 16;  // what Tensor promises kernels (malloc's)
   // Index tensors are checked on the host before the kernel reads them (a kernel may read them
   // again, e.g. on the GPU): the client's later writes must not change them.
-  if (!IsFloating(spec.dtype) || reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
+  if (!HoldsFloats(spec.dtype) || reinterpret_cast<uintptr_t>(span.data) % kTensorAlignment != 0) {
     return Tensor::FromBytes(spec.dtype, spec.shape, std::string(span.data, span.byte_size));
   }
   char* data = span.data;

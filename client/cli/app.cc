@@ -111,8 +111,9 @@ void AddGlobalFlags(CLI::App* app) {
 // The flags of run, bench, tune and cache put: inputs, params, where to run.
 void AddCallFlags(CLI::App* app) {
   Repeated(app, "shape", "NAME=[DTYPE:]D0,D1,...",
-           "random input (dtypes f32 f16 bf16 i32 i64 bool)");
-  Repeated(app, "input", "NAME=[DTYPE:]FILE.npy", "input from a .npy file (bf16: '<u2' bits)");
+           "random input (dtypes f32 f16 bf16 i32 i64 bool f8_e4m3 f8_e5m2)");
+  Repeated(app, "input", "NAME=[DTYPE:]FILE.npy",
+           "input from a .npy file (bf16: '<u2' bits, fp8: '|u1' bits)");
   Repeated(app, "values", "NAME=DTYPE:V0,V1,...", "a short 1-D input, e.g. cu_seqlens=i32:0,3");
   Repeated(app, "param", "KEY=VALUE", "a kernel param, typed by its schema (see kernels)");
   Value(app, "platform", "P",

@@ -110,7 +110,7 @@ absl::StatusOr<std::pair<std::string, Tensor>> ParseValuesArg(const std::string&
     values.push_back(value);
   }
   const Shape shape = {static_cast<int64_t>(values.size())};
-  if (IsFloating(dtype)) {
+  if (HoldsFloats(dtype)) {
     return std::make_pair(
         named.first,
         Tensor::FromFloats(dtype, shape, std::vector<float>(values.begin(), values.end())));

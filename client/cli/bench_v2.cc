@@ -27,6 +27,8 @@ const char* Datatype(v1::DType dtype) {
       return "INT64";
     case v1::DTYPE_BOOL:
       return "BOOL";
+    case v1::DTYPE_F8_E4M3:  // the protocol has no fp8
+    case v1::DTYPE_F8_E5M2:
     default:
       return "";
   }
@@ -65,7 +67,8 @@ absl::StatusOr<inference::ModelInferRequest> ToModelInfer(const v1::ExecuteReque
     if (*datatype == '\0') {
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "': dtype ",
                                                      v1::DType_Name(tensor.dtype()),
-                                                     " has no KServe v2 datatype"));
+                                                     " has no KServe v2 datatype; use "
+                                                     "--protocol=native (the kernelserve.v1 API)"));
     }
     auto* input = out.add_inputs();
     input->set_name(name);

@@ -30,6 +30,7 @@ absl::Status Duplicate(const std::string& name) {
 absl::StatusOr<Tensor> ReadInput(const InputArg& input) {
   npy::ReadOptions options;
   options.u2_as_bf16 = input.dtype == DType::kBF16;
+  if (input.dtype.has_value() && IsFp8(*input.dtype)) options.u1_as_fp8 = input.dtype;
   KS_ASSIGN_OR_RETURN(Tensor tensor, npy::Read(input.path, options));
   if (input.dtype.has_value() && tensor.dtype() != *input.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(

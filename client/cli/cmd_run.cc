@@ -42,9 +42,7 @@ absl::StatusOr<std::map<std::string, std::string>> WriteOutputs(const TensorMap&
   for (const auto& [name, tensor] : outputs) {
     const std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
     KS_RETURN_IF_ERROR(npy::Write(path, tensor));
-    if (tensor.dtype() == DType::kBF16) {
-      err << "note: " << path << " holds bf16 bits as '<u2' (numpy has no bfloat16)\n";
-    }
+    if (std::string note = npy::BitsNote(path, tensor.dtype()); !note.empty()) err << note;
     files[name] = path;
   }
   return files;

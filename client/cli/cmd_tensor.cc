@@ -42,6 +42,7 @@ std::string DeviceString(int device) { return device < 0 ? "host" : absl::StrCat
 absl::StatusOr<Tensor> ReadNpy(const std::string& path, std::optional<DType> dtype) {
   npy::ReadOptions options;
   options.u2_as_bf16 = !dtype.has_value() || *dtype == DType::kBF16;
+  if (dtype.has_value() && IsFp8(*dtype)) options.u1_as_fp8 = dtype;
   KS_ASSIGN_OR_RETURN(Tensor tensor, npy::Read(path, options));
   if (dtype.has_value() && tensor.dtype() != *dtype) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' holds ",
@@ -222,7 +223,7 @@ absl::Status Create(const CommandContext& ctx) {
 }
 
 absl::Status Write(const CommandContext& ctx) {
-  KS_RETURN_IF_ERROR(Arity(ctx, 4, 4, "write NAME FILE.npy [--row R | --byte-offset B]"));
+  KS_RETURN_IF_ERROR(Arity(ctx, 4, 4, "write NAME [DTYPE:]FILE.npy [--row R | --byte-offset B]"));
   const std::string& name = ctx.args->positional[2];
   if (ctx.args->Has("row") && ctx.args->Has("byte-offset")) {
     return absl::InvalidArgumentError(
@@ -236,7 +237,17 @@ absl::Status Write(const CommandContext& ctx) {
     if (offset < 0) return absl::InvalidArgumentError("--byte-offset: expected a byte >= 0");
     options.byte_offset = static_cast<uint64_t>(offset);
   }
-  KS_ASSIGN_OR_RETURN(Tensor contents, ReadNpy(ctx.args->positional[3], std::nullopt));
+  // [DTYPE:]FILE.npy: a dtype names what '|u1' bits are (fp8); a colon that does not follow a
+  // dtype belongs to the path.
+  std::string path = ctx.args->positional[3];
+  std::optional<DType> dtype;
+  if (const size_t colon = path.find(':'); colon != std::string::npos) {
+    if (absl::StatusOr<DType> named = ParseDType(path.substr(0, colon)); named.ok()) {
+      dtype = *named;
+      path = path.substr(colon + 1);
+    }
+  }
+  KS_ASSIGN_OR_RETURN(Tensor contents, ReadNpy(path, dtype));
   const std::string what = contents.spec().DebugString();
   const size_t bytes = contents.nbytes();
   KS_ASSIGN_OR_RETURN(v1::ResidentTensorInfo t,
@@ -264,9 +275,7 @@ absl::Status Read(const CommandContext& ctx) {
   const std::string path = ctx.args->Get("output");
   if (!path.empty()) {
     KS_RETURN_IF_ERROR(npy::Write(path, tensor));
-    if (tensor.dtype() == DType::kBF16) {
-      *ctx.err << "note: " << path << " holds bf16 bits as '<u2' (numpy has no bfloat16)\n";
-    }
+    if (std::string note = npy::BitsNote(path, tensor.dtype()); !note.empty()) *ctx.err << note;
   }
   nlohmann::json summary = TensorSummary(tensor);
   if (ctx.json) {

@@ -33,6 +33,9 @@ absl::string_view Descr(DType dtype) {
       return "<i8";
     case DType::kBool:
       return "|b1";
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return "|u1";
   }
   return "";
 }
@@ -44,13 +47,22 @@ absl::StatusOr<DType> DTypeOfDescr(absl::string_view descr, const ReadOptions& o
   if (descr == "<i8") return DType::kI64;
   if (descr == "|b1") return DType::kBool;
   if (descr == "<u2" && options.u2_as_bf16) return DType::kBF16;
+  if (descr == "|u1" && options.u1_as_fp8.has_value() && IsFp8(*options.u1_as_fp8)) {
+    return *options.u1_as_fp8;
+  }
+  if (descr == "|u1") {
+    return absl::InvalidArgumentError(
+        "npy: dtype '|u1' (uint8) is read only as fp8 bits, and neither f8_e4m3 nor f8_e5m2 "
+        "was asked for (name it: NAME=f8_e4m3:FILE)");
+  }
   if (descr == "<u2") {
     return absl::InvalidArgumentError(
         "npy: dtype '<u2' (uint16) is read only as bf16 bits, and bf16 was not asked for");
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "npy: unsupported dtype '", descr,
-      "': expected '<f4', '<f2', '<i4', '<i8', '|b1' (or '<u2' as bf16); save as float32 or "
+      "': expected '<f4', '<f2', '<i4', '<i8', '|b1' (or '<u2' as bf16, '|u1' as fp8); save as "
+      "float32 or "
       "little-endian"));
 }
 
@@ -157,6 +169,28 @@ absl::StatusOr<Tensor> Decode(std::string_view std_bytes, const ReadOptions& opt
     return absl::InvalidArgumentError(absl::StrCat("npy: ", tensor.status().message()));
   }
   return tensor;
+}
+
+std::string BitsNote(const std::string& path, DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return absl::StrCat("note: ", path, " holds bf16 bits as '<u2' (numpy has no bfloat16)\n");
+    case DType::kF8E4M3:
+      return absl::StrCat("note: ", path,
+                          " holds f8_e4m3 bits as '|u1' (numpy has no fp8; view them as "
+                          "ml_dtypes.float8_e4m3fn)\n");
+    case DType::kF8E5M2:
+      return absl::StrCat("note: ", path,
+                          " holds f8_e5m2 bits as '|u1' (numpy has no fp8; view them as "
+                          "ml_dtypes.float8_e5m2)\n");
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kBool:
+      return "";
+  }
+  return "";
 }
 
 absl::Status Write(const std::string& path, const Tensor& tensor) {

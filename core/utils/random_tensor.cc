@@ -15,7 +15,7 @@ Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed, float lo, fl
   Tensor tensor = Tensor::Empty(dtype, shape);
   std::mt19937_64 rng(seed);
   const int64_t n = tensor.numel();
-  if (IsFloating(dtype)) {
+  if (HoldsFloats(dtype)) {
     for (int64_t i = 0; i < n; ++i) {
       tensor.SetFloat(i, static_cast<float>(lo + (static_cast<double>(hi) - lo) * Unit(rng)));
     }

@@ -44,6 +44,9 @@ TEST(ValueSyntaxTest, Shape) {
   EXPECT_EQ(name, "x");
   EXPECT_EQ(spec, (TensorSpec{DType::kBF16, {4, 128, 64}}));
   EXPECT_EQ(ParseShapeArg("q=2,3").value().second, (TensorSpec{DType::kF32, {2, 3}}));
+  EXPECT_EQ(ParseShapeArg("kv=f8_e4m3:8,2,4").value().second,
+            (TensorSpec{DType::kF8E4M3, {8, 2, 4}}));
+  EXPECT_EQ(ParseShapeArg("kv=f8_e5m2:3").value().second, (TensorSpec{DType::kF8E5M2, {3}}));
   for (const char* bad : {"x", "=f32:2", "x=f64:2", "x=f32:", "x=f32:2,-1", "x=f32:2,a"}) {
     EXPECT_EQ(ParseShapeArg(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
@@ -56,6 +59,12 @@ TEST(ValueSyntaxTest, Values) {
   EXPECT_EQ(tensor.ToInts(), (std::vector<int64_t>{0, 3, 10}));
   Tensor floats = ParseValuesArg("w=f16:0.5,-2").value().second;
   EXPECT_EQ(floats.ToFloats(), (std::vector<float>{0.5f, -2.0f}));
+  // fp8 values are floats, rounded (and saturated) to the dtype, not integers.
+  Tensor e4m3 = ParseValuesArg("s=f8_e4m3:0.5,-2,0.3,1000").value().second;
+  EXPECT_EQ(e4m3.dtype(), DType::kF8E4M3);
+  EXPECT_EQ(e4m3.ToFloats(), (std::vector<float>{0.5f, -2.0f, 0.3125f, 448.0f}));
+  Tensor e5m2 = ParseValuesArg("s=f8_e5m2:1.5,1e6").value().second;
+  EXPECT_EQ(e5m2.ToFloats(), (std::vector<float>{1.5f, 57344.0f}));
   for (const char* bad : {"c=0,1", "c=i32:0,1.5", "c=i32:0,x", "c=i32:"}) {
     EXPECT_EQ(ParseValuesArg(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
@@ -69,6 +78,7 @@ TEST(ValueSyntaxTest, Input) {
   InputArg typed = ParseInputArg("q=bf16:/tmp/q.npy").value();
   EXPECT_EQ(typed.path, "/tmp/q.npy");
   EXPECT_EQ(typed.dtype, DType::kBF16);
+  EXPECT_EQ(ParseInputArg("kv=f8_e5m2:kv.npy").value().dtype, DType::kF8E5M2);
   // A colon that does not follow a dtype belongs to the path.
   EXPECT_EQ(ParseInputArg("k=c:/k.npy").value().path, "c:/k.npy");
   EXPECT_EQ(ParseInputArg("x=").status().code(), absl::StatusCode::kInvalidArgument);

@@ -85,6 +85,18 @@ TEST(ToModelInferTest, EveryDtypeHasItsDatatype) {
   EXPECT_EQ(ToModelInfer(request).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ToModelInferTest, Fp8HasNoDatatypeAndPointsAtTheNativeProtocol) {
+  for (v1::DType dtype : {v1::DTYPE_F8_E4M3, v1::DTYPE_F8_E5M2}) {
+    v1::ExecuteRequest request;
+    (*request.mutable_inputs())["kv"] = MakeTensor(dtype, {2}, "ab");
+    const absl::Status status = ToModelInfer(request).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("input 'kv'"), absl::string_view::npos) << status;
+    EXPECT_NE(status.message().find(v1::DType_Name(dtype)), absl::string_view::npos) << status;
+    EXPECT_NE(status.message().find("--protocol=native"), absl::string_view::npos) << status;
+  }
+}
+
 TEST(ToModelInferTest, RefusesWhatTheFrontDoorDoesNotTakeNamingTheFlag) {
   v1::ExecuteRequest config = TwoInputs(), autotune = config, platform = config, device = config;
   config.mutable_config()->set_block_size(64);

@@ -42,6 +42,7 @@ TEST_P(NpyRoundTripTest, EncodeThenDecodeKeepsDtypeShapeAndBytes) {
   EXPECT_EQ((bytes.size() - tensor.nbytes()) % 64, 0u) << "header must be 64-byte aligned";
   ReadOptions options;
   options.u2_as_bf16 = dtype == DType::kBF16;
+  if (IsFp8(dtype)) options.u1_as_fp8 = dtype;
   absl::StatusOr<Tensor> back = Decode(bytes, options);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->dtype(), dtype);
@@ -49,9 +50,7 @@ TEST_P(NpyRoundTripTest, EncodeThenDecodeKeepsDtypeShapeAndBytes) {
   EXPECT_EQ(back->bytes(), tensor.bytes());
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDtypes, NpyRoundTripTest,
-                         testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kI32,
-                                         DType::kI64, DType::kBool));
+INSTANTIATE_TEST_SUITE_P(AllDtypes, NpyRoundTripTest, testing::ValuesIn(kAllDTypes));
 
 TEST(NpyTest, HeaderIsTheNumpyDict) {
   const Tensor f32 = RandomTensor(DType::kF32, {4, 128, 64}, 1);
@@ -91,6 +90,37 @@ TEST(NpyTest, U2IsBf16OnlyWhenAsked) {
   ReadOptions as_bf16;
   as_bf16.u2_as_bf16 = true;
   EXPECT_TRUE(Decode(file, as_bf16).ok());
+}
+
+TEST(NpyTest, U1IsFp8OnlyWhenAskedAsTheDtypeAsked) {
+  const Tensor e4m3 = Tensor::FromFloats(DType::kF8E4M3, {2, 2}, {1, -2, 0.5, 448});
+  const std::string file = Encode(e4m3);
+  EXPECT_NE(HeaderOf(file).find("'descr': '|u1'"), std::string::npos);
+  absl::StatusOr<Tensor> plain = Decode(file);
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plain.status().message().find("f8_e4m3"), std::string::npos) << plain.status();
+  ReadOptions as_bf16;  // bf16 alone does not make '|u1' readable
+  as_bf16.u2_as_bf16 = true;
+  EXPECT_FALSE(Decode(file, as_bf16).ok());
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    ReadOptions options;
+    options.u1_as_fp8 = dtype;
+    absl::StatusOr<Tensor> back = Decode(file, options);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->dtype(), dtype);  // the bits, as whichever fp8 was named
+    EXPECT_EQ(back->bytes(), e4m3.bytes());
+  }
+  EXPECT_EQ(e4m3.ToFloats(), (std::vector<float>{1, -2, 0.5, 448}));
+  ReadOptions not_fp8;
+  not_fp8.u1_as_fp8 = DType::kI32;
+  EXPECT_FALSE(Decode(file, not_fp8).ok());
+}
+
+TEST(NpyTest, BitsNotesNameTheDtypeAndItsPythonView) {
+  EXPECT_EQ(BitsNote("out.npy", DType::kF32), "");
+  EXPECT_NE(BitsNote("out.npy", DType::kBF16).find("'<u2'"), std::string::npos);
+  EXPECT_NE(BitsNote("out.npy", DType::kF8E4M3).find("ml_dtypes.float8_e4m3fn"), std::string::npos);
+  EXPECT_NE(BitsNote("out.npy", DType::kF8E5M2).find("ml_dtypes.float8_e5m2"), std::string::npos);
 }
 
 TEST(NpyTest, RejectsWhatItCannotRead) {

@@ -276,6 +276,24 @@ class CliTest(CliTestBase):
                                    references.mean_pooling(kernelserve.from_bf16(bits)),
                                    rtol=2**-8, atol=1e-5)
 
+    def test_run_sends_fp8_inputs_and_the_kernel_refuses_them(self):
+        # --shape makes random fp8 values, --input reads '|u1' bits as the fp8 dtype named; both
+        # reach the server, where mean_pooling (f32|f16|bf16) refuses them naming x.
+        for name, dtype in (("f8_e4m3", kernelserve.float8_e4m3fn),
+                            ("f8_e5m2", kernelserve.float8_e5m2)):
+            want = f"input 'x': dtype {name}: expected f32|f16|bf16"
+            proc = self.cli("run", "mean_pooling", f"--shape=x={name}:2,4,8",
+                            code=INVALID_ARGUMENT)
+            self.assertIn(want, proc.stderr)
+            bits = uniform(self.rng, (2, 4, 8)).astype(dtype).view(np.uint8)
+            path = self.save(name, bits)
+            # '|u1' is fp8 only when the dtype is named.
+            proc = self.cli("run", "mean_pooling", f"--input=x={path}", code=INVALID_ARGUMENT)
+            self.assertIn("'|u1'", proc.stderr)
+            proc = self.cli("run", "mean_pooling", f"--input=x={name}:{path}",
+                            code=INVALID_ARGUMENT)
+            self.assertIn(want, proc.stderr)
+
     def test_run_flash_attention_npy_with_lse(self):
         q = uniform(self.rng, (2, 10, 4, 16))
         k = uniform(self.rng, (2, 14, 2, 16))
@@ -620,6 +638,26 @@ class CliResidentTensorTest(CliTestBase):
         np.testing.assert_array_equal(self.read("w", "--rows=3:"), want[3:])
         summary = self.cli_json("tensor", "read", "w", "--rows=0:1")
         self.assertEqual((summary["shape"], summary["max"]), ([1, 3], 5.0))
+
+    def test_fp8_tensors_round_trip_as_u1_bits(self):
+        codes = np.arange(256, dtype=np.uint8).reshape(16, 16)
+        for name in ("f8_e4m3", "f8_e5m2"):
+            path = self.save(name, codes)
+            text = self.cli("tensor", "create", name, f"--input-like={name}:{path}").stdout
+            self.assertIn(f"created {name} {name}[16,16]", text)
+            np.testing.assert_array_equal(self.read(name), codes)  # the same bits back
+            summary = self.cli_json("tensor", "read", name, "--rows=3:4")
+            self.assertEqual((summary["dtype"], summary["shape"]), (name, [1, 16]))
+            # Rows written from '|u1' bits named as the dtype; unnamed, '|u1' is refused.
+            rows = self.save(name + "-rows", np.full((2, 16), 0x38, np.uint8))
+            self.cli("tensor", "write", name, rows, "--row=5", code=INVALID_ARGUMENT)
+            self.cli("tensor", "write", name, f"{name}:{rows}", "--row=5")
+            want = codes.copy()
+            want[5:7] = 0x38
+            np.testing.assert_array_equal(self.read(name), want)
+            zeros = self.cli_json("tensor", "create", name + "z", f"--input-like={name}:2,3")
+            self.assertEqual(zeros["tensor"]["dtype"], "DTYPE_" + name.upper())  # proto JSON
+            self.assertFalse(self.read(name + "z").any())
 
     def test_rm_one_and_all(self):
         for name in ("a", "b", "c"):

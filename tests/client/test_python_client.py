@@ -286,6 +286,14 @@ class PythonClientTest(unittest.TestCase):
         with kernelserve.Client(f"127.0.0.1:{free_port()}", timeout=2.0) as nobody:
             self.assertCode(grpc.StatusCode.UNAVAILABLE, nobody.info)
 
+    def test_an_fp8_input_is_refused_naming_the_input_and_its_dtypes(self):
+        # fp8 travels the wire, but mean_pooling computes in f32, f16 and bf16 alone.
+        for dtype, name in ((kernelserve.float8_e4m3fn, "f8_e4m3"),
+                            (kernelserve.float8_e5m2, "f8_e5m2")):
+            x = uniform(self.rng, (2, 4, 8)).astype(dtype)
+            err = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.client.mean_pooling, x)
+            self.assertEqual(err.message, f"input 'x': dtype {name}: expected f32|f16|bf16")
+
     def test_execute_batch_keeps_per_item_errors(self):
         xs = [uniform(self.rng, (2, 6, 4)), uniform(self.rng, (2, 6)),  # bad rank
               uniform(self.rng, (2, 6, 4))]
@@ -1419,6 +1427,28 @@ class ResidentTensorTest(unittest.TestCase):
         again = self.client.create_tensor(None, name="x", shape=(3, 7, 8))
         self.assertFalse(again.created)
         np.testing.assert_array_equal(again.read(), x)
+
+    def test_fp8_round_trips_through_the_server(self):
+        # Every one of the 256 codes, written as a resident tensor and read back: the server
+        # keeps fp8 bytes as they are, and they come back as the ml_dtypes dtype.
+        codes = np.arange(256, dtype=np.uint8).reshape(16, 16)
+        for dtype, wire_name in ((kernelserve.float8_e4m3fn, "f8e4"),
+                                 (kernelserve.float8_e5m2, "f8e5")):
+            with self.client.create_tensor(codes.view(dtype), name=wire_name) as t:
+                self.assertEqual((t.dtype, t.shape, t.nbytes), (np.dtype(dtype), (16, 16), 256))
+                back = t.read()
+                self.assertEqual(back.dtype, np.dtype(dtype))
+                np.testing.assert_array_equal(back.view(np.uint8), codes)
+                np.testing.assert_array_equal(t.read(rows=(3, 5)).view(np.uint8), codes[3:5])
+                # Zeros of fp8, and rows written from values ml_dtypes rounded.
+                values = np.array([[0.5, -2.0] * 8], dtype=np.float32).astype(dtype)
+                t.write(values, row=7)
+                np.testing.assert_array_equal(t.read(rows=(7, 8)).astype(np.float32),
+                                              values.astype(np.float32))
+            z = self.client.create_tensor(None, name=wire_name + "z", dtype=dtype, shape=(3, 2))
+            zeros = z.read()
+            self.assertEqual((zeros.dtype, zeros.shape), (np.dtype(dtype), (3, 2)))
+            self.assertFalse(zeros.astype(np.float32).any())
 
     def test_resident_inputs_equal_inline(self):
         x = uniform(self.rng, (2, 9, 16))

@@ -246,6 +246,35 @@ class TensorTest(unittest.TestCase):
         self.assertEqual(message.dtype, pb.DTYPE_BF16)
         np.testing.assert_array_equal(back.view(np.uint16), bits)
 
+    def test_fp8_both_ways_keeping_every_code(self):
+        import ml_dtypes
+        self.assertIs(kernelserve.float8_e4m3fn, ml_dtypes.float8_e4m3fn)
+        self.assertIs(kernelserve.float8_e5m2, ml_dtypes.float8_e5m2)
+        codes = np.arange(256, dtype=np.uint8).reshape(4, 64)
+        for dtype, wire, name in ((kernelserve.float8_e4m3fn, pb.DTYPE_F8_E4M3, "f8_e4m3"),
+                                  (kernelserve.float8_e5m2, pb.DTYPE_F8_E5M2, "f8_e5m2")):
+            message, back = self.roundtrip(codes.view(dtype))
+            self.assertEqual(message.dtype, wire)
+            self.assertEqual(list(message.shape), [4, 64])
+            self.assertEqual(message.data, codes.tobytes())  # one byte an element
+            self.assertEqual(back.dtype, np.dtype(dtype))
+            np.testing.assert_array_equal(back.view(np.uint8), codes)
+            self.assertEqual(tensors.numpy_dtype(wire), np.dtype(dtype))
+            self.assertEqual(tensors.wire_dtype(dtype, "kv"), wire)
+            self.assertEqual(tensors.DTYPE_NAMES[wire], name)
+            # Values as ml_dtypes gives them: 1.0, -2.5 and 0.3 rounded (0.3125 in e4m3).
+            values = np.array([1.0, -2.5, 0.3], dtype=np.float32).astype(dtype)
+            _, back = self.roundtrip(values)
+            np.testing.assert_array_equal(back.astype(np.float32), values.astype(np.float32))
+            message = pb.Tensor()
+            tensors.to_proto(kernelserve.TensorSpec((2, 8), dtype), message)
+            self.assertEqual((message.dtype, list(message.shape), message.data),
+                             (wire, [2, 8], b""))
+        # uint8 is not fp8 bits: which fp8 would it be?
+        with self.assertRaisesRegex(kernelserve.ArgumentError,
+                                    "input 'x': dtype uint8 is not sent.*float8_e4m3fn"):
+            self.roundtrip(codes)
+
     def test_other_dtypes(self):
         for dtype in (np.float32, np.float16, np.int32, np.int64, np.bool_):
             array = np.arange(6).reshape(2, 3).astype(dtype)

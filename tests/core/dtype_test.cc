@@ -1,8 +1,11 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -22,22 +25,31 @@ TEST(DTypeTest, ItemSizes) {
   EXPECT_EQ(ItemSize(DType::kI32), 4u);
   EXPECT_EQ(ItemSize(DType::kI64), 8u);
   EXPECT_EQ(ItemSize(DType::kBool), 1u);
+  EXPECT_EQ(ItemSize(DType::kF8E4M3), 1u);
+  EXPECT_EQ(ItemSize(DType::kF8E5M2), 1u);
 }
 
 TEST(DTypeTest, NamesRoundTrip) {
-  for (DType dtype :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
+  for (DType dtype : kAllDTypes) {
     absl::StatusOr<DType> parsed = ParseDType(DTypeName(dtype));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, dtype);
+    EXPECT_NE(kDTypeNames.find(DTypeName(dtype)), std::string_view::npos) << DTypeName(dtype);
   }
+  EXPECT_EQ(std::size(kAllDTypes), 8u);
   EXPECT_EQ(DTypeName(DType::kBF16), "bf16");
+  EXPECT_EQ(DTypeName(DType::kF8E4M3), "f8_e4m3");
+  EXPECT_EQ(DTypeName(DType::kF8E5M2), "f8_e5m2");
 }
 
 TEST(DTypeTest, ParseUnknownIsInvalidArgument) {
   absl::StatusOr<DType> parsed = ParseDType("float128");
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(parsed.status().message().find("float128"), std::string::npos);
+  EXPECT_NE(parsed.status().message().find("f8_e4m3, f8_e5m2"), std::string::npos);
+  // numpy's and ml_dtypes' spellings are not ours.
+  EXPECT_FALSE(ParseDType("float8_e4m3fn").ok());
+  EXPECT_FALSE(ParseDType("f8").ok());
 }
 
 TEST(DTypeTest, IsFloating) {
@@ -47,6 +59,17 @@ TEST(DTypeTest, IsFloating) {
   EXPECT_FALSE(IsFloating(DType::kI32));
   EXPECT_FALSE(IsFloating(DType::kI64));
   EXPECT_FALSE(IsFloating(DType::kBool));
+  // fp8 is storage only: kernels that gate on IsFloating refuse it.
+  EXPECT_FALSE(IsFloating(DType::kF8E4M3));
+  EXPECT_FALSE(IsFloating(DType::kF8E5M2));
+}
+
+TEST(DTypeTest, IsFp8AndHoldsFloats) {
+  for (DType dtype : kAllDTypes) {
+    const bool fp8 = dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2;
+    EXPECT_EQ(IsFp8(dtype), fp8) << DTypeName(dtype);
+    EXPECT_EQ(HoldsFloats(dtype), fp8 || IsFloating(dtype)) << DTypeName(dtype);
+  }
 }
 
 TEST(HalfTest, ExactValues) {
@@ -143,6 +166,189 @@ TEST(BFloat16Test, NanStaysNan) {
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(FromBits(0x7F800001u)))));
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(FromBits(0xFFFFFFFFu)))));
 }
+
+// The fp8 formats under test, as functions and facts.
+struct F8Format {
+  const char* name;
+  uint8_t (*from_float)(float);
+  float (*to_float)(uint8_t);
+  uint8_t max_finite;  // code of the largest finite magnitude
+  float max_value;
+  int min_subnormal_exp;  // the smallest subnormal is 2^min_subnormal_exp
+  bool has_inf;
+};
+
+const F8Format kE4M3 = {"e4m3", FloatToF8E4M3, F8E4M3ToFloat, 0x7E, 448.0f, -9, false};
+const F8Format kE5M2 = {"e5m2", FloatToF8E5M2, F8E5M2ToFloat, 0x7B, 57344.0f, -16, true};
+
+bool IsNanCode(const F8Format& f, uint8_t code) {
+  return f.has_inf ? (code & 0x7C) == 0x7C && (code & 0x3) != 0 : (code & 0x7F) == 0x7F;
+}
+
+// The code nearest `value` by search over every finite code, ties to the even code, past
+// the largest finite value saturating: what FloatTo* must agree with.
+uint8_t NearestCode(const F8Format& f, float value) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const double magnitude = std::fabs(static_cast<double>(value));
+  if (magnitude >= f.max_value) return sign | f.max_finite;
+  uint8_t best = 0;
+  double best_distance = magnitude;
+  for (int code = 1; code <= f.max_finite; ++code) {
+    const double distance = std::fabs(static_cast<double>(f.to_float(code)) - magnitude);
+    if (distance < best_distance || (distance == best_distance && (code & 1) == 0)) {
+      best = static_cast<uint8_t>(code);
+      best_distance = distance;
+    }
+  }
+  return sign | best;
+}
+
+class F8Test : public ::testing::TestWithParam<F8Format> {};
+
+TEST_P(F8Test, KnownValues) {
+  const F8Format& f = GetParam();
+  EXPECT_EQ(f.to_float(f.max_finite), f.max_value);
+  EXPECT_EQ(f.to_float(f.max_finite | 0x80), -f.max_value);
+  EXPECT_EQ(f.to_float(0x01), std::ldexp(1.0f, f.min_subnormal_exp));
+  EXPECT_EQ(f.from_float(std::ldexp(1.0f, f.min_subnormal_exp)), 0x01);
+  EXPECT_EQ(f.from_float(0.0f), 0x00);
+  EXPECT_EQ(f.from_float(-0.0f), 0x80);
+  EXPECT_EQ(f.to_float(0x80), 0.0f);
+  EXPECT_TRUE(std::signbit(f.to_float(0x80)));
+  EXPECT_EQ(f.to_float(f.from_float(1.0f)), 1.0f);
+  EXPECT_EQ(f.to_float(f.from_float(-0.5f)), -0.5f);
+}
+
+TEST(F8CodesTest, KnownCodes) {
+  EXPECT_EQ(FloatToF8E4M3(1.0f), 0x38);
+  EXPECT_EQ(FloatToF8E4M3(-2.0f), 0xC0);
+  EXPECT_EQ(FloatToF8E4M3(std::ldexp(1.0f, -6)), 0x08);  // smallest normal
+  EXPECT_EQ(F8E4M3ToFloat(0x07), std::ldexp(7.0f, -9));  // largest subnormal
+  EXPECT_EQ(F8E4M3ToFloat(0x7E), 448.0f);
+  EXPECT_EQ(F8E4M3ToFloat(0x7D), 416.0f);
+  EXPECT_EQ(FloatToF8E5M2(1.0f), 0x3C);
+  EXPECT_EQ(FloatToF8E5M2(-2.0f), 0xC0);
+  EXPECT_EQ(FloatToF8E5M2(std::ldexp(1.0f, -14)), 0x04);  // smallest normal
+  EXPECT_EQ(F8E5M2ToFloat(0x03), std::ldexp(3.0f, -16));  // largest subnormal
+  EXPECT_EQ(F8E5M2ToFloat(0x7B), 57344.0f);
+  EXPECT_EQ(F8E5M2ToFloat(0x7A), 49152.0f);
+  // E4M3 has no infinity: S.1111.110 is a number, S.1111.111 the one NaN.
+  EXPECT_FALSE(std::isinf(F8E4M3ToFloat(0x78)));
+  EXPECT_EQ(F8E4M3ToFloat(0x78), 256.0f);
+  EXPECT_TRUE(std::isnan(F8E4M3ToFloat(0x7F)));
+  EXPECT_TRUE(std::isnan(F8E4M3ToFloat(0xFF)));
+  // E5M2 has both.
+  EXPECT_EQ(F8E5M2ToFloat(0x7C), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(F8E5M2ToFloat(0xFC), -std::numeric_limits<float>::infinity());
+  for (uint8_t nan : {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}) {
+    EXPECT_TRUE(std::isnan(F8E5M2ToFloat(nan))) << static_cast<int>(nan);
+  }
+}
+
+// Every one of the 256 codes: fp8 -> float -> fp8 gives the code back (a NaN gives NaN, the
+// canonical S.1111.111 code), and the positive codes' values increase strictly.
+TEST_P(F8Test, AllCodesRoundTrip) {
+  const F8Format& f = GetParam();
+  float previous = -1.0f;
+  for (int code = 0; code < 256; ++code) {
+    const uint8_t c = static_cast<uint8_t>(code);
+    const float value = f.to_float(c);
+    if (IsNanCode(f, c)) {
+      ASSERT_TRUE(std::isnan(value)) << f.name << " code " << code;
+      ASSERT_EQ(std::signbit(value), (c & 0x80) != 0) << f.name << " code " << code;
+      ASSERT_EQ(f.from_float(value), (c & 0x80) | 0x7F) << f.name << " code " << code;
+      continue;
+    }
+    ASSERT_FALSE(std::isnan(value)) << f.name << " code " << code;
+    ASSERT_EQ(std::signbit(value), (c & 0x80) != 0) << f.name << " code " << code;
+    if (std::isinf(value)) {
+      ASSERT_TRUE(f.has_inf);
+      // Saturating conversion: infinity comes back as the largest finite value.
+      ASSERT_EQ(f.from_float(value), (c & 0x80) | f.max_finite) << f.name << " code " << code;
+      continue;
+    }
+    ASSERT_EQ(f.from_float(value), c) << f.name << " code " << code << " value " << value;
+    if (code < 0x80 && code <= f.max_finite) {
+      ASSERT_GT(value, previous) << f.name << " code " << code;
+      previous = value;
+    }
+  }
+}
+
+// Between every two adjacent finite codes (and their negatives): the midpoint ties to the
+// even code, a float just above or below it rounds to the nearer code.
+TEST_P(F8Test, MidpointsRoundToNearestEven) {
+  const F8Format& f = GetParam();
+  for (int code = 0; code < f.max_finite; ++code) {
+    const float lo = f.to_float(static_cast<uint8_t>(code));
+    const float hi = f.to_float(static_cast<uint8_t>(code + 1));
+    const float mid = (lo + hi) / 2;  // exact: both have few significant bits
+    ASSERT_EQ(static_cast<double>(mid), (static_cast<double>(lo) + hi) / 2);
+    const uint8_t even = (code & 1) == 0 ? code : code + 1;
+    for (float sign : {1.0f, -1.0f}) {
+      const uint8_t s = sign < 0 ? 0x80 : 0x00;
+      ASSERT_EQ(f.from_float(sign * mid), s | even) << f.name << " mid of " << code;
+      ASSERT_EQ(f.from_float(sign * std::nextafter(mid, hi)), s | (code + 1))
+          << f.name << " above mid of " << code;
+      ASSERT_EQ(f.from_float(sign * std::nextafter(mid, lo)), s | code)
+          << f.name << " below mid of " << code;
+    }
+  }
+}
+
+TEST_P(F8Test, OverflowSaturatesToTheLargestFiniteValue) {
+  const F8Format& f = GetParam();
+  const float inf = std::numeric_limits<float>::infinity();
+  // The largest value, halfway to the step past it (a tie), the step past it, and far past.
+  const float step = f.max_value - f.to_float(f.max_finite - 1);
+  for (float value : {f.max_value, f.max_value + step / 2, f.max_value + step,
+                      std::nextafter(f.max_value + step, inf), f.max_value * 4, 1e30f,
+                      std::numeric_limits<float>::max(), inf}) {
+    EXPECT_EQ(f.from_float(value), f.max_finite) << f.name << " " << value;
+    EXPECT_EQ(f.from_float(-value), 0x80 | f.max_finite) << f.name << " " << -value;
+  }
+}
+
+TEST_P(F8Test, NanStaysNan) {
+  const F8Format& f = GetParam();
+  EXPECT_EQ(f.from_float(std::numeric_limits<float>::quiet_NaN()), 0x7F);
+  EXPECT_EQ(f.from_float(-std::numeric_limits<float>::quiet_NaN()), 0xFF);
+  // Payload only in the low bits: must not become infinity or the largest value.
+  EXPECT_EQ(f.from_float(FromBits(0x7F800001u)), 0x7F);
+  EXPECT_EQ(f.from_float(FromBits(0xFFFFFFFFu)), 0xFF);
+  EXPECT_TRUE(std::isnan(f.to_float(f.from_float(std::nanf("")))));
+}
+
+TEST_P(F8Test, BelowTheSmallestSubnormal) {
+  const F8Format& f = GetParam();
+  const float tiny = std::ldexp(1.0f, f.min_subnormal_exp);
+  EXPECT_EQ(f.from_float(tiny / 2), 0x00);  // the tie goes to zero, the even code
+  EXPECT_EQ(f.from_float(-tiny / 2), 0x80);
+  EXPECT_EQ(f.from_float(std::nextafter(tiny / 2, 1.0f)), 0x01);
+  EXPECT_EQ(f.from_float(tiny / 4), 0x00);
+  EXPECT_EQ(f.from_float(1e-30f), 0x00);
+  EXPECT_EQ(f.from_float(FromBits(0x00000001u)), 0x00);  // a float subnormal
+  EXPECT_EQ(f.from_float(-FromBits(0x00000001u)), 0x80);
+}
+
+// Random floats over the whole range of magnitudes against a search for the nearest code.
+TEST_P(F8Test, RandomFloatsMatchTheNearestCode) {
+  const F8Format& f = GetParam();
+  uint64_t state = 0x9E3779B97F4A7C15u;
+  for (int i = 0; i < 50000; ++i) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    const uint32_t r = static_cast<uint32_t>(state >> 32);
+    // Exponents around fp8's range (2^-25 .. 2^20), any mantissa and sign.
+    const int exponent = static_cast<int>((r >> 23) % 46) - 25 + 127;
+    const float value = FromBits((r & 0x807FFFFFu) | (static_cast<uint32_t>(exponent) << 23));
+    ASSERT_EQ(f.from_float(value), NearestCode(f, value)) << f.name << " " << value;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, F8Test, ::testing::Values(kE4M3, kE5M2),
+                         [](const ::testing::TestParamInfo<F8Format>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace kernelserve

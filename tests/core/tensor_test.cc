@@ -108,6 +108,33 @@ TEST(TensorTest, SetFloatGetFloat) {
   EXPECT_EQ(m.GetInt(0), 0);
 }
 
+TEST(TensorTest, Fp8ElementsConvertAsFloats) {
+  const std::vector<float> values = {1.0f, -2.5f, 0.333f, 1000.0f, 1e6f};
+  Tensor e4 = Tensor::FromFloats(DType::kF8E4M3, {5}, values);
+  EXPECT_EQ(e4.nbytes(), 5u);
+  EXPECT_EQ(e4.data_as<uint8_t>()[0], 0x38);
+  EXPECT_EQ(e4.GetFloat(1), -2.5f);
+  EXPECT_EQ(e4.GetFloat(2), F8E4M3ToFloat(FloatToF8E4M3(0.333f)));
+  EXPECT_NE(e4.GetFloat(2), 0.333f);  // the value really went through fp8
+  EXPECT_EQ(e4.GetFloat(3), 448.0f);  // saturated, not NaN
+  EXPECT_EQ(e4.GetFloat(4), 448.0f);
+  Tensor e5 = Tensor::FromFloats(DType::kF8E5M2, {5}, values);
+  EXPECT_EQ(e5.data_as<uint8_t>()[0], 0x3C);
+  EXPECT_EQ(e5.GetFloat(3), 1024.0f);   // 1000 rounds to 1024 (2 mantissa bits)
+  EXPECT_EQ(e5.GetFloat(4), 57344.0f);  // saturated, not infinity
+  // ToDoubles and ToInts read the values, not the bits.
+  EXPECT_EQ(e4.ToDoubles(), (std::vector<double>{1.0, -2.5, e4.GetFloat(2), 448.0, 448.0}));
+  EXPECT_EQ(e5.ToInts(), (std::vector<int64_t>{1, -2, 0, 1024, 57344}));
+  EXPECT_EQ(Tensor::FromInts(DType::kF8E4M3, {2}, {3, -100}).ToFloats(),
+            (std::vector<float>{3.0f, -96.0f}));
+  Tensor t = Tensor::Zeros(DType::kF8E5M2, {2});
+  t.SetFloat(1, -0.75f);
+  EXPECT_EQ(t.GetFloat(1), -0.75f);
+  EXPECT_EQ(t.GetFloat(0), 0.0f);
+  EXPECT_EQ((TensorSpec{DType::kF8E4M3, {2, 8}}).DebugString(), "f8_e4m3[2,8]");
+  EXPECT_EQ(*SpecBytes(TensorSpec{DType::kF8E5M2, {3, 5, 7}}), 105);
+}
+
 TEST(TensorTest, IntsThroughEachDType) {
   const std::vector<int64_t> values = {0, 5, -7, int64_t{1} << 40};
   EXPECT_EQ(Tensor::FromInts(DType::kI64, {4}, values).ToInts(), values);

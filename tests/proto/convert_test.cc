@@ -20,12 +20,41 @@ v1::Tensor MakeProto(v1::DType dtype, std::initializer_list<int64_t> shape, size
 }
 
 TEST(ConvertTest, DTypeRoundTrips) {
-  for (DType dtype :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
+  for (DType dtype : kAllDTypes) {
     absl::StatusOr<DType> back = FromProto(ToProto(dtype), "t");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, dtype);
   }
+  // The wire numbers are the contract's: never renumbered.
+  EXPECT_EQ(ToProto(DType::kBool), 6);
+  EXPECT_EQ(ToProto(DType::kF8E4M3), 7);
+  EXPECT_EQ(ToProto(DType::kF8E5M2), 8);
+  EXPECT_EQ(v1::DTYPE_F8_E4M3, 7);
+  EXPECT_EQ(v1::DTYPE_F8_E5M2, 8);
+}
+
+TEST(ConvertTest, Fp8TensorsRoundTripKeepingEveryCode) {
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    std::string codes(256, '\0');
+    for (int i = 0; i < 256; ++i) codes[static_cast<size_t>(i)] = static_cast<char>(i);
+    absl::StatusOr<Tensor> original = Tensor::FromBytes(dtype, {4, 64}, codes);
+    ASSERT_TRUE(original.ok()) << original.status();
+    v1::Tensor proto;
+    PutTensor(*original, &proto);
+    EXPECT_EQ(proto.dtype(), dtype == DType::kF8E4M3 ? v1::DTYPE_F8_E4M3 : v1::DTYPE_F8_E5M2);
+    EXPECT_EQ(proto.data().size(), 256u);  // one byte an element
+    absl::StatusOr<Tensor> back = TakeTensor(&proto, "input 'kv'");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->dtype(), dtype);
+    EXPECT_EQ(back->shape(), (Shape{4, 64}));
+    EXPECT_EQ(back->bytes(), codes);
+  }
+  // The byte count is checked at one byte an element.
+  v1::Tensor short_data = MakeProto(v1::DTYPE_F8_E4M3, {2, 3}, 5);
+  absl::StatusOr<Tensor> refused = TakeTensor(&short_data, "input 'kv'");
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("f8_e4m3[2,3]"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("6 bytes"), std::string::npos) << refused.status();
 }
 
 TEST(ConvertTest, UnspecifiedDTypeIsInvalidAndNamesTheInput) {
@@ -40,6 +69,7 @@ TEST(ConvertTest, UnknownDTypeIsInvalid) {
   absl::StatusOr<DType> d = FromProto(static_cast<v1::DType>(42), "input 'q'");
   ASSERT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(d.status().message().find("input 'q'"), std::string::npos);
+  EXPECT_NE(d.status().message().find("f8_e4m3, f8_e5m2"), std::string::npos) << d.status();
 }
 
 TEST(ConvertTest, NegativeDimIsInvalid) {

@@ -160,6 +160,23 @@ TEST_F(ServerTest, EachBadInputAnswersInvalidArgumentNamingIt) {
   EXPECT_TRUE(Execute(MeanPoolingRequest(RandomTensor(DType::kF32, {1, 2, 3}, 9)), &ok).ok());
 }
 
+// fp8 travels the wire, but no kernel computes in it: mean_pooling refuses x as either fp8
+// dtype with the exact schema message, naming the input and the dtypes it takes.
+TEST_F(ServerTest, AnFp8InputIsRefusedNamingTheInputAndTheDtypesItTakes) {
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    const Tensor x = RandomTensor(dtype, {2, 4, 8}, 5);
+    ASSERT_EQ(x.nbytes(), 64u);
+    v1::ExecuteResponse response;
+    grpc::Status status = Execute(MeanPoolingRequest(x), &response);
+    EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_EQ(status.error_message(),
+              "input 'x': dtype " + std::string(DTypeName(dtype)) + ": expected f32|f16|bf16");
+  }
+  // The server is still up and serving.
+  v1::ExecuteResponse ok;
+  EXPECT_TRUE(Execute(MeanPoolingRequest(RandomTensor(DType::kF32, {1, 2, 3}, 9)), &ok).ok());
+}
+
 TEST_F(ServerTest, StreamAnswersBadItemsInBandAndGoesOn) {
   grpc::ClientContext context;
   auto stream = stub_->ExecuteStream(&context);

@@ -258,6 +258,14 @@ TEST_F(KServeTest, BadRequestsGetTheirCodeAndNameTheFault) {
        [](ModelInferRequest* r) { r->mutable_inputs(0)->set_datatype("FLOAT32"); }},
       {"datatype the kernel does not take", StatusCode::INVALID_ARGUMENT, "x",
        [](ModelInferRequest* r) { r->mutable_inputs(0)->set_datatype("INT64"); }},
+      // The protocol has no fp8: the message points at the native API, which carries it.
+      {"an fp8 datatype", StatusCode::INVALID_ARGUMENT,
+       "datatype 'FP8_E4M3' is not served: the Open Inference Protocol (KServe v2) has no fp8 "
+       "datatype; send f8_e4m3 and f8_e5m2 tensors through the kernelserve.v1 API",
+       [](ModelInferRequest* r) {
+         r->mutable_inputs(0)->set_datatype("FP8_E4M3");
+         r->mutable_raw_input_contents(0)->resize(80);  // 2*5*8 elements of one byte
+       }},
       {"raw contents count", StatusCode::INVALID_ARGUMENT, "raw_input_contents: 2 entries",
        [](ModelInferRequest* r) { r->add_raw_input_contents("extra"); }},
       {"raw contents size", StatusCode::INVALID_ARGUMENT, "input 'x'",

@@ -26,7 +26,8 @@ from kernelserve.resident import (AsyncResidentTensor, ResidentTensor, ResidentT
                                   ResidentTensors)
 from kernelserve.shm import (AsyncCudaSharedMemory, AsyncSystemSharedMemory, CudaSharedMemory,
                              RegionTensor, SystemSharedMemory)
-from kernelserve.tensors import TensorSpec, bfloat16, from_bf16, to_bf16
+from kernelserve.tensors import (TensorSpec, bfloat16, float8_e4m3fn, float8_e5m2, from_bf16,
+                                 to_bf16)
 
 __all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncResidentTensor",
            "AsyncSystemSharedMemory", "Candidate",
@@ -35,4 +36,5 @@ __all__ = ["ArgumentError", "AsyncCudaSharedMemory", "AsyncResidentTensor",
            "RegionStatus", "RegionTensor", "Request", "ResidentTensor", "ResidentTensorInfo",
            "ResidentTensors", "Result", "ServerInfo", "SystemSharedMemory",
            "TensorSpec", "TuneProgress", "TuneResult", "UnknownKernelError", "aio", "autoshm",
-           "bfloat16", "cuda", "from_bf16", "to_bf16", "transport"]
+           "bfloat16", "cuda", "float8_e4m3fn", "float8_e5m2", "from_bf16", "to_bf16",
+           "transport"]

@@ -35,17 +35,21 @@ from kernelserve.errors import ArgumentError, KernelserveError
 HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+_F8E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+_F8E5M2 = np.dtype(ml_dtypes.float8_e5m2)
 # The dtypes a CUDA tensor may have (uint16: bf16 bits, as for arrays).
 _DTYPES = {np.dtype("<f4"), np.dtype("<f2"), _BF16, np.dtype("<i4"), np.dtype("<i8"),
-           np.dtype("bool"), np.dtype("<u2")}
+           np.dtype("bool"), np.dtype("<u2"), _F8E4M3, _F8E5M2}
 _TORCH_DTYPES = {"torch.float32": np.dtype("<f4"), "torch.float16": np.dtype("<f2"),
                  "torch.bfloat16": _BF16, "torch.int32": np.dtype("<i4"),
                  "torch.int64": np.dtype("<i8"), "torch.bool": np.dtype("bool"),
-                 "torch.uint16": np.dtype("<u2")}
-# DLPack (type code, bits) -> dtype: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+                 "torch.uint16": np.dtype("<u2"), "torch.float8_e4m3fn": _F8E4M3,
+                 "torch.float8_e5m2": _F8E5M2}
+# DLPack (type code, bits) -> dtype: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6,
+# kDLFloat8_e4m3fn 10, kDLFloat8_e5m2 12.
 _DLPACK_DTYPES = {(2, 32): np.dtype("<f4"), (2, 16): np.dtype("<f2"), (4, 16): _BF16,
                   (0, 32): np.dtype("<i4"), (0, 64): np.dtype("<i8"), (6, 8): np.dtype("bool"),
-                  (1, 16): np.dtype("<u2")}
+                  (1, 16): np.dtype("<u2"), (10, 8): _F8E4M3, (12, 8): _F8E5M2}
 _DLPACK_CUDA = 2  # kDLCUDA
 
 
@@ -103,7 +107,7 @@ def _dtype(dtype: Optional[np.dtype[Any]], shown: str, what: str, strict: bool
         return np.dtype(np.uint8)
     if dtype is None or dtype not in _DTYPES:
         raise ArgumentError(f"{what}: dtype {shown} is not sent: use float32, float16, bfloat16, "
-                            "int32, int64 or bool")
+                            "int32, int64, bool, float8_e4m3fn or float8_e5m2")
     return dtype
 
 

@@ -59,7 +59,7 @@ class InputSchema:
 
     name: str
     required: bool
-    dtypes: list[str]  # "f32", "f16", "bf16", "i32", "i64", "bool"
+    dtypes: list[str]  # "f32", "f16", "bf16", "i32", "i64", "bool", "f8_e4m3", "f8_e5m2"
     ranks: list[int]
     shape: str  # for people: "[B,S,H]"
     doc: str

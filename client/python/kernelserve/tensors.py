@@ -3,7 +3,11 @@
 bf16 is `ml_dtypes.bfloat16` (re-exported as `kernelserve.bfloat16`): a bfloat16 array is sent
 as DTYPE_BF16 and a DTYPE_BF16 output comes back as a bfloat16 array. For compatibility a
 uint16 array is also sent as bf16 (its values are the raw bits); `to_bf16` and `from_bf16`
-convert between floats and those bits. A TensorSpec stands for a tensor by its shape alone, for
+convert between floats and those bits. The fp8 dtypes are `ml_dtypes.float8_e4m3fn` (f8_e4m3,
+re-exported as `kernelserve.float8_e4m3fn`) and `ml_dtypes.float8_e5m2` (f8_e5m2,
+`kernelserve.float8_e5m2`), both ways; no integer array stands for fp8 bits (view uint8 bits as
+one of them). ml_dtypes' float -> fp8 casts give NaN (e4m3) or infinity (e5m2) on overflow; the
+server's own conversions saturate at the largest finite value. A TensorSpec stands for a tensor by its shape alone, for
 the calls that need no data (autotune, put_config); a RegionTensor (kernelserve.shm) for one in a
 registered shared-memory region, for execute and execute_stream.
 """
@@ -24,6 +28,12 @@ from kernelserve.v1 import kernel_service_pb2 as pb
 
 bfloat16: type = ml_dtypes.bfloat16
 _BF16 = np.dtype(bfloat16)
+float8_e4m3fn: type = ml_dtypes.float8_e4m3fn
+float8_e5m2: type = ml_dtypes.float8_e5m2
+_F8E4M3 = np.dtype(float8_e4m3fn)
+_F8E5M2 = np.dtype(float8_e5m2)
+# The ml_dtypes dtypes, looked up as they are (not by byte order).
+_ML_DTYPES = (_BF16, _F8E4M3, _F8E5M2)
 
 # NumPy dtype (little-endian) -> wire dtype. uint16 is bf16 bits.
 _TO_WIRE: dict[np.dtype[Any], int] = {
@@ -34,6 +44,8 @@ _TO_WIRE: dict[np.dtype[Any], int] = {
     np.dtype("<i4"): pb.DTYPE_I32,
     np.dtype("<i8"): pb.DTYPE_I64,
     np.dtype("bool"): pb.DTYPE_BOOL,
+    _F8E4M3: pb.DTYPE_F8_E4M3,
+    _F8E5M2: pb.DTYPE_F8_E5M2,
 }
 # Wire dtype -> the dtype of the arrays this package returns.
 _FROM_WIRE: dict[int, np.dtype[Any]] = {
@@ -43,15 +55,19 @@ _FROM_WIRE: dict[int, np.dtype[Any]] = {
     pb.DTYPE_I32: np.dtype("<i4"),
     pb.DTYPE_I64: np.dtype("<i8"),
     pb.DTYPE_BOOL: np.dtype("bool"),
+    pb.DTYPE_F8_E4M3: _F8E4M3,
+    pb.DTYPE_F8_E5M2: _F8E5M2,
 }
 # Wire dtype -> the short name the schema and the CLI use.
 DTYPE_NAMES = {pb.DTYPE_F32: "f32", pb.DTYPE_F16: "f16", pb.DTYPE_BF16: "bf16",
-               pb.DTYPE_I32: "i32", pb.DTYPE_I64: "i64", pb.DTYPE_BOOL: "bool"}
+               pb.DTYPE_I32: "i32", pb.DTYPE_I64: "i64", pb.DTYPE_BOOL: "bool",
+               pb.DTYPE_F8_E4M3: "f8_e4m3", pb.DTYPE_F8_E5M2: "f8_e5m2"}
 
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """A tensor without data: its shape and NumPy dtype (bfloat16 or uint16 = bf16)."""
+    """A tensor without data: its shape and NumPy dtype (bfloat16 or uint16 = bf16;
+    float8_e4m3fn, float8_e5m2 = fp8)."""
 
     shape: tuple[int, ...]
     dtype: npt.DTypeLike = np.float32
@@ -66,11 +82,12 @@ def wire_dtype(dtype_like: npt.DTypeLike, name: str) -> int:
     """The wire dtype of a NumPy dtype; ArgumentError naming the input `name` for one that is
     not sent."""
     dtype = np.dtype(dtype_like)
-    wire = _TO_WIRE.get(dtype if dtype == _BF16 else dtype.newbyteorder("<"))
+    wire = _TO_WIRE.get(dtype if dtype in _ML_DTYPES else dtype.newbyteorder("<"))
     if wire is None:
         raise ArgumentError(
             f"input {name!r}: dtype {dtype} is not sent: use float32, float16, ml_dtypes.bfloat16 "
-            "(or uint16 bf16 bits), int32, int64 or bool (e.g. .astype(np.float32))")
+            "(or uint16 bf16 bits), int32, int64, bool, ml_dtypes.float8_e4m3fn or "
+            "ml_dtypes.float8_e5m2 (e.g. .astype(np.float32))")
     return wire
 
 
@@ -123,8 +140,8 @@ def sent_aside(array: TensorLike, name: str, min_bytes: int
 
 
 def numpy_dtype(wire: int) -> np.dtype[Any]:
-    """The NumPy dtype of the arrays this package returns for a wire dtype (bf16: bfloat16);
-    ValueError for an unknown one."""
+    """The NumPy dtype of the arrays this package returns for a wire dtype (bf16: bfloat16;
+    f8_e4m3, f8_e5m2: ml_dtypes.float8_e4m3fn, float8_e5m2); ValueError for an unknown one."""
     dtype = _FROM_WIRE.get(wire)
     if dtype is None:
         raise ValueError(f"tensor has unknown dtype {wire}")

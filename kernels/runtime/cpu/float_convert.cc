@@ -20,8 +20,20 @@ void LoadAsFloat(DType dtype, const void* src, int64_t offset, int64_t n, float*
       for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(p[i]);
       return;
     }
-    default:
-      return;  // not a floating type: excluded by the REQUIRES
+    case DType::kF8E4M3: {
+      const uint8_t* p = static_cast<const uint8_t*>(src) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = F8E4M3ToFloat(p[i]);
+      return;
+    }
+    case DType::kF8E5M2: {
+      const uint8_t* p = static_cast<const uint8_t*>(src) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = F8E5M2ToFloat(p[i]);
+      return;
+    }
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kBool:
+      return;  // not a float type: excluded by the REQUIRES
   }
 }
 
@@ -41,8 +53,20 @@ void StoreFromFloat(DType dtype, const float* src, int64_t n, void* dst, int64_t
       for (int64_t i = 0; i < n; ++i) p[i] = FloatToBFloat16(src[i]);
       return;
     }
-    default:
-      return;  // not a floating type: excluded by the REQUIRES
+    case DType::kF8E4M3: {
+      uint8_t* p = static_cast<uint8_t*>(dst) + offset;
+      for (int64_t i = 0; i < n; ++i) p[i] = FloatToF8E4M3(src[i]);
+      return;
+    }
+    case DType::kF8E5M2: {
+      uint8_t* p = static_cast<uint8_t*>(dst) + offset;
+      for (int64_t i = 0; i < n; ++i) p[i] = FloatToF8E5M2(src[i]);
+      return;
+    }
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kBool:
+      return;  // not a float type: excluded by the REQUIRES
   }
 }
 
