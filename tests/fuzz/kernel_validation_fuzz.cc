@@ -17,11 +17,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "core/executor.h"
 #include "core/kernel.h"
 #include "core/registry.h"
@@ -91,7 +93,7 @@ std::string Name(ByteReader& in, const char* const (&names)[N]) {
 // (-64..63 in one byte, any int64 in ten; negative ones are refused here, as the server's
 // conversion refuses them).
 bool ReadSpec(ByteReader& in, TensorSpec* spec) {
-  spec->dtype = static_cast<DType>(in.U8() % 6);
+  spec->dtype = kAllDTypes[in.U8() % std::size(kAllDTypes)];
   const int rank = in.U8() % 6;
   for (int i = 0; i < rank; ++i) spec->shape.push_back(in.I64());
   absl::StatusOr<int64_t> count = NumElements(spec->shape);

@@ -13,11 +13,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "server/resident.h"
 #include "tests/fuzz/byte_reader.h"
 
@@ -98,7 +100,7 @@ struct Run {
     const Caller caller = CallerOf(in.U8());
     ResidentCreate create;
     create.name = NameOf(in);
-    create.spec.dtype = static_cast<DType>(in.U8() % 6);
+    create.spec.dtype = kAllDTypes[in.U8() % std::size(kAllDTypes)];
     const int rank = in.U8() % 4;
     for (int d = 0; d < rank; ++d) create.spec.shape.push_back(in.I64() % 70);
     const uint8_t device = in.U8();
