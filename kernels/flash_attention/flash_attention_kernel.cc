@@ -1,7 +1,6 @@
 #include "kernels/flash_attention/flash_attention_kernel.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "core/status_macros.h"
 #include "core/utils/seqlens.h"
 #include "core/utils/string_view.h"
+#include "kernels/attention_params.h"
 
 namespace kernelserve {
 namespace {
@@ -165,18 +165,6 @@ absl::Status AnalyzeSegmentIds(const TensorSpecMap& inputs, FlashAttentionProble
   return absl::OkStatus();
 }
 
-// Reads the params (canonical: types and bounds checked by the schema).
-void AnalyzeParams(const Attributes& attrs, FlashAttentionProblem& p) {
-  const KernelSchema& schema = FlashAttentionSchema();
-  p.causal = ParamOr<bool>(schema, attrs, "causal");
-  p.return_lse = ParamOr<bool>(schema, attrs, "return_lse");
-  const double scale = ParamOr<double>(schema, attrs, "softmax_scale");
-  p.softmax_scale = scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
-  p.logits_soft_cap = ParamOr<double>(schema, attrs, "logits_soft_cap");
-  p.window_left = ParamOr<int64_t>(schema, attrs, "window_left");
-  p.window_right = ParamOr<int64_t>(schema, attrs, "window_right");
-}
-
 // The contract's rules beyond the schema. REQUIRES: schema checks passed, params canonical.
 absl::StatusOr<FlashAttentionProblem> AnalyzeRules(const TensorSpecMap& inputs,
                                                    const Attributes& attrs) {
@@ -196,7 +184,7 @@ absl::StatusOr<FlashAttentionProblem> AnalyzeRules(const TensorSpecMap& inputs,
     KS_RETURN_IF_ERROR(AnalyzeBias(bias->second, p));
   }
   KS_RETURN_IF_ERROR(AnalyzeSegmentIds(inputs, p));
-  AnalyzeParams(attrs, p);
+  ReadAttentionParams(FlashAttentionSchema(), attrs, p);
   return p;
 }
 

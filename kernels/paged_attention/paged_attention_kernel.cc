@@ -1,7 +1,6 @@
 #include "kernels/paged_attention/paged_attention_kernel.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <random>
 #include <set>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/utils/string_view.h"
+#include "kernels/attention_params.h"
 
 namespace kernelserve {
 namespace {
@@ -98,17 +98,6 @@ absl::Status AnalyzeAppend(const TensorSpecMap& inputs, PagedAttentionProblem& p
   return absl::OkStatus();
 }
 
-void AnalyzeParams(const Attributes& attrs, PagedAttentionProblem& p) {
-  const KernelSchema& schema = PagedAttentionSchema();
-  p.causal = ParamOr<bool>(schema, attrs, "causal");
-  p.return_lse = ParamOr<bool>(schema, attrs, "return_lse");
-  const double scale = ParamOr<double>(schema, attrs, "softmax_scale");
-  p.softmax_scale = scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
-  p.logits_soft_cap = ParamOr<double>(schema, attrs, "logits_soft_cap");
-  p.window_left = ParamOr<int64_t>(schema, attrs, "window_left");
-  p.window_right = ParamOr<int64_t>(schema, attrs, "window_right");
-}
-
 absl::StatusOr<PagedAttentionProblem> AnalyzeRules(const TensorSpecMap& inputs,
                                                    const Attributes& attrs) {
   PagedAttentionProblem p;
@@ -117,7 +106,7 @@ absl::StatusOr<PagedAttentionProblem> AnalyzeRules(const TensorSpecMap& inputs,
   KS_RETURN_IF_ERROR(AnalyzeQAndCaches(inputs, p));
   KS_RETURN_IF_ERROR(AnalyzeIndex(inputs, p));
   KS_RETURN_IF_ERROR(AnalyzeAppend(inputs, p));
-  AnalyzeParams(attrs, p);
+  ReadAttentionParams(PagedAttentionSchema(), attrs, p);
   return p;
 }
 

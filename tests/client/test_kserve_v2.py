@@ -33,7 +33,8 @@ CLI = os.environ.get("KERNELSERVE_CLI", "")
 SOURCE = os.environ.get("KERNELSERVE_SOURCE_DIR", "")
 REQUIRED = {"mean_pooling": {"x"}, "flash_attention": {"q", "k", "v"},
             "mean_pooling_bwd": {"dout", "x"},
-            "flash_attention_bwd": {"q", "k", "v", "out", "lse", "dout"}}
+            "flash_attention_bwd": {"q", "k", "v", "out", "lse", "dout"},
+            "paged_attention": {"q", "k_cache", "v_cache", "block_table", "cache_seqlens"}}
 TOLERANCE = {np.float32: 2e-5, np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
 
 

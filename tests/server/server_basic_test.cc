@@ -402,7 +402,8 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   std::vector<std::string> names;
   for (const v1::KernelInfo& k : kernels.kernels()) names.push_back(k.id());
   EXPECT_EQ(names, (std::vector<std::string>{"flash_attention@v1", "flash_attention_bwd@v1",
-                                             "mean_pooling@v1", "mean_pooling_bwd@v1"}));
+                                             "mean_pooling@v1", "mean_pooling_bwd@v1",
+                                             "paged_attention@v1"}));
   // Each forward names its VJP kernel and the backward its forward; x of mean_pooling_bwd is
   // shape-only.
   std::map<std::string, std::pair<std::string, std::string>> pairs;
