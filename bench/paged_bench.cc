@@ -84,6 +84,7 @@ double MedianSeconds(Fn fn, int reps) {
 
 struct BenchShape {
   int64_t batch, tokens, seq_len_q, head_dim, page_size;
+  int64_t heads_kv = 8;  // of kHeadsQ query heads
 };
 
 std::vector<BenchShape> Shapes(bool quick) {
@@ -100,20 +101,24 @@ std::vector<BenchShape> Shapes(bool quick) {
     shapes.push_back({32, 4096, 1, d, 16});
     shapes.push_back({1, 4096, 1, d, 16});
   }
+  // One kv head: a token row is a single 256-byte head, so every block reads whole rows; set
+  // beside the Hkv 8 shape of the same bytes, it separates the cost of the layout (each block
+  // reading one head's slice of 2 KB rows) from the rest.
+  shapes.push_back({32, 32768, 1, 128, 16, 1});
   return shapes;
 }
 
-constexpr int64_t kHeadsQ = 32, kHeadsKv = 8;
+constexpr int64_t kHeadsQ = 32;
 
 // Times one shape with the heuristic's splits and its neighbours; appends rows to `out`.
 int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64& rng,
              nlohmann::json& out) {
   const int64_t pages_per_seq = (s.tokens + s.page_size - 1) / s.page_size;
   const size_t set_bytes =
-      static_cast<size_t>(s.batch * pages_per_seq * s.page_size * kHeadsKv * s.head_dim * 2);
+      static_cast<size_t>(s.batch * pages_per_seq * s.page_size * s.heads_kv * s.head_dim * 2);
   const int64_t sets = std::max<int64_t>(2, static_cast<int64_t>((size_t{256} << 20) / set_bytes));
   const int64_t num_pages = sets * s.batch * pages_per_seq;
-  const int64_t cache_elems = num_pages * s.page_size * kHeadsKv * s.head_dim;
+  const int64_t cache_elems = num_pages * s.page_size * s.heads_kv * s.head_dim;
   Buffer k(static_cast<size_t>(cache_elems) * 2), v(static_cast<size_t>(cache_elems) * 2);
   if (k.ptr == nullptr || v.ptr == nullptr) {
     std::printf("B=%ld tokens=%ld: out of memory, skipped\n", s.batch, s.tokens);
@@ -142,7 +147,7 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
   args.batch = s.batch;
   args.seq_len_q = s.seq_len_q;
   args.num_heads_q = kHeadsQ;
-  args.num_heads_kv = kHeadsKv;
+  args.num_heads_kv = s.heads_kv;
   args.num_pages = num_pages;
   args.page_size = s.page_size;
   args.max_pages = pages_per_seq;
@@ -152,12 +157,12 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
   DeviceInfo gpu;
   gpu.fingerprint.sm_count = sm_count;
   const int heuristic = PagedSplits(PagedAttentionHeuristic(
-      {DType::kBF16, s.batch, kHeadsKv, kHeadsQ / kHeadsKv * s.seq_len_q,
+      {DType::kBF16, s.batch, s.heads_kv, kHeadsQ / s.heads_kv * s.seq_len_q,
        pages_per_seq * s.page_size, s.head_dim},
       gpu));
   auto launch = SelectPagedAttentionLaunch(DType::kBF16, s.head_dim, kPagedNumWarps[0]);
   if (!launch.ok()) return 1;
-  const double bytes = 2.0 * s.batch * s.tokens * kHeadsKv * s.head_dim * 2;
+  const double bytes = 2.0 * s.batch * s.tokens * s.heads_kv * s.head_dim * 2;
   std::vector<int> splits_list = {heuristic};
   for (int sp : {heuristic / 2, heuristic * 2}) {
     if (sp >= 1 && sp <= kPagedMaxSplits && sp != heuristic) splits_list.push_back(sp);
@@ -173,14 +178,23 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
         30);
     BENCH_CHECK(cudaDeviceSynchronize());
     const double pct = 100.0 * bytes / t / copy_bw;
-    std::printf("B=%-4ld tokens=%-6ld Sq=%ld D=%-3ld page=%-3ld splits=%-3d %9.1f us %6.0f GB/s "
-                "%5.1f%% of copy%s\n",
-                s.batch, s.tokens, s.seq_len_q, s.head_dim, s.page_size, splits, t * 1e6,
-                bytes / t * 1e-9, pct, splits == heuristic ? " (heuristic)" : "");
-    out.push_back({{"batch", s.batch}, {"tokens", s.tokens}, {"seq_len_q", s.seq_len_q},
-                   {"head_dim", s.head_dim}, {"page_size", s.page_size}, {"splits", splits},
-                   {"heuristic", splits == heuristic}, {"us", t * 1e6},
-                   {"kv_GBs", bytes / t * 1e-9}, {"copy_pct", pct}});
+    std::printf(
+        "B=%-4ld tokens=%-6ld Sq=%ld D=%-3ld page=%-3ld splits=%-3d %9.1f us %6.0f GB/s "
+        "%5.1f%% of copy%s%s\n",
+        s.batch, s.tokens, s.seq_len_q, s.head_dim, s.page_size, splits, t * 1e6, bytes / t * 1e-9,
+        pct, splits == heuristic ? " (heuristic)" : "",
+        s.heads_kv == 8 ? "" : absl::StrCat(" Hkv=", s.heads_kv).c_str());
+    out.push_back({{"batch", s.batch},
+                   {"tokens", s.tokens},
+                   {"seq_len_q", s.seq_len_q},
+                   {"head_dim", s.head_dim},
+                   {"page_size", s.page_size},
+                   {"heads_kv", s.heads_kv},
+                   {"splits", splits},
+                   {"heuristic", splits == heuristic},
+                   {"us", t * 1e6},
+                   {"kv_GBs", bytes / t * 1e-9},
+                   {"copy_pct", pct}});
   }
   return 0;
 }
@@ -190,10 +204,11 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
 int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
               nlohmann::json& out) {
   const int64_t page = 16, d = 128;
+  constexpr int64_t kAppendHeadsKv = 8;
   const int64_t pages_per_seq = (rows + page - 1) / page;
   const int64_t num_pages = batch * pages_per_seq;
-  const int64_t cache_elems = num_pages * page * kHeadsKv * d;
-  const int64_t new_elems = batch * rows * kHeadsKv * d;
+  const int64_t cache_elems = num_pages * page * kAppendHeadsKv * d;
+  const int64_t new_elems = batch * rows * kAppendHeadsKv * d;
   Buffer kc(static_cast<size_t>(cache_elems) * 2), vc(static_cast<size_t>(cache_elems) * 2);
   Buffer k(static_cast<size_t>(new_elems) * 2), v(static_cast<size_t>(new_elems) * 2);
   BENCH_CHECK(bench::FillRandom(k.ptr, new_elems, bench::FillType::kBF16, 4, nullptr));
@@ -215,7 +230,7 @@ int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
   args.cache_seqlens = static_cast<const int32_t*>(lens.ptr);
   args.batch = batch;
   args.seq_len_q = rows;
-  args.num_heads_kv = kHeadsKv;
+  args.num_heads_kv = kAppendHeadsKv;
   args.head_dim = d;
   args.page_size = page;
   args.max_pages = pages_per_seq;

@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -584,8 +585,18 @@ cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, vo
   const int64_t grid_y = args.num_heads_kv * p.row_groups;
   if (grid_y > 65535 || args.batch > 65535) return cudaErrorInvalidConfiguration;
   auto* kernel = &paged::PagedAttentionKernel<T, kHeadDim, kWarps>;
-  KS_PAGED_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(Tl::kSmemBytes)));
+  // The shared-memory limit is a per-device property of the function: raising it on every launch
+  // costs a driver call per decode step, so each instance remembers (one bit per device ordinal)
+  // the devices it has already been raised on. A lost race only repeats the idempotent call.
+  static std::atomic<uint64_t> smem_set_on_devices{0};
+  int device = 0;
+  KS_PAGED_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (smem_set_on_devices.load(std::memory_order_acquire) & bit) == 0) {
+    KS_PAGED_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Tl::kSmemBytes)));
+    smem_set_on_devices.fetch_or(bit, std::memory_order_release);
+  }
   const dim3 grid(num_splits, static_cast<unsigned>(grid_y), static_cast<unsigned>(args.batch));
   kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, stream>>>(p);
   KS_PAGED_RETURN_IF_ERROR(cudaGetLastError());
