@@ -39,13 +39,13 @@ namespace {
 using namespace kernelserve;        // NOLINT(build/namespaces): a benchmark's main file
 using namespace kernelserve::cuda;  // NOLINT(build/namespaces)
 
-#define BENCH_CHECK(call)                                                              \
-  do {                                                                                 \
-    const cudaError_t bench_error = (call);                                            \
-    if (bench_error != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(bench_error));       \
-      return 1;                                                                        \
-    }                                                                                  \
+#define BENCH_CHECK(call)                                                       \
+  do {                                                                          \
+    const cudaError_t bench_error = (call);                                     \
+    if (bench_error != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(bench_error)); \
+      return 1;                                                                 \
+    }                                                                           \
   } while (0)
 
 // Device memory freed at scope end.
@@ -133,8 +133,8 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
   BENCH_CHECK(cudaMemcpy(tables.ptr, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> len_values(static_cast<size_t>(s.batch),
                                         static_cast<int32_t>(s.tokens));
-  BENCH_CHECK(cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4,
-                         cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4, cudaMemcpyHostToDevice));
   const int64_t q_elems = s.batch * s.seq_len_q * kHeadsQ * s.head_dim;
   Buffer q(static_cast<size_t>(q_elems) * 2), o(static_cast<size_t>(q_elems) * 2);
   BENCH_CHECK(bench::FillRandom(q.ptr, q_elems, bench::FillType::kBF16, 3, nullptr));
@@ -219,8 +219,8 @@ int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
   Buffer table(order.size() * 4), lens(static_cast<size_t>(batch) * 4);
   BENCH_CHECK(cudaMemcpy(table.ptr, order.data(), order.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> len_values(static_cast<size_t>(batch), static_cast<int32_t>(rows));
-  BENCH_CHECK(cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4,
-                         cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4, cudaMemcpyHostToDevice));
   PagedAppendArgs args;
   args.k = k.ptr;
   args.v = v.ptr;
@@ -239,10 +239,13 @@ int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
   const double t = MedianSeconds([&](int) { (*append)(args, nullptr); }, 30);
   BENCH_CHECK(cudaDeviceSynchronize());
   const double moved = 2.0 * 2.0 * static_cast<double>(new_elems) * 2;  // k and v, read + write
-  std::printf("append B=%-4ld rows=%-5ld %9.1f us %6.0f GB/s moved %5.1f%% of copy\n", batch,
-              rows, t * 1e6, moved / t * 1e-9, 100.0 * moved / t / copy_bw);
-  out.push_back({{"batch", batch}, {"rows", rows}, {"us", t * 1e6},
-                 {"moved_GBs", moved / t * 1e-9}, {"copy_pct", 100.0 * moved / t / copy_bw}});
+  std::printf("append B=%-4ld rows=%-5ld %9.1f us %6.0f GB/s moved %5.1f%% of copy\n", batch, rows,
+              t * 1e6, moved / t * 1e-9, 100.0 * moved / t / copy_bw);
+  out.push_back({{"batch", batch},
+                 {"rows", rows},
+                 {"us", t * 1e6},
+                 {"moved_GBs", moved / t * 1e-9},
+                 {"copy_pct", 100.0 * moved / t / copy_bw}});
   return 0;
 }
 
@@ -261,7 +264,8 @@ int main(int argc, char** argv) {
     copy_bw = 2.0 * static_cast<double>(copy_bytes) / t;
   }
   std::printf("%s: device copy %.0f GB/s (read + write)\n", prop.name, copy_bw * 1e-9);
-  nlohmann::json result = {{"device", prop.name}, {"copy_GBs", copy_bw * 1e-9},
+  nlohmann::json result = {{"device", prop.name},
+                           {"copy_GBs", copy_bw * 1e-9},
                            {"attention", nlohmann::json::array()},
                            {"append", nlohmann::json::array()}};
   std::mt19937_64 rng(9);

@@ -188,13 +188,14 @@ absl::Status CopyUpdatedInputs(const CallPlan& plan, const RegionRefs& refs, Ten
     if (!IsUpdated(plan.kernel->schema(), name)) continue;
     Tensor& tensor = inputs.at(name);
     if (tensor.device() >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", name, "' is updated in place by ", plan.kernel->name(),
-          " and may not be in a CUDA region ('", ref.region, "'); send it inline or in a system "
-          "region, or name a resident tensor to have the update kept"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "' is updated in place by ", plan.kernel->name(),
+                       " and may not be in a CUDA region ('", ref.region,
+                       "'); send it inline or in a system "
+                       "region, or name a resident tensor to have the update kept"));
     }
-    KS_ASSIGN_OR_RETURN(tensor, Tensor::FromBytes(tensor.dtype(), tensor.shape(),
-                                                  std::string(tensor.bytes())));
+    KS_ASSIGN_OR_RETURN(
+        tensor, Tensor::FromBytes(tensor.dtype(), tensor.shape(), std::string(tensor.bytes())));
   }
   return absl::OkStatus();
 }
@@ -213,10 +214,10 @@ absl::Status TakeResident(const ResidentTensors* resident, const Caller& caller,
   }
   KS_ASSIGN_OR_RETURN(auto stated, StatedSpecs(request, refs.resident_inputs));
   call.lease = std::make_shared<ResidentLease>(resident);
-  KS_ASSIGN_OR_RETURN(TensorMap inputs,
-                      InputsFromResident(resident, caller, call.plan.kernel->schema(),
-                                         refs.resident_inputs, stated, call.plan.ordinal(),
-                                         call.regions.get(), call.lease.get()));
+  KS_ASSIGN_OR_RETURN(
+      TensorMap inputs,
+      InputsFromResident(resident, caller, call.plan.kernel->schema(), refs.resident_inputs, stated,
+                         call.plan.ordinal(), call.regions.get(), call.lease.get()));
   call.inputs.merge(inputs);
   return OutputsToResident(resident, caller, call.plan, refs.resident_outputs, refs.resident_inputs,
                            &call.output_spans, call.regions.get(), call.lease.get());

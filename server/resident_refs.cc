@@ -62,10 +62,10 @@ absl::Status CheckUpdatedWhereCallRuns(const ResidentTensor& tensor, int device,
                                        const std::string& what) {
   if (tensor.device() == device) return absl::OkStatus();
   auto where = [](int d) { return d < 0 ? std::string("the host") : absl::StrCat("GPU ", d); };
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " is updated in place by the kernel, but ", Place(tensor), " is on ",
-      where(tensor.device()), " and the call runs on ", where(device),
-      "; create the tensor where the call runs, or run the call there"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " is updated in place by the kernel, but ", Place(tensor), " is on ",
+                   where(tensor.device()), " and the call runs on ", where(device),
+                   "; create the tensor where the call runs, or run the call there"));
 }
 
 }  // namespace

@@ -26,9 +26,9 @@ absl::Status CheckSameDtype(const TensorSpecMap& inputs, DType dtype) {
   for (const char* name : {"k_cache", "v_cache", "k", "v"}) {
     auto it = inputs.find(name);
     if (it == inputs.end() || it->second.dtype == dtype) continue;
-    return Invalid(name, absl::StrCat("dtype ", Sv(DTypeName(it->second.dtype)),
-                                      " differs from q's ", Sv(DTypeName(dtype)),
-                                      ": expected q, the caches and k, v of one dtype"));
+    return Invalid(
+        name, absl::StrCat("dtype ", Sv(DTypeName(it->second.dtype)), " differs from q's ",
+                           Sv(DTypeName(dtype)), ": expected q, the caches and k, v of one dtype"));
   }
   return absl::OkStatus();
 }
@@ -42,8 +42,8 @@ absl::Status AnalyzeQAndCaches(const TensorSpecMap& inputs, PagedAttentionProble
   p.num_heads_q = q[2];
   p.head_dim = q[3];
   if (p.head_dim < 1 || p.head_dim > kMaxHeadDim) {
-    return Invalid("q", absl::StrCat("head dim D = ", p.head_dim, ": expected 1 <= D <= ",
-                                     kMaxHeadDim));
+    return Invalid("q",
+                   absl::StrCat("head dim D = ", p.head_dim, ": expected 1 <= D <= ", kMaxHeadDim));
   }
   if (p.seq_len_q < 1) return Invalid("q", "Sq = 0: expected at least one query token");
   if (inputs.at("v_cache").shape != kc) {
@@ -58,9 +58,9 @@ absl::Status AnalyzeQAndCaches(const TensorSpecMap& inputs, PagedAttentionProble
     return Invalid("k_cache", absl::StrCat("head dim ", kc[3], " differs from q's ", p.head_dim));
   }
   if (p.num_heads_kv < 1 || p.num_heads_q % p.num_heads_kv != 0) {
-    return Invalid("k_cache", absl::StrCat("q has ", p.num_heads_q, " heads, the cache ",
-                                           p.num_heads_kv,
-                                           ": Hq must be a multiple of Hkv (both >= 1)"));
+    return Invalid("k_cache",
+                   absl::StrCat("q has ", p.num_heads_q, " heads, the cache ", p.num_heads_kv,
+                                ": Hq must be a multiple of Hkv (both >= 1)"));
   }
   return absl::OkStatus();
 }
@@ -90,8 +90,8 @@ absl::Status AnalyzeAppend(const TensorSpecMap& inputs, PagedAttentionProblem& p
   const Shape expected = {p.batch, p.seq_len_q, p.num_heads_kv, p.head_dim};
   for (const char* name : {"k", "v"}) {
     if (inputs.at(name).shape != expected) {
-      return Invalid(name, absl::StrCat("expected [B,Sq,Hkv,D] = ", ShapeString(expected),
-                                        ", got ", ShapeString(inputs.at(name).shape)));
+      return Invalid(name, absl::StrCat("expected [B,Sq,Hkv,D] = ", ShapeString(expected), ", got ",
+                                        ShapeString(inputs.at(name).shape)));
     }
   }
   p.append = true;
@@ -117,15 +117,15 @@ absl::Status CheckLengths(const PagedAttentionProblem& p, const std::vector<int6
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t len = lens[static_cast<size_t>(b)];
     if (len < 0 || len > capacity) {
-      return Invalid("cache_seqlens",
-                     absl::StrCat("sequence ", b, " has length ", len, ": expected 0 <= L <= ",
-                                  capacity, " (max_pages ", p.max_pages, " x page_size ",
-                                  p.page_size, ")"));
+      return Invalid(
+          "cache_seqlens",
+          absl::StrCat("sequence ", b, " has length ", len, ": expected 0 <= L <= ", capacity,
+                       " (max_pages ", p.max_pages, " x page_size ", p.page_size, ")"));
     }
     if (p.append && len > 0 && len < p.seq_len_q) {
       return Invalid("cache_seqlens",
-                     absl::StrCat("sequence ", b, " has length ", len, " but appends ",
-                                  p.seq_len_q, " new tokens: expected L = 0 (empty) or L >= Sq"));
+                     absl::StrCat("sequence ", b, " has length ", len, " but appends ", p.seq_len_q,
+                                  " new tokens: expected L = 0 (empty) or L >= Sq"));
     }
   }
   return absl::OkStatus();
@@ -142,19 +142,19 @@ absl::Status CheckPages(const PagedAttentionProblem& p, const std::vector<int64_
     for (int64_t i = 0; i < used; ++i) {
       const int64_t page = table[static_cast<size_t>(b * p.max_pages + i)];
       if (page < 0 || page >= p.num_pages) {
-        return Invalid("block_table", absl::StrCat("entry [", b, ",", i, "] = ", page,
-                                                   ": expected a page in [0, ", p.num_pages,
-                                                   ") (sequence ", b, " has ", len, " tokens)"));
+        return Invalid("block_table",
+                       absl::StrCat("entry [", b, ",", i, "] = ", page, ": expected a page in [0, ",
+                                    p.num_pages, ") (sequence ", b, " has ", len, " tokens)"));
       }
     }
     if (!p.append || len == 0) continue;
     for (int64_t t = len - p.seq_len_q; t < len; ++t) {
       const int64_t page = table[static_cast<size_t>(b * p.max_pages + t / p.page_size)];
       if (!appended.insert(page * p.page_size + t % p.page_size).second) {
-        return Invalid("block_table",
-                       absl::StrCat("sequence ", b, " appends token ", t, " into slot ",
-                                    t % p.page_size, " of page ", page,
-                                    ", which another sequence of the call appends to too"));
+        return Invalid(
+            "block_table",
+            absl::StrCat("sequence ", b, " appends token ", t, " into slot ", t % p.page_size,
+                         " of page ", page, ", which another sequence of the call appends to too"));
       }
     }
   }

@@ -17,16 +17,16 @@ namespace kernelserve {
 
 // A paged attention call as the platforms see it. A value type.
 struct PagedAttentionProblem : Problem {
-  DType dtype = DType::kF32;        // of q, out, the caches, and k, v when appending
-  int64_t batch = 0;                // B
-  int64_t seq_len_q = 0;            // Sq: new query tokens per sequence
-  int64_t num_heads_q = 0;          // Hq
-  int64_t num_heads_kv = 0;         // Hkv, dividing Hq
-  int64_t head_dim = 0;             // D
-  int64_t num_pages = 0;            // pages in each cache
-  int64_t page_size = 0;            // tokens per page
-  int64_t max_pages = 0;            // block_table's columns: pages per sequence at most
-  bool append = false;              // k and v given: written into the cache first
+  DType dtype = DType::kF32;  // of q, out, the caches, and k, v when appending
+  int64_t batch = 0;          // B
+  int64_t seq_len_q = 0;      // Sq: new query tokens per sequence
+  int64_t num_heads_q = 0;    // Hq
+  int64_t num_heads_kv = 0;   // Hkv, dividing Hq
+  int64_t head_dim = 0;       // D
+  int64_t num_pages = 0;      // pages in each cache
+  int64_t page_size = 0;      // tokens per page
+  int64_t max_pages = 0;      // block_table's columns: pages per sequence at most
+  bool append = false;        // k and v given: written into the cache first
   // Attributes.
   bool causal = false;
   double softmax_scale = 0.0;    // resolved: 1/sqrt(D) when the attribute is 0 or absent

@@ -16,16 +16,16 @@ namespace kernelserve::cpu {
 // One call. Pointers are borrowed; the caller keeps them alive for the call. Token t of
 // sequence b is slot t % page_size of page block_table[b * max_pages + t / page_size].
 struct PagedAttentionArgs {
-  DType dtype = DType::kF32;          // of every float tensor: kF32, kF16 or kBF16
-  const void* q = nullptr;            // [batch, seq_len_q, Hq, D]
-  void* k_cache = nullptr;            // [num_pages, page_size, Hkv, D]; written by the append
-  void* v_cache = nullptr;            // [num_pages, page_size, Hkv, D]; written by the append
-  const int64_t* block_table = nullptr;  // [batch, max_pages], valid where used
+  DType dtype = DType::kF32;               // of every float tensor: kF32, kF16 or kBF16
+  const void* q = nullptr;                 // [batch, seq_len_q, Hq, D]
+  void* k_cache = nullptr;                 // [num_pages, page_size, Hkv, D]; written by the append
+  void* v_cache = nullptr;                 // [num_pages, page_size, Hkv, D]; written by the append
+  const int64_t* block_table = nullptr;    // [batch, max_pages], valid where used
   const int64_t* cache_seqlens = nullptr;  // [batch]
-  const void* k = nullptr;  // [batch, seq_len_q, Hkv, D] to append, or null
-  const void* v = nullptr;  // with k
-  void* out = nullptr;      // [batch, seq_len_q, Hq, D], written in full
-  float* lse = nullptr;     // [batch, Hq, seq_len_q], or null
+  const void* k = nullptr;                 // [batch, seq_len_q, Hkv, D] to append, or null
+  const void* v = nullptr;                 // with k
+  void* out = nullptr;                     // [batch, seq_len_q, Hq, D], written in full
+  float* lse = nullptr;                    // [batch, Hq, seq_len_q], or null
   int64_t batch = 0;
   int64_t seq_len_q = 0;
   int64_t num_heads_q = 0;

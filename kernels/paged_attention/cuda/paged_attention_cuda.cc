@@ -150,8 +150,7 @@ struct PagedAttentionCudaTraits {
                                                    Sv(DTypeName(p.dtype)),
                                                    " not supported; expected f16 or bf16"));
     }
-    return cuda::SelectPagedAttentionLaunch(p.dtype, p.head_dim, cuda::kPagedNumWarps[0])
-        .status();
+    return cuda::SelectPagedAttentionLaunch(p.dtype, p.head_dim, cuda::kPagedNumWarps[0]).status();
   }
   static KernelConfig Heuristic(const PagedAttentionProblem& p, const DeviceInfo& device) {
     return cuda::PagedAttentionHeuristic(cuda::PagedAttentionShapeOf(p), device);

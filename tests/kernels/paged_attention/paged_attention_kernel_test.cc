@@ -84,8 +84,7 @@ Tensor Slice(const Tensor& t, int64_t b) {
 
 // Checks the paged call's out and lse against flash_attention's CPU kernel over each
 // sequence's gathered cache (another implementation: float accumulation, dense layout).
-void ExpectMatchesDense(const Case& c, const TensorMap& in, const Attributes& params,
-                        double tol) {
+void ExpectMatchesDense(const Case& c, const TensorMap& in, const Attributes& params, double tol) {
   std::unique_ptr<Kernel> paged = MakePagedAttention();
   std::unique_ptr<Kernel> flash = MakeFlashAttention();
   Attributes with_lse = params;
@@ -239,8 +238,8 @@ TEST(PagedAttentionKernelTest, ShapesThatDisagreeAreRefusedNamingTheInput) {
       {"k", RandomTensor(c.dtype, {c.batch, c.sq, c.hkv + 1, c.d}, 1),
        "input 'k': expected [B,Sq,Hkv,D] = [3,1,2,16]"},
       {"q", RandomTensor(c.dtype, {c.batch, 0, c.hq, c.d}, 1), "input 'q': Sq = 0"},
-      {"block_table", Tensor::FromInts(DType::kI64, {c.batch, c.max_pages},
-                                       std::vector<int64_t>(18)),
+      {"block_table",
+       Tensor::FromInts(DType::kI64, {c.batch, c.max_pages}, std::vector<int64_t>(18)),
        "block_table"}};
   for (const Bad& bad : bads) {
     TensorMap in = good;
@@ -281,14 +280,16 @@ TEST(PagedAttentionKernelTest, IndexDataIsCheckedBeforeAnyRead) {
   table[2] = c.pages;  // sequence 0's third page (it has 7 tokens in pages of 3)
   bad_page["block_table"] = Tensor::FromInts(DType::kI32, {3, c.max_pages}, table);
   EXPECT_EQ(RunPaged(bad_page).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(RunPaged(bad_page).message(), HasSubstr("entry [0,2] = 24: expected a page in [0, 24)"));
+  EXPECT_THAT(RunPaged(bad_page).message(),
+              HasSubstr("entry [0,2] = 24: expected a page in [0, 24)"));
   TensorMap shared = in;
   table = in.at("block_table").ToInts();
   table[2 * c.max_pages + 5] = table[0 * c.max_pages + 2];  // both append into that page
   shared["cache_seqlens"] = Tensor::FromInts(DType::kI32, {3}, {8, 0, 17});
   shared["block_table"] = Tensor::FromInts(DType::kI32, {3, c.max_pages}, table);
   EXPECT_EQ(RunPaged(shared).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(RunPaged(shared).message(), HasSubstr("which another sequence of the call appends to"));
+  EXPECT_THAT(RunPaged(shared).message(),
+              HasSubstr("which another sequence of the call appends to"));
 }
 
 TEST(PagedAttentionKernelTest, SynthesizedInputsAreValidAndShuffled) {
