@@ -87,6 +87,10 @@ struct AttentionParams {
   int row_groups = 1;  // ceil(rows / 16)
   int rows = 0;        // G * Sq
   int group = 1;       // G = Hq / Hkv
+  // log2(page_size) when it is a power of two (a token's page and slot by shift and mask, not
+  // by two integer divisions per row of every tile: the kernel is bound by issued
+  // instructions), else -1.
+  int page_shift = -1;
   int window_left = -1;
   int window_right = -1;
   float scale_log2 = 0.0f;       // softmax_scale * log2(e), used without a soft cap
@@ -207,7 +211,9 @@ __device__ __forceinline__ void LoadTile(const AttentionParams& p, int b, int kv
     int64_t offset = 0;
     int bytes = 0;
     if (t < len) {
-      const int64_t slot = static_cast<int64_t>(table[t / page_size]) * page_size + t % page_size;
+      const int page_index = p.page_shift >= 0 ? t >> p.page_shift : t / page_size;
+      const int in_page = p.page_shift >= 0 ? t & (page_size - 1) : t % page_size;
+      const int64_t slot = static_cast<int64_t>(table[page_index]) * page_size + in_page;
       offset = (slot * p.args.num_heads_kv + kv_head) * kHeadDim + col * 8;
       bytes = 16;
     }
@@ -311,10 +317,14 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowI
       }
     }
     st.row_sum[h] = st.row_sum[h] * alpha + sum;
+    // Once a row's max settles, alpha is 1 on most tiles: skip the D/4 multiplies then (the
+    // whole warp agrees, so the branch does not diverge).
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
 #pragma unroll
-    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      st.o[dt][2 * h] *= alpha;
-      st.o[dt][2 * h + 1] *= alpha;
+      for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+        st.o[dt][2 * h] *= alpha;
+        st.o[dt][2 * h + 1] *= alpha;
+      }
     }
   }
 
@@ -575,6 +585,9 @@ cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, vo
   p.window_left = paged::ClampWindow(args.window_left);
   p.window_right = paged::ClampWindow(args.window_right);
   p.scale_log2 = args.softmax_scale * paged::kLog2e;
+  if ((args.page_size & (args.page_size - 1)) == 0) {
+    while ((int64_t{1} << (p.page_shift + 1)) <= args.page_size) ++p.page_shift;
+  }
   if (num_splits > 1) {
     const size_t rows = static_cast<size_t>(args.batch * args.num_heads_q * args.seq_len_q);
     p.partial_out = static_cast<float*>(workspace);
