@@ -349,7 +349,9 @@ void ExpectConfigSchemasListed(const v1::ListKernelsResponse& kernels) {
     EXPECT_TRUE(threads.named());
     EXPECT_EQ(threads.default_value(), "0: one per hardware thread");
     EXPECT_EQ(threads.doc(), "the cpu platform's worker threads");
-    if (!paged) EXPECT_FALSE(cpu.fields(0).named());
+    if (!paged) {
+      EXPECT_FALSE(cpu.fields(0).named());
+    }
   }
 }
 

@@ -84,6 +84,9 @@ const char* Datatype(DType dtype) {
       return "INT64";
     case DType::kBool:
       return "BOOL";
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return "";  // KServe v2 has no fp8 datatype
   }
   return "";
 }

@@ -109,7 +109,8 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 // most kMaxRounds rounds of resident blocks (PagedBlocksPerSm per SM), the heuristic takes the
 // one whose rounds keep the most block slots busy (B * Hkv * row_groups * splits close to a
 // whole number of rounds, so that no half-empty last round doubles the time), the smallest
-// within kUtilizationSlack of the best: fewer splits mean less partial output to combine. One
+// within kUtilizationSlack of the best (relative: a batch that fills a few slots at most must
+// not take one split because every option's share is small): fewer splits mean less partial output to combine. One
 // split when the batch alone fills the device.
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
@@ -128,7 +129,7 @@ KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const Dev
   }
   int chosen = 1;
   for (const auto& [s, u] : options) {
-    if (u >= best - kUtilizationSlack) {
+    if (u >= best * (1.0 - kUtilizationSlack)) {
       chosen = s;
       break;
     }

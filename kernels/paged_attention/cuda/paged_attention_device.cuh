@@ -62,8 +62,9 @@ struct Tiling {
   static constexpr int kTileN = kWarps * kWarpTokens;
   static constexpr int kStride = kHeadDim + 8;  // elements per smem row
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte vectors per row
-  // Tiles in flight: about 64 KiB of copies per block, within the 227 KiB of an SM.
-  static constexpr int kStages = kHeadDim >= 256 ? 2 : (kHeadDim >= 128 ? 3 : 4);
+  // Two tiles per block (one in flight while the other is computed): a small ring lets more
+  // blocks share an SM (PagedBlocksPerSm), which is what keeps enough copies in flight.
+  static constexpr int kStages = 2;
   static constexpr size_t kQBytes = size_t{kRows} * kStride * 2;
   static constexpr size_t kTileElems = size_t{kTileN} * kStride;  // K (then V) of one stage
   static constexpr size_t kPipeBytes = size_t{kStages} * 2 * kTileElems * 2;

@@ -33,10 +33,15 @@ inline constexpr int kPagedRowsPerBlock = 16;
 // Tokens per warp per tile.
 inline constexpr int kPagedTokensPerWarp = 16;
 
-// Attention blocks resident on one SM by their shared memory (paged_attention_device.cuh
-// checks its layout against this): about 76 KiB (D 64) and 109 KiB (D 128) fit twice in the
-// 228 KiB of an H100 SM, 143 KiB (D 256) once.
-constexpr int PagedBlocksPerSm(int64_t head_dim) { return head_dim >= 256 ? 1 : 2; }
+// Attention blocks resident on one SM (paged_attention_device.cuh checks its shared memory
+// against this): a two-stage ring of about 40 KiB (D 64), 75 KiB (D 128) and 143 KiB (D 256)
+// per block in the 228 KiB of an SM, D 64 held to 4 by registers (116 per thread). More
+// resident blocks beat deeper rings here: with three stages and two blocks per SM the kernel read
+// 59-63% of the copy bandwidth at D 128, with two stages and three blocks 73-83% (H200,
+// 2026-11-28, docs/PERFORMANCE_LOG.md).
+constexpr int PagedBlocksPerSm(int64_t head_dim) {
+  return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
+}
 
 }  // namespace kernelserve::cuda
 

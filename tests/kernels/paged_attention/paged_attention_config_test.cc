@@ -111,14 +111,14 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapes) {
   const DeviceInfo h100 = Gpu(132);
   // Batch 1, 8 kv heads, 4k tokens: 8 blocks per split; 4096 / 256 = 16 splits at most.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 4096, 128}, h100)), 16);
-  // Batch 1, 8 kv heads, 128k tokens: 32 and 64 splits both fill whole rounds of 264 slots
-  // (2 per SM) to 97%; the smaller wins.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)), 32);
+  // Batch 1, 8 kv heads, 128k tokens: 48 splits fill 384 of the 396 slots (3 per SM at D 128),
+  // 97%; 32 would leave a third of them idle.
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)), 48);
   // Batch 64 x 8 kv heads = 512 blocks: already two rounds.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 64, 8, 4, 4096, 128}, h100)), 1);
-  // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots, 3 would leave a
+  // Batch 16 x 8 kv heads = 128 blocks: 3 splits fill 384 of 396 slots, 4 would leave a
   // second round mostly empty.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 128}, h100)), 2);
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 128}, h100)), 3);
   // D 256: one block per SM, 132 slots: 128 blocks already fill them.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 256}, h100)), 1);
   // Short sequences never split.
