@@ -71,10 +71,8 @@ absl::Status CheckUpdatedWhereCallRuns(const ResidentTensor& tensor, int device,
 }  // namespace
 
 bool IsUpdated(const KernelSchema& schema, const std::string& input) {
-  for (const InputSchema& declared : schema.inputs) {
-    if (declared.name == input) return declared.updated;
-  }
-  return false;
+  const InputSchema* declared = schema.FindInput(input);
+  return declared != nullptr && declared->updated;
 }
 
 absl::StatusOr<TensorMap> InputsFromResident(const ResidentTensors* resident, const Caller& caller,
