@@ -1,6 +1,8 @@
 #include "kernels/paged_attention/paged_attention_kernel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <set>
@@ -22,15 +24,45 @@ absl::Status Invalid(const std::string& input, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("input '", input, "': ", what));
 }
 
-absl::Status CheckSameDtype(const TensorSpecMap& inputs, DType dtype) {
-  for (const char* name : {"k_cache", "v_cache", "k", "v"}) {
+absl::Status CheckSameDtype(const TensorSpecMap& inputs, DType dtype,
+                            std::initializer_list<const char*> names) {
+  for (const char* name : names) {
     auto it = inputs.find(name);
     if (it == inputs.end() || it->second.dtype == dtype) continue;
-    return Invalid(
-        name, absl::StrCat("dtype ", Sv(DTypeName(it->second.dtype)), " differs from q's ",
-                           Sv(DTypeName(dtype)), ": expected q, the caches and k, v of one dtype"));
+    return Invalid(name, absl::StrCat("dtype ", Sv(DTypeName(it->second.dtype)),
+                                      " differs from q's ", Sv(DTypeName(dtype)),
+                                      ": expected q, the caches and k, v of one dtype (or both "
+                                      "caches fp8 with q in f16 or bf16)"));
   }
   return absl::OkStatus();
+}
+
+// fp8 caches: both of one fp8 dtype, with q in f16 or bf16 (fp8 caches serve 16-bit models, and
+// the GPU kernels, which take f16 and bf16 q alone, are written to that contract).
+absl::Status CheckFp8Caches(const TensorSpecMap& inputs, const PagedAttentionProblem& p) {
+  if (p.dtype != DType::kF16 && p.dtype != DType::kBF16) {
+    return Invalid("k_cache",
+                   absl::StrCat("dtype ", Sv(DTypeName(p.cache_dtype)), " with q ",
+                                Sv(DTypeName(p.dtype)), ": fp8 caches need q in f16 or bf16"));
+  }
+  const DType v_dtype = inputs.at("v_cache").dtype;
+  if (v_dtype != p.cache_dtype) {
+    return Invalid("v_cache", absl::StrCat("dtype ", Sv(DTypeName(v_dtype)),
+                                           " differs from k_cache's ", Sv(DTypeName(p.cache_dtype)),
+                                           ": expected both fp8 caches of one dtype"));
+  }
+  return absl::OkStatus();
+}
+
+// Sets p.dtype and p.cache_dtype: the caches of q's dtype or both of one fp8 dtype; k and v
+// of q's dtype.
+absl::Status AnalyzeDtypes(const TensorSpecMap& inputs, PagedAttentionProblem& p) {
+  p.dtype = inputs.at("q").dtype;
+  p.cache_dtype = inputs.at("k_cache").dtype;
+  KS_RETURN_IF_ERROR(IsFp8(p.cache_dtype)
+                         ? CheckFp8Caches(inputs, p)
+                         : CheckSameDtype(inputs, p.dtype, {"k_cache", "v_cache"}));
+  return CheckSameDtype(inputs, p.dtype, {"k", "v"});
 }
 
 // Fills the sizes of `p` from q and the caches.
@@ -98,14 +130,34 @@ absl::Status AnalyzeAppend(const TensorSpecMap& inputs, PagedAttentionProblem& p
   return absl::OkStatus();
 }
 
+// k_scale and v_scale: [Hkv], with fp8 caches only (other caches hold their values as they are).
+absl::Status AnalyzeScales(const TensorSpecMap& inputs, PagedAttentionProblem& p) {
+  for (const char* name : {"k_scale", "v_scale"}) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) continue;
+    if (!IsFp8(p.cache_dtype)) {
+      return Invalid(name, absl::StrCat(name, " applies to fp8 caches only; the caches are ",
+                                        Sv(DTypeName(p.cache_dtype))));
+    }
+    const Shape expected = {p.num_heads_kv};
+    if (it->second.shape != expected) {
+      return Invalid(name, absl::StrCat("expected [Hkv] = ", ShapeString(expected), ", got ",
+                                        ShapeString(it->second.shape)));
+    }
+  }
+  p.has_k_scale = inputs.contains("k_scale");
+  p.has_v_scale = inputs.contains("v_scale");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PagedAttentionProblem> AnalyzeRules(const TensorSpecMap& inputs,
                                                    const Attributes& attrs) {
   PagedAttentionProblem p;
-  p.dtype = inputs.at("q").dtype;
-  KS_RETURN_IF_ERROR(CheckSameDtype(inputs, p.dtype));
+  KS_RETURN_IF_ERROR(AnalyzeDtypes(inputs, p));
   KS_RETURN_IF_ERROR(AnalyzeQAndCaches(inputs, p));
   KS_RETURN_IF_ERROR(AnalyzeIndex(inputs, p));
   KS_RETURN_IF_ERROR(AnalyzeAppend(inputs, p));
+  KS_RETURN_IF_ERROR(AnalyzeScales(inputs, p));
   ReadAttentionParams(PagedAttentionSchema(), attrs, p);
   return p;
 }
@@ -161,10 +213,29 @@ absl::Status CheckPages(const PagedAttentionProblem& p, const std::vector<int64_
   return absl::OkStatus();
 }
 
+// InvalidArgument unless every given scale is finite and positive: the append divides by it,
+// and a zero, negative or non-finite scale stands for no quantization of the cache's values.
+absl::Status CheckScales(const TensorMap& inputs) {
+  for (const char* name : {"k_scale", "v_scale"}) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) continue;
+    for (int64_t h = 0; h < it->second.numel(); ++h) {
+      const float scale = it->second.GetFloat(h);
+      if (!std::isfinite(scale) || scale <= 0.0f) {
+        return Invalid(name,
+                       absl::StrCat("head ", h, " has scale ", scale, ": expected finite and > 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const KernelSchema& PagedAttentionSchema() {
   const std::vector<DType> floats = {DType::kF32, DType::kF16, DType::kBF16};
+  const std::vector<DType> caches = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                     DType::kF8E5M2};
   static const KernelSchema* const schema = new KernelSchema{
       .name = "paged_attention",
       .version = 1,
@@ -172,15 +243,15 @@ const KernelSchema& PagedAttentionSchema() {
       .inputs = {{"q", true, floats, {4}, "[B,Sq,Hq,D]", "the new tokens' queries; D <= 256"},
                  {"k_cache",
                   true,
-                  floats,
+                  caches,
                   {4},
                   "[P,page_size,Hkv,D]",
-                  "key pages, dtype of q; updated where k is given",
+                  "key pages, dtype of q or fp8 (q f16 or bf16); updated where k is given",
                   false,
                   true},
                  {"v_cache",
                   true,
-                  floats,
+                  caches,
                   {4},
                   "shape of k_cache",
                   "value pages; updated where v is given",
@@ -199,7 +270,19 @@ const KernelSchema& PagedAttentionSchema() {
                   "[B]",
                   "tokens in each sequence's cache, the new ones included; 0 = empty"},
                  {"k", false, floats, {4}, "[B,Sq,Hkv,D]", "new keys to append (with v)"},
-                 {"v", false, floats, {4}, "[B,Sq,Hkv,D]", "new values to append (with k)"}},
+                 {"v", false, floats, {4}, "[B,Sq,Hkv,D]", "new values to append (with k)"},
+                 {"k_scale",
+                  false,
+                  {DType::kF32},
+                  {1},
+                  "[Hkv]",
+                  "fp8 caches only: value = cache * scale[h]; default 1"},
+                 {"v_scale",
+                  false,
+                  {DType::kF32},
+                  {1},
+                  "[Hkv]",
+                  "fp8 caches only: value = cache * scale[h]; default 1"}},
       .outputs = {{"out", "dtype of q", "shape of q", "the attention output"},
                   {"lse", "f32", "[B,Hq,Sq]",
                    "natural-log sum of exp of each row's logits; with return_lse"}},
@@ -238,7 +321,8 @@ absl::Status PagedAttentionKernel::ValidateData(const Problem& problem,
   const auto& p = ProblemAs<PagedAttentionProblem>(problem);
   const std::vector<int64_t> lens = inputs.at("cache_seqlens").ToInts();
   KS_RETURN_IF_ERROR(CheckLengths(p, lens));
-  return CheckPages(p, lens, inputs.at("block_table").ToInts());
+  KS_RETURN_IF_ERROR(CheckPages(p, lens, inputs.at("block_table").ToInts()));
+  return CheckScales(inputs);
 }
 
 TensorSpecMap PagedAttentionKernel::OutputSpecs(const Problem& problem) const {
@@ -274,6 +358,13 @@ absl::StatusOr<TensorMap> PagedAttentionKernel::SynthesizeInputs(const Problem& 
   }
   inputs["block_table"] = Tensor::FromInts(DType::kI32, {p.batch, p.max_pages}, table);
   inputs["cache_seqlens"] = Tensor::FromInts(DType::kI32, {p.batch}, lens);
+  // The default's fp8 caches hold finite values in [-1, 1]; scales must be positive.
+  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
+  for (const char* name : {"k_scale", "v_scale"}) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) continue;
+    for (int64_t h = 0; h < it->second.numel(); ++h) it->second.SetFloat(h, scale(rng));
+  }
   return inputs;
 }
 

@@ -1551,6 +1551,48 @@ class ResidentTensorTest(unittest.TestCase):
         np.testing.assert_array_equal(mine, k_pages)
         np.testing.assert_allclose(r2.out, r.out, rtol=1e-6, atol=1e-7)
 
+    def test_paged_decode_loop_over_fp8_caches_with_scales(self):
+        # fp8 caches (e4m3) with a scale per kv head, bf16 q, k, v: the server appends
+        # fp8(float(x) / scale[h]) and attends over float(cache) * scale[h].
+        pages, page_size, hkv, hq, d, batch = 12, 4, 2, 4, 8, 3
+        f8, bf16 = kernelserve.float8_e4m3fn, kernelserve.bfloat16
+        k_scale = np.array([0.75, 1.5], np.float32)
+        v_scale = np.array([1.25, 0.625], np.float32)
+        k_pages = uniform(self.rng, (pages, page_size, hkv, d)).astype(f8)
+        v_pages = uniform(self.rng, (pages, page_size, hkv, d)).astype(f8)
+        table = self.rng.permutation(pages).astype(np.int32).reshape(batch, 4)
+        lens = np.array([3, 0, 6], np.int32)
+        kc = self.client.create_tensor(k_pages, name="k-pages-fp8")
+        vc = self.client.create_tensor(v_pages, name="v-pages-fp8")
+
+        def dequantized(pool, scale, b):
+            t = np.arange(lens[b])
+            return (pool[table[b, t // page_size], t % page_size].astype(np.float64)
+                    * scale[None, :, None])[None]
+
+        for step in range(2):
+            lens = np.where(lens > 0, lens + 1, 0).astype(np.int32)
+            q = uniform(self.rng, (batch, 1, hq, d)).astype(bf16)
+            k = uniform(self.rng, (batch, 1, hkv, d), np.float32).astype(bf16)
+            v = uniform(self.rng, (batch, 1, hkv, d), np.float32).astype(bf16)
+            r = self.client.paged_attention(q, kc, vc, table, lens, k=k, v=v, k_scale=k_scale,
+                                            v_scale=v_scale, return_lse=True)
+            self.assertEqual(r.out.dtype, bf16)
+            for b in np.flatnonzero(lens):  # quantized as the server does: the quotient in f32
+                t = lens[b] - 1
+                page, slot = table[b, t // page_size], t % page_size
+                k_pages[page, slot] = (k[b, 0].astype(np.float32) / k_scale[:, None]).astype(f8)
+                v_pages[page, slot] = (v[b, 0].astype(np.float32) / v_scale[:, None]).astype(f8)
+            self.assertEqual(kc.read().tobytes(), k_pages.tobytes(), f"step {step}")
+            self.assertEqual(vc.read().tobytes(), v_pages.tobytes(), f"step {step}")
+            for b in np.flatnonzero(lens):
+                want, lse = references.attention(q[b:b + 1].astype(np.float32),
+                                                 dequantized(k_pages, k_scale, b),
+                                                 dequantized(v_pages, v_scale, b))
+                np.testing.assert_allclose(r.out[b:b + 1].astype(np.float32), want, rtol=1e-2,
+                                           atol=1e-2, err_msg=f"step {step} sequence {b}")
+                np.testing.assert_allclose(r.lse[b:b + 1], lse, rtol=1e-5, atol=1e-5)
+
     def test_write_rows_and_bytes_then_read_rows(self):
         t = self.client.create_tensor(None, name="rows", shape=(5, 3))
         rows = uniform(self.rng, (2, 3))

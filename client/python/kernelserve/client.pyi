@@ -571,6 +571,8 @@ class Client:
             *,
             k: _Optional[_Input] = None,
             v: _Optional[_Input] = None,
+            k_scale: _Optional[_Input] = None,
+            v_scale: _Optional[_Input] = None,
             causal: bool = False,
             softmax_scale: float = 0.0,
             window_left: int = -1,
@@ -589,15 +591,20 @@ class Client:
 
         Inputs:
           q: f32|f16|bf16 [B,Sq,Hq,D]: the new tokens' queries; D <= 256
-          k_cache: f32|f16|bf16 [P,page_size,Hkv,D]: key pages, dtype of q; updated where
-              k is given
-          v_cache: f32|f16|bf16 shape of k_cache: value pages; updated where v is given
+          k_cache: f32|f16|bf16|f8_e4m3|f8_e5m2 [P,page_size,Hkv,D]: key pages, dtype of q
+              or fp8 (q f16 or bf16); updated where k is given
+          v_cache: f32|f16|bf16|f8_e4m3|f8_e5m2 shape of k_cache: value pages; updated
+              where v is given
           block_table: i32 [B,max_pages]: page of each sequence's token t: block_table[b,
               t / page_size]
           cache_seqlens: i32 [B]: tokens in each sequence's cache, the new ones included;
               0 = empty
           k (optional): f32|f16|bf16 [B,Sq,Hkv,D]: new keys to append (with v)
           v (optional): f32|f16|bf16 [B,Sq,Hkv,D]: new values to append (with k)
+          k_scale (optional): f32 [Hkv]: fp8 caches only: value = cache * scale[h];
+              default 1
+          v_scale (optional): f32 [Hkv]: fp8 caches only: value = cache * scale[h];
+              default 1
         Params:
           causal: bool = False: query i (at position L - Sq + i) sees keys t <= L - Sq + i
           softmax_scale: float = 0.0: scale of q k^T; 0 = 1/sqrt(D)

@@ -27,13 +27,23 @@ KernelConfig CpuConfig(int threads) {
 // server made this call's own (inline data) or holds for writing (a resident tensor).
 void* Updated(const Tensor& tensor) { return const_cast<void*>(tensor.data()); }
 
-// Points the args at the inputs (which outlive it), copies the index data as int64 and
-// allocates the outputs. Not thread-safe (see PreparedRun).
+// A scale input's values (copied: an input's bytes need not be aligned for float), or none.
+std::vector<float> ScalesOf(const TensorMap& inputs, const char* name) {
+  auto it = inputs.find(name);
+  return it == inputs.end() ? std::vector<float>() : it->second.ToFloats();
+}
+
+// Points the args at the inputs (which outlive it), copies the index data as int64 and the
+// scales, and allocates the outputs. Not thread-safe (see PreparedRun).
 class PagedAttentionCpuRun : public cpu::CpuRun {
  public:
   PagedAttentionCpuRun(const PagedAttentionProblem& p, const TensorMap& inputs)
-      : table_(inputs.at("block_table").ToInts()), lens_(inputs.at("cache_seqlens").ToInts()) {
+      : table_(inputs.at("block_table").ToInts()),
+        lens_(inputs.at("cache_seqlens").ToInts()),
+        k_scale_(ScalesOf(inputs, "k_scale")),
+        v_scale_(ScalesOf(inputs, "v_scale")) {
     args_.dtype = p.dtype;
+    args_.cache_dtype = p.cache_dtype;
     args_.q = inputs.at("q").data();
     args_.k_cache = Updated(inputs.at("k_cache"));
     args_.v_cache = Updated(inputs.at("v_cache"));
@@ -43,6 +53,8 @@ class PagedAttentionCpuRun : public cpu::CpuRun {
       args_.k = inputs.at("k").data();
       args_.v = inputs.at("v").data();
     }
+    if (p.has_k_scale) args_.k_scale = k_scale_.data();
+    if (p.has_v_scale) args_.v_scale = v_scale_.data();
     args_.batch = p.batch;
     args_.seq_len_q = p.seq_len_q;
     args_.num_heads_q = p.num_heads_q;
@@ -73,7 +85,9 @@ class PagedAttentionCpuRun : public cpu::CpuRun {
  private:
   const std::vector<int64_t> table_;
   const std::vector<int64_t> lens_;
-  cpu::PagedAttentionArgs args_;  // points into the inputs, table_, lens_ and the outputs
+  const std::vector<float> k_scale_;  // empty when not given
+  const std::vector<float> v_scale_;
+  cpu::PagedAttentionArgs args_;  // points into the inputs, table_, lens_, the scales, the outputs
 };
 
 // Multiply-adds of a call: two per key element read per query row (q.k and p.v), every key of
