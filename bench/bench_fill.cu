@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -27,13 +28,23 @@ __global__ void FillKernel(void* data, int64_t count, int type, uint64_t seed) {
       static_cast<float*>(data)[i] = v;
     } else if (type == 1) {
       static_cast<__half*>(data)[i] = __float2half_rn(v);
-    } else {
+    } else if (type == 2) {
       static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(v);
+    } else {
+      static_cast<__nv_fp8_storage_t*>(data)[i] =
+          __nv_cvt_float_to_fp8(v, __NV_SATFINITE, type == 3 ? __NV_E4M3 : __NV_E5M2);
     }
   }
 }
 
+__global__ void EmptyKernel() {}
+
 }  // namespace
+
+cudaError_t LaunchEmpty(cudaStream_t stream) {
+  EmptyKernel<<<1, 1, 0, stream>>>();
+  return cudaGetLastError();
+}
 
 cudaError_t FillRandom(void* data, int64_t count, FillType type, uint64_t seed,
                        cudaStream_t stream) {

@@ -9,12 +9,15 @@
 namespace kernelserve::bench {
 
 // Element types FillRandom writes.
-enum class FillType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum class FillType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3, kF8E5M2 = 4 };
 
 // Writes `count` values uniform in [-0.5, 1.5) (a hash of `seed` and the index, so never all
 // zero) to device memory `data` on `stream`. Returns the launch's error.
 cudaError_t FillRandom(void* data, int64_t count, FillType type, uint64_t seed,
                        cudaStream_t stream);
+
+// Launches a kernel that does nothing (one block of one thread): the floor of a launch.
+cudaError_t LaunchEmpty(cudaStream_t stream);
 
 }  // namespace kernelserve::bench
 

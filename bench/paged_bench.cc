@@ -6,10 +6,15 @@
 //
 //   kernelserve-paged-bench [--quick] [--json=FILE]
 //
-// Each shape runs with the heuristic's split count and its neighbours; a set of pages is read
-// once per launch and launches rotate over enough sets (at least 256 MiB of pages) that L2
-// holds none. Append is timed too: a decode step's new rows alone, and appends of 4096 tokens
-// (large appends) against the copy bandwidth.
+// Each shape runs with the heuristic's split count and its neighbours (batches of 8 and less:
+// every split count), and fp8 (e4m3) caches at the larger shapes beside their bf16 rows; a set
+// of pages is read once per launch and launches rotate over enough sets (at least 256 MiB of
+// pages) that L2 holds none. A launch's time is taken two ways: the median of single launches
+// timed by events (each waits for the host to launch it: a few microseconds of launch latency
+// count), and a CUDA graph of back-to-back launches replayed, per launch (what a decode loop
+// that queues its steps, or replays a graph, gets); the graph's is the kernel's number. Append
+// is timed too: a decode step's new rows alone, and appends of 4096 tokens (large appends)
+// against the copy bandwidth.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,6 +24,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -60,6 +66,7 @@ struct Buffer {
 };
 
 // Median seconds of `fn(i)` over `reps` launches timed with events, after three warm-ups.
+// `fn` launches on the legacy default stream.
 template <typename Fn>
 double MedianSeconds(Fn fn, int reps) {
   for (int i = 0; i < 3; ++i) fn(i);
@@ -82,13 +89,62 @@ double MedianSeconds(Fn fn, int reps) {
   return times[times.size() / 2];
 }
 
+// Seconds per launch of `fn(i, stream)` (i = 0 .. launches - 1) captured back to back into a
+// CUDA graph: the median over `replays` replays of the graph, divided by `launches`. Returns a
+// negative value when the capture fails.
+template <typename Fn>
+double GraphSecondsPerLaunch(Fn fn, int launches, int replays) {
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return -1.0;
+  for (int i = 0; i < 2; ++i) fn(i, stream);  // attributes and modules before the capture
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  double result = -1.0;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    for (int i = 0; i < launches; ++i) fn(i, stream);
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+        cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+      cudaGraphLaunch(exec, stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start);
+      cudaEventCreate(&stop);
+      std::vector<double> times;
+      for (int r = 0; r < replays; ++r) {
+        cudaEventRecord(start, stream);
+        cudaGraphLaunch(exec, stream);
+        cudaEventRecord(stop, stream);
+        cudaEventSynchronize(stop);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, start, stop);
+        times.push_back(ms * 1e-3 / launches);
+      }
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      std::sort(times.begin(), times.end());
+      result = times[times.size() / 2];
+    }
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  return result;
+}
+
 struct BenchShape {
   int64_t batch, tokens, seq_len_q, head_dim, page_size;
-  int64_t heads_kv = 8;  // of kHeadsQ query heads
+  int64_t heads_kv = 8;        // of kHeadsQ query heads
+  DType cache = DType::kBF16;  // kBF16 or kF8E4M3
 };
 
 std::vector<BenchShape> Shapes(bool quick) {
-  if (quick) return {{1, 4096, 1, 128, 16}, {16, 4096, 1, 128, 16}, {64, 4096, 1, 128, 64}};
+  if (quick) {
+    return {{1, 4096, 1, 128, 16},
+            {16, 4096, 1, 128, 16},
+            {64, 4096, 1, 128, 64},
+            {16, 4096, 1, 128, 16, 8, DType::kF8E4M3}};
+  }
   std::vector<BenchShape> shapes;
   for (int64_t page : {16, 64, 256}) {
     for (int64_t batch : {1, 8, 32, 128}) {
@@ -105,27 +161,51 @@ std::vector<BenchShape> Shapes(bool quick) {
   // beside the Hkv 8 shape of the same bytes, it separates the cost of the layout (each block
   // reading one head's slice of 2 KB rows) from the rest.
   shapes.push_back({32, 32768, 1, 128, 16, 1});
+  // fp8 (e4m3) caches beside the bf16 rows of the same shapes above (the step-time ratio).
+  for (const auto& [batch, tokens] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 4096}, {32, 4096}, {8, 16384}, {32, 16384}, {128, 16384}, {1, 65536}, {1, 131072}}) {
+    shapes.push_back({batch, tokens, 1, 128, 16, 8, DType::kF8E4M3});
+  }
   return shapes;
 }
 
 constexpr int64_t kHeadsQ = 32;
 
-// Times one shape with the heuristic's splits and its neighbours; appends rows to `out`.
+// The split counts a shape runs with: the heuristic's and its neighbours; for batches of 8 and
+// less (where the choice matters most) every listed count that leaves each split a tile.
+std::vector<int> SplitsToTime(const BenchShape& s, int heuristic) {
+  std::vector<int> list = {heuristic};
+  if (s.batch <= 8) {
+    for (int sp : kPagedSplits) {
+      if (sp != heuristic && sp * 64 <= s.tokens) list.push_back(sp);
+    }
+    return list;
+  }
+  for (int sp : {heuristic / 2, heuristic * 2}) {
+    if (sp >= 1 && sp <= kPagedMaxSplits && sp != heuristic) list.push_back(sp);
+  }
+  return list;
+}
+
+// Times one shape with SplitsToTime's counts; appends rows to `out`.
 int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64& rng,
              nlohmann::json& out) {
+  const bool fp8 = s.cache == DType::kF8E4M3;
+  const int64_t elem = fp8 ? 1 : 2;
   const int64_t pages_per_seq = (s.tokens + s.page_size - 1) / s.page_size;
   const size_t set_bytes =
-      static_cast<size_t>(s.batch * pages_per_seq * s.page_size * s.heads_kv * s.head_dim * 2);
+      static_cast<size_t>(s.batch * pages_per_seq * s.page_size * s.heads_kv * s.head_dim * elem);
   const int64_t sets = std::max<int64_t>(2, static_cast<int64_t>((size_t{256} << 20) / set_bytes));
   const int64_t num_pages = sets * s.batch * pages_per_seq;
   const int64_t cache_elems = num_pages * s.page_size * s.heads_kv * s.head_dim;
-  Buffer k(static_cast<size_t>(cache_elems) * 2), v(static_cast<size_t>(cache_elems) * 2);
+  Buffer k(static_cast<size_t>(cache_elems * elem)), v(static_cast<size_t>(cache_elems * elem));
   if (k.ptr == nullptr || v.ptr == nullptr) {
     std::printf("B=%ld tokens=%ld: out of memory, skipped\n", s.batch, s.tokens);
     return 0;
   }
-  BENCH_CHECK(bench::FillRandom(k.ptr, cache_elems, bench::FillType::kBF16, 1, nullptr));
-  BENCH_CHECK(bench::FillRandom(v.ptr, cache_elems, bench::FillType::kBF16, 2, nullptr));
+  const bench::FillType fill = fp8 ? bench::FillType::kF8E4M3 : bench::FillType::kBF16;
+  BENCH_CHECK(bench::FillRandom(k.ptr, cache_elems, fill, 1, nullptr));
+  BENCH_CHECK(bench::FillRandom(v.ptr, cache_elems, fill, 2, nullptr));
   std::vector<int32_t> order(static_cast<size_t>(num_pages));
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
@@ -135,6 +215,11 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
                                         static_cast<int32_t>(s.tokens));
   BENCH_CHECK(
       cudaMemcpy(lens.ptr, len_values.data(), len_values.size() * 4, cudaMemcpyHostToDevice));
+  // Per-head scales of the fp8 caches (their values do not change the time).
+  const std::vector<float> scale_values(static_cast<size_t>(s.heads_kv), 0.02f);
+  Buffer scales(scale_values.size() * 4);
+  BENCH_CHECK(
+      cudaMemcpy(scales.ptr, scale_values.data(), scale_values.size() * 4, cudaMemcpyHostToDevice));
   const int64_t q_elems = s.batch * s.seq_len_q * kHeadsQ * s.head_dim;
   Buffer q(static_cast<size_t>(q_elems) * 2), o(static_cast<size_t>(q_elems) * 2);
   BENCH_CHECK(bench::FillRandom(q.ptr, q_elems, bench::FillType::kBF16, 3, nullptr));
@@ -144,6 +229,10 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
   args.v_cache = v.ptr;
   args.cache_seqlens = static_cast<const int32_t*>(lens.ptr);
   args.out = o.ptr;
+  if (fp8) {
+    args.k_scale = static_cast<const float*>(scales.ptr);
+    args.v_scale = static_cast<const float*>(scales.ptr);
+  }
   args.batch = s.batch;
   args.seq_len_q = s.seq_len_q;
   args.num_heads_q = kHeadsQ;
@@ -160,29 +249,31 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
       {DType::kBF16, s.batch, s.heads_kv, kHeadsQ / s.heads_kv * s.seq_len_q,
        pages_per_seq * s.page_size, s.head_dim},
       gpu));
-  auto launch = SelectPagedAttentionLaunch(DType::kBF16, s.head_dim, kPagedNumWarps[0]);
+  auto launch = SelectPagedAttentionLaunch(DType::kBF16, s.cache, s.head_dim, kPagedNumWarps[0]);
   if (!launch.ok()) return 1;
-  const double bytes = 2.0 * s.batch * s.tokens * s.heads_kv * s.head_dim * 2;
-  std::vector<int> splits_list = {heuristic};
-  for (int sp : {heuristic / 2, heuristic * 2}) {
-    if (sp >= 1 && sp <= kPagedMaxSplits && sp != heuristic) splits_list.push_back(sp);
-  }
-  for (int splits : splits_list) {
+  const double bytes = 2.0 * s.batch * s.tokens * s.heads_kv * s.head_dim * elem;
+  for (int splits : SplitsToTime(s, heuristic)) {
     Buffer workspace(PagedWorkspaceBytes(args, static_cast<int>(s.head_dim), splits));
-    const double t = MedianSeconds(
-        [&](int i) {
-          args.block_table =
-              static_cast<const int32_t*>(tables.ptr) + (i % sets) * s.batch * pages_per_seq;
-          (*launch)(args, splits, workspace.ptr, nullptr);
-        },
-        30);
+    auto run = [&](int i, cudaStream_t stream) {
+      PagedDeviceArgs a = args;
+      a.block_table =
+          static_cast<const int32_t*>(tables.ptr) + (i % sets) * s.batch * pages_per_seq;
+      (*launch)(a, splits, workspace.ptr, stream);
+    };
+    const double single = MedianSeconds([&](int i) { run(i, nullptr); }, 30);
     BENCH_CHECK(cudaDeviceSynchronize());
+    const double t = GraphSecondsPerLaunch(run, 32, 10);
+    BENCH_CHECK(cudaGetLastError());
+    if (t <= 0.0) {
+      std::fprintf(stderr, "graph capture failed\n");
+      return 1;
+    }
     const double pct = 100.0 * bytes / t / copy_bw;
     std::printf(
-        "B=%-4ld tokens=%-6ld Sq=%ld D=%-3ld page=%-3ld splits=%-3d %9.1f us %6.0f GB/s "
-        "%5.1f%% of copy%s%s\n",
-        s.batch, s.tokens, s.seq_len_q, s.head_dim, s.page_size, splits, t * 1e6, bytes / t * 1e-9,
-        pct, splits == heuristic ? " (heuristic)" : "",
+        "B=%-4ld tokens=%-6ld Sq=%ld D=%-3ld page=%-3ld %s splits=%-3d %8.1f us %6.0f GB/s "
+        "%5.1f%% of copy (single launch %.1f us)%s%s\n",
+        s.batch, s.tokens, s.seq_len_q, s.head_dim, s.page_size, fp8 ? "e4m3" : "bf16", splits,
+        t * 1e6, bytes / t * 1e-9, pct, single * 1e6, splits == heuristic ? " (heuristic)" : "",
         s.heads_kv == 8 ? "" : absl::StrCat(" Hkv=", s.heads_kv).c_str());
     out.push_back({{"batch", s.batch},
                    {"tokens", s.tokens},
@@ -190,26 +281,31 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
                    {"head_dim", s.head_dim},
                    {"page_size", s.page_size},
                    {"heads_kv", s.heads_kv},
+                   {"cache", std::string(DTypeName(s.cache))},
                    {"splits", splits},
                    {"heuristic", splits == heuristic},
                    {"us", t * 1e6},
+                   {"single_launch_us", single * 1e6},
                    {"kv_GBs", bytes / t * 1e-9},
                    {"copy_pct", pct}});
   }
   return 0;
 }
 
-// Appends of `rows` tokens per sequence into shuffled pages: GB/s of k and v written (read
-// from the inputs and written to the pages: twice the bytes moved) against the copy bandwidth.
-int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
+// Appends of `rows` bf16 tokens per sequence into shuffled pages of `cache` (bf16, or e4m3
+// quantized on the way): GB/s of k and v moved (read from the inputs plus written to the pages)
+// against the copy bandwidth.
+int RunAppend(int64_t batch, int64_t rows, DType cache, double copy_bw, std::mt19937_64& rng,
               nlohmann::json& out) {
+  const int64_t cache_elem = cache == DType::kBF16 ? 2 : 1;
   const int64_t page = 16, d = 128;
   constexpr int64_t kAppendHeadsKv = 8;
   const int64_t pages_per_seq = (rows + page - 1) / page;
   const int64_t num_pages = batch * pages_per_seq;
   const int64_t cache_elems = num_pages * page * kAppendHeadsKv * d;
   const int64_t new_elems = batch * rows * kAppendHeadsKv * d;
-  Buffer kc(static_cast<size_t>(cache_elems) * 2), vc(static_cast<size_t>(cache_elems) * 2);
+  Buffer kc(static_cast<size_t>(cache_elems * cache_elem));
+  Buffer vc(static_cast<size_t>(cache_elems * cache_elem));
   Buffer k(static_cast<size_t>(new_elems) * 2), v(static_cast<size_t>(new_elems) * 2);
   BENCH_CHECK(bench::FillRandom(k.ptr, new_elems, bench::FillType::kBF16, 4, nullptr));
   BENCH_CHECK(bench::FillRandom(v.ptr, new_elems, bench::FillType::kBF16, 5, nullptr));
@@ -234,15 +330,18 @@ int RunAppend(int64_t batch, int64_t rows, double copy_bw, std::mt19937_64& rng,
   args.head_dim = d;
   args.page_size = page;
   args.max_pages = pages_per_seq;
-  auto append = SelectPagedAppendLaunch(DType::kBF16);
+  auto append = SelectPagedAppendLaunch(DType::kBF16, cache);
   if (!append.ok()) return 1;
   const double t = MedianSeconds([&](int) { (*append)(args, nullptr); }, 30);
   BENCH_CHECK(cudaDeviceSynchronize());
-  const double moved = 2.0 * 2.0 * static_cast<double>(new_elems) * 2;  // k and v, read + write
-  std::printf("append B=%-4ld rows=%-5ld %9.1f us %6.0f GB/s moved %5.1f%% of copy\n", batch, rows,
-              t * 1e6, moved / t * 1e-9, 100.0 * moved / t / copy_bw);
+  // k and v: read (bf16) and written (the cache's type).
+  const double moved = 2.0 * static_cast<double>(new_elems) * static_cast<double>(2 + cache_elem);
+  std::printf("append B=%-4ld rows=%-5ld into %s %9.1f us %6.0f GB/s moved %5.1f%% of copy\n",
+              batch, rows, cache == DType::kBF16 ? "bf16" : "e4m3", t * 1e6, moved / t * 1e-9,
+              100.0 * moved / t / copy_bw);
   out.push_back({{"batch", batch},
                  {"rows", rows},
+                 {"cache", std::string(DTypeName(cache))},
                  {"us", t * 1e6},
                  {"moved_GBs", moved / t * 1e-9},
                  {"copy_pct", 100.0 * moved / t / copy_bw}});
@@ -268,13 +367,24 @@ int main(int argc, char** argv) {
                            {"copy_GBs", copy_bw * 1e-9},
                            {"attention", nlohmann::json::array()},
                            {"append", nlohmann::json::array()}};
+  // The launch floor of a split step: two empty kernels back to back in a graph.
+  const double floor = GraphSecondsPerLaunch(
+      [](int, cudaStream_t stream) {
+        bench::LaunchEmpty(stream);
+        bench::LaunchEmpty(stream);
+      },
+      32, 10);
+  std::printf("launch floor: two empty kernels in a graph %.1f us\n", floor * 1e6);
+  result["two_empty_kernels_us"] = floor * 1e6;
   std::mt19937_64 rng(9);
   for (const BenchShape& s : Shapes(absl::GetFlag(FLAGS_quick))) {
     if (RunShape(s, copy_bw, prop.multiProcessorCount, rng, result["attention"]) != 0) return 1;
   }
   const std::vector<std::pair<int64_t, int64_t>> appends = {{16, 1}, {16, 4096}, {1, 65536}};
-  for (const auto& [batch, rows] : appends) {
-    if (RunAppend(batch, rows, copy_bw, rng, result["append"]) != 0) return 1;
+  for (DType cache : {DType::kBF16, DType::kF8E4M3}) {
+    for (const auto& [batch, rows] : appends) {
+      if (RunAppend(batch, rows, cache, copy_bw, rng, result["append"]) != 0) return 1;
+    }
   }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream(path) << result.dump(1) << "\n";

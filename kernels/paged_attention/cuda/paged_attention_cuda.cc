@@ -52,7 +52,7 @@ class CudaPagedAttentionRun : public cuda::CudaRun {
   const PagedAttentionProblem p_;
   cuda::PagedDeviceArgs args_;
   cuda::PagedAppendArgs append_;
-  DeviceBuffer q_, k_cache_, v_cache_, table_, lens_, k_, v_, workspace_;
+  DeviceBuffer q_, k_cache_, v_cache_, table_, lens_, k_, v_, k_scale_, v_scale_, workspace_;
 };
 
 absl::Status CudaPagedAttentionRun::Init(const TensorMap& inputs) {
@@ -67,6 +67,15 @@ absl::Status CudaPagedAttentionRun::Init(const TensorMap& inputs) {
   KS_RETURN_IF_ERROR(upload("v_cache", v_cache_));
   KS_RETURN_IF_ERROR(upload("block_table", table_));
   KS_RETURN_IF_ERROR(upload("cache_seqlens", lens_));
+  // fp8 caches' per-head scales (absent: 1, a null pointer to the kernels).
+  if (p_.has_k_scale) {
+    KS_RETURN_IF_ERROR(upload("k_scale", k_scale_));
+    args_.k_scale = append_.k_scale = static_cast<const float*>(k_scale_.get());
+  }
+  if (p_.has_v_scale) {
+    KS_RETURN_IF_ERROR(upload("v_scale", v_scale_));
+    args_.v_scale = append_.v_scale = static_cast<const float*>(v_scale_.get());
+  }
   const std::vector<int64_t> lens = inputs.at("cache_seqlens").ToInts();
   args_.q = q_.get();
   args_.k_cache = k_cache_.get();
@@ -116,11 +125,12 @@ absl::Status CudaPagedAttentionRun::Init(const TensorMap& inputs) {
 absl::StatusOr<double> CudaPagedAttentionRun::Launch(const KernelConfig& config) {
   KS_RETURN_IF_ERROR(CheckPagedConfig(config));
   const int splits = cuda::PagedSplits(config);
-  KS_ASSIGN_OR_RETURN(const cuda::PagedAttentionLaunchFn attend,
-                      cuda::SelectPagedAttentionLaunch(p_.dtype, p_.head_dim, config.num_warps));
+  KS_ASSIGN_OR_RETURN(
+      const cuda::PagedAttentionLaunchFn attend,
+      cuda::SelectPagedAttentionLaunch(p_.dtype, p_.cache_dtype, p_.head_dim, config.num_warps));
   cuda::PagedAppendLaunchFn append = nullptr;
   if (p_.append) {
-    KS_ASSIGN_OR_RETURN(append, cuda::SelectPagedAppendLaunch(p_.dtype));
+    KS_ASSIGN_OR_RETURN(append, cuda::SelectPagedAppendLaunch(p_.dtype, p_.cache_dtype));
   }
   KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal()));
   const size_t workspace = cuda::PagedWorkspaceBytes(args_, static_cast<int>(p_.head_dim), splits);
@@ -150,7 +160,9 @@ struct PagedAttentionCudaTraits {
                                                    Sv(DTypeName(p.dtype)),
                                                    " not supported; expected f16 or bf16"));
     }
-    return cuda::SelectPagedAttentionLaunch(p.dtype, p.head_dim, cuda::kPagedNumWarps[0]).status();
+    return cuda::SelectPagedAttentionLaunch(p.dtype, p.cache_dtype, p.head_dim,
+                                            cuda::kPagedNumWarps[0])
+        .status();
   }
   static KernelConfig Heuristic(const PagedAttentionProblem& p, const DeviceInfo& device) {
     return cuda::PagedAttentionHeuristic(cuda::PagedAttentionShapeOf(p), device);
@@ -162,7 +174,8 @@ struct PagedAttentionCudaTraits {
   static const ConfigSchema& ConfigFields() { return cuda::PagedAttentionCudaConfigSchema(); }
   static absl::Status CheckConfig(const KernelConfig& config, const PagedAttentionProblem& p) {
     KS_RETURN_IF_ERROR(CheckPagedConfig(config));
-    return cuda::SelectPagedAttentionLaunch(p.dtype, p.head_dim, config.num_warps).status();
+    return cuda::SelectPagedAttentionLaunch(p.dtype, p.cache_dtype, p.head_dim, config.num_warps)
+        .status();
   }
 };
 

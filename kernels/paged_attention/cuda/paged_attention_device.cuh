@@ -18,17 +18,23 @@
 //   online softmax (fp32, base 2); the warps are merged once at the end through shared memory.
 // - splits == 1 writes out and lse directly; otherwise each split writes its normalised partial
 //   output (fp32) and natural-log lse to the workspace and PagedCombineKernel merges them.
+// - fp8 caches (e4m3/e5m2): the ring holds the tiles as they lie in the pages (half the bytes),
+//   and after each tile lands the block converts it into one tile of T (exact: every fp8 value
+//   is a bf16 and an f16 value) that the compute reads as it reads a T cache's ring. The per-head
+//   scales fold into the logit scale (k) and the output's normalisation (v).
 #ifndef KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_
 #define KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/paged_attention/cuda/paged_attention_launch.h"
 #include "kernels/paged_attention/cuda/paged_attention_space.h"
@@ -54,20 +60,52 @@ inline size_t AlignUp(size_t n) {
   return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
 }
 
-// Shared-memory layout of one instance. Rows are padded by 16 bytes so that the 8 row addresses
-// of an ldmatrix fall in distinct banks.
-template <int kHeadDim, int kWarps>
+// The caches' element type: T itself, or an fp8 type converted to T in shared memory.
+template <typename TC>
+struct CacheKind {
+  static constexpr bool kFp8 = false;
+};
+template <>
+struct CacheKind<__nv_fp8_e4m3> {
+  static constexpr bool kFp8 = true;
+  static constexpr __nv_fp8_interpretation_t kInterpretation = __NV_E4M3;
+};
+template <>
+struct CacheKind<__nv_fp8_e5m2> {
+  static constexpr bool kFp8 = true;
+  static constexpr __nv_fp8_interpretation_t kInterpretation = __NV_E5M2;
+};
+
+// Shared-memory layout of one instance (kCacheBytes: bytes per cache element, 2 or 1). Rows of
+// T are padded by 16 bytes so that the 8 row addresses of an ldmatrix fall in distinct banks;
+// an fp8 ring is read by 16-byte vectors in order and is not padded.
+template <int kHeadDim, int kWarps, int kCacheBytes = 2>
 struct Tiling {
+  static constexpr bool kFp8 = kCacheBytes == 1;
+  static constexpr int kHeadDimValue = kHeadDim;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTileN = kWarps * kWarpTokens;
-  static constexpr int kStride = kHeadDim + 8;  // elements per smem row
-  static constexpr int kChunks = kHeadDim / 8;  // 16-byte vectors per row
+  static constexpr int kStride = kHeadDim + 8;  // elements of T per smem row
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte vectors per row of T
+  // 16-byte vectors per cache row, and bytes per ring row.
+  static constexpr int kCacheChunks = kHeadDim * kCacheBytes / 16;
+  static constexpr int kRingStride = kFp8 ? kHeadDim : kStride * 2;
   // Two tiles per block (one in flight while the other is computed): a small ring lets more
   // blocks share an SM (PagedBlocksPerSm), which is what keeps enough copies in flight.
   static constexpr int kStages = 2;
+  // The tile rows each thread copies: threadIdx.x / kCacheChunks + j * kRowStep.
+  static constexpr int kRowStep = kThreads / kCacheChunks;
+  static constexpr int kRowsPerThread = kTileN / kRowStep;
+  // Whether the page-table entries of the next tile's rows are loaded one iteration ahead (a
+  // register per row), so that issuing its copies waits on no table read; not at D 256 bf16
+  // (16 rows a thread), whose registers are spent.
+  static constexpr bool kPrefetchPages = kRowsPerThread <= 8;
   static constexpr size_t kQBytes = size_t{kRows} * kStride * 2;
-  static constexpr size_t kTileElems = size_t{kTileN} * kStride;  // K (then V) of one stage
-  static constexpr size_t kPipeBytes = size_t{kStages} * 2 * kTileElems * 2;
+  static constexpr size_t kTileElems = size_t{kTileN} * kStride;  // K (then V) of one tile of T
+  static constexpr size_t kRingTileBytes = size_t{kTileN} * kRingStride;  // K (then V), a stage
+  static constexpr size_t kRingBytes = size_t{kStages} * 2 * kRingTileBytes;
+  // fp8: the ring, then the converted tile (K then V) the compute reads.
+  static constexpr size_t kPipeBytes = kRingBytes + (kFp8 ? 2 * kTileElems * 2 : 0);
   // The end-of-block merge: each warp's output rows (fp32), then each warp's row max and sum,
   // then each row's merged max and sum.
   static constexpr size_t kMergeOBytes = size_t{kWarps} * kRows * kHeadDim * 4;
@@ -75,7 +113,8 @@ struct Tiling {
       kMergeOBytes + 2 * size_t{kWarps} * kRows * 4 + 2 * kRows * 4;
   static constexpr size_t kSmemBytes =
       kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
-  static_assert(kThreads % kChunks == 0, "a thread copies one fixed column of every row");
+  static_assert(kThreads % kChunks == 0 && kThreads % kCacheChunks == 0,
+                "a thread copies one fixed column of every row");
   static_assert(kHeadDim % 16 == 0, "head dim is a whole number of k16 steps");
   // The heuristic counts on this many blocks per SM (228 KiB, 1 KiB of it reserved per block).
   static_assert(PagedBlocksPerSm(kHeadDim) * (kSmemBytes + 1024) <= 228 * 1024,
@@ -194,33 +233,102 @@ __device__ __forceinline__ bool Sees(const AttentionParams& p, const RowInfo& ro
   return true;
 }
 
-// Issues the copies of one tile of K and V (tokens first .. first + kTileN - 1) into `dst` (K
-// then V). Each thread copies a fixed 16-byte column of every (kThreads / kChunks)-th row.
-template <typename T, int kHeadDim, int kWarps>
-__device__ __forceinline__ void LoadTile(const AttentionParams& p, int b, int kv_head, int first,
-                                         int len, T* dst) {
-  using Tl = Tiling<kHeadDim, kWarps>;
-  constexpr int kRowStep = Tl::kThreads / Tl::kChunks;
-  const int col = threadIdx.x % Tl::kChunks;
+__device__ __forceinline__ int PageIndex(const AttentionParams& p, int t) {
+  return p.page_shift >= 0 ? t >> p.page_shift : t / static_cast<int>(p.args.page_size);
+}
+
+// The page of each row this thread copies in the tile of tokens first .. first + kTileN - 1
+// (0 past the end, where nothing is read).
+template <typename Tl>
+__device__ __forceinline__ void LoadPages(const AttentionParams& p, int b, int first, int len,
+                                          int32_t (&pages)[Tl::kRowsPerThread]) {
   const int32_t* table = p.args.block_table + b * p.args.max_pages;
-  const T* k = static_cast<const T*>(p.args.k_cache);
-  const T* v = static_cast<const T*>(p.args.v_cache);
+#pragma unroll
+  for (int j = 0; j < Tl::kRowsPerThread; ++j) {
+    const int t = first + threadIdx.x / Tl::kCacheChunks + j * Tl::kRowStep;
+    pages[j] = t < len ? __ldg(table + PageIndex(p, t)) : 0;
+  }
+}
+
+// Issues the copies of one tile of K and V (tokens first .. first + kTileN - 1) into the ring
+// stage `dst` (K then V), as the pages hold them (TC), from the pages LoadPages found. Each
+// thread copies a fixed 16-byte column of every kRowStep-th row.
+template <typename TC, typename Tl>
+__device__ __forceinline__ void LoadTile(const AttentionParams& p, int kv_head, int first, int len,
+                                         const int32_t (&pages)[Tl::kRowsPerThread],
+                                         unsigned char* dst) {
+  const int col = threadIdx.x % Tl::kCacheChunks;
+  const auto* k = static_cast<const unsigned char*>(p.args.k_cache);
+  const auto* v = static_cast<const unsigned char*>(p.args.v_cache);
   const int page_size = static_cast<int>(p.args.page_size);
 #pragma unroll
-  for (int row = threadIdx.x / Tl::kChunks; row < Tl::kTileN; row += kRowStep) {
+  for (int j = 0; j < Tl::kRowsPerThread; ++j) {
+    const int row = threadIdx.x / Tl::kCacheChunks + j * Tl::kRowStep;
     const int t = first + row;
     int64_t offset = 0;
     int bytes = 0;
     if (t < len) {
-      const int page_index = p.page_shift >= 0 ? t >> p.page_shift : t / page_size;
       const int in_page = p.page_shift >= 0 ? t & (page_size - 1) : t % page_size;
-      const int64_t slot = static_cast<int64_t>(table[page_index]) * page_size + in_page;
-      offset = (slot * p.args.num_heads_kv + kv_head) * kHeadDim + col * 8;
+      const int64_t slot = static_cast<int64_t>(pages[j]) * page_size + in_page;
+      offset = ((slot * p.args.num_heads_kv + kv_head) * Tl::kHeadDimValue) * int64_t{sizeof(TC)} +
+               col * 16;
       bytes = 16;
     }
-    T* k_dst = dst + row * Tl::kStride + col * 8;
+    unsigned char* k_dst = dst + row * Tl::kRingStride + col * 16;
     CopyAsync16(k_dst, k + offset, bytes);
-    CopyAsync16(k_dst + Tl::kTileElems, v + offset, bytes);
+    CopyAsync16(k_dst + Tl::kRingTileBytes, v + offset, bytes);
+  }
+}
+
+// Two fp8 values (the low byte first) as two T.
+template <typename T, typename TC>
+__device__ __forceinline__ uint32_t Fp8x2ToT(uint16_t two) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(two, CacheKind<TC>::kInterpretation));
+  if constexpr (std::is_same_v<T, __half>) {
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    // fp8 -> f16 -> f32 -> bf16 is exact: an fp8 value has at most 3 mantissa bits and an
+    // exponent within bf16's range.
+    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
+    return *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+// Converts a landed fp8 ring stage into the tiles ComputeTile reads: K as T (the QK^T operand
+// of q's type), V as f16 (P V runs in f16 for fp8 caches: P in [0, 1] keeps more bits in f16
+// than in bf16, and fp8 to f16 is one instruction per pair where fp8 to bf16 takes four).
+// REQUIRES: a barrier after the stage's copies landed and after the last read of the tiles.
+template <typename T, typename TC, int kHeadDim, int kWarps>
+__device__ __forceinline__ void ConvertTile(const unsigned char* stage, T* k_tile, __half* v_tile) {
+  using Tl = Tiling<kHeadDim, kWarps, 1>;
+  constexpr int kVectors = Tl::kTileN * Tl::kCacheChunks;  // of K, and as many of V
+#pragma unroll
+  for (int c = threadIdx.x; c < 2 * kVectors; c += Tl::kThreads) {
+    const bool is_v = c >= kVectors;
+    const int row = (c / Tl::kCacheChunks) % Tl::kTileN;
+    const int col = c % Tl::kCacheChunks;
+    const uint4 in = *reinterpret_cast<const uint4*>(stage + (is_v ? Tl::kRingTileBytes : 0) +
+                                                     row * Tl::kRingStride + col * 16);
+    const uint32_t words[4] = {in.x, in.y, in.z, in.w};
+    uint32_t out[8];
+    if (is_v) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        out[2 * w] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
+        out[2 * w + 1] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] >> 16));
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        out[2 * w] = Fp8x2ToT<T, TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
+        out[2 * w + 1] = Fp8x2ToT<T, TC>(static_cast<uint16_t>(words[w] >> 16));
+      }
+    }
+    void* base = is_v ? static_cast<void*>(v_tile) : static_cast<void*>(k_tile);
+    uint4* dst =
+        reinterpret_cast<uint4*>(static_cast<char*>(base) + (row * Tl::kStride + col * 16) * 2);
+    dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
   }
 }
 
@@ -256,14 +364,22 @@ struct WarpState {
   float row_sum[2];  // this thread's columns only; summed over the quad at the end
 };
 
-template <typename T, int kHeadDim, int kWarps>
-__device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowInfo (&rows)[2],
-                                            int first, int len, const T* q_s, const T* k_s,
-                                            WarpState<kHeadDim>& st) {
+// The logit scale of one block: softmax_scale times its kv head's k_scale (1 but for fp8
+// caches), also as base 2 (without a soft cap).
+struct BlockScale {
+  float scale;       // multiplies q.k
+  float scale_log2;  // scale * log2(e)
+};
+
+// One tile: K (T) at k_s, V (TV: T, or f16 for fp8 caches) kTileElems elements after it.
+template <typename T, typename TV, int kHeadDim, int kWarps>
+__device__ __forceinline__ void ComputeTile(const AttentionParams& p, const BlockScale& scale,
+                                            const RowInfo (&rows)[2], int first, int len,
+                                            const T* q_s, const T* k_s, WarpState<kHeadDim>& st) {
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const T* v_s = k_s + Tl::kTileElems;
+  const TV* v_s = reinterpret_cast<const TV*>(k_s + Tl::kTileElems);
   k_s += warp * kWarpTokens * Tl::kStride;
   v_s += warp * kWarpTokens * Tl::kStride;
 
@@ -288,9 +404,9 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowI
     for (int e = 0; e < 4; ++e) {
       float x = s[nt][e];
       if (p.args.softcap > 0.0f) {
-        x = p.args.softcap * tanhf(x * p.args.softmax_scale / p.args.softcap) * kLog2e;
+        x = p.args.softcap * tanhf(x * scale.scale / p.args.softcap) * kLog2e;
       } else {
-        x *= p.scale_log2;
+        x *= scale.scale_log2;
       }
       s[nt][e] = Sees(p, rows[e / 2], t0 + nt * 8 + (e % 2), len) ? x : -INFINITY;
     }
@@ -330,24 +446,25 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const RowI
   }
 
   // O += P V: P's accumulator layout is the A operand's (k = the warp's 16 tokens).
-  const uint32_t a[4] = {Mma<T>::Pack(s[0][0], s[0][1]), Mma<T>::Pack(s[0][2], s[0][3]),
-                         Mma<T>::Pack(s[1][0], s[1][1]), Mma<T>::Pack(s[1][2], s[1][3])};
+  const uint32_t a[4] = {Mma<TV>::Pack(s[0][0], s[0][1]), Mma<TV>::Pack(s[0][2], s[0][3]),
+                         Mma<TV>::Pack(s[1][0], s[1][1]), Mma<TV>::Pack(s[1][2], s[1][3])};
 #pragma unroll
   for (int dn = 0; dn < kHeadDim / 16; ++dn) {
     uint32_t bv[4];
     LdMatrixX4Trans(
         bv, v_s + ((lane % 8) + ((lane / 8) % 2) * 8) * Tl::kStride + dn * 16 + (lane / 16) * 8);
-    Mma<T>::Run(st.o[2 * dn], a, bv[0], bv[1]);
-    Mma<T>::Run(st.o[2 * dn + 1], a, bv[2], bv[3]);
+    Mma<TV>::Run(st.o[2 * dn], a, bv[0], bv[1]);
+    Mma<TV>::Run(st.o[2 * dn + 1], a, bv[2], bv[3]);
   }
 }
 
 // Merges the warps' states through shared memory and writes the block's rows: out and lse
 // directly (one split) or the split's partial output and lse.
+// `v_scale` multiplies the output (its kv head's v_scale: 1 but for fp8 caches).
 template <typename T, int kHeadDim, int kWarps>
 __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int split, int b,
-                                              int kv_head, int row_group, WarpState<kHeadDim>& st,
-                                              unsigned char* merge) {
+                                              int kv_head, int row_group, float v_scale,
+                                              WarpState<kHeadDim>& st, unsigned char* merge) {
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -404,7 +521,7 @@ __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int spli
     const int i = m % sq;
     const int64_t hq = hq_base + m / sq;
     const float sum = row_sum_s[r];
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = sum > 0.0f ? v_scale / sum : 0.0f;
     float acc[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
@@ -449,19 +566,25 @@ __device__ __forceinline__ int FirstToken(const AttentionParams& p, int len) {
 }
 
 // grid (splits, Hkv * row_groups, B).
-template <typename T, int kHeadDim, int kWarps>
+template <typename T, typename TC, int kHeadDim, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     PagedAttentionKernel(const __grid_constant__ AttentionParams p) {
-  using Tl = Tiling<kHeadDim, kWarps>;
+  using Tl = Tiling<kHeadDim, kWarps, sizeof(TC)>;
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
-  T* pipe = reinterpret_cast<T*>(smem + Tl::kQBytes);
+  unsigned char* ring = smem + Tl::kQBytes;
+  // The tile of T the compute reads: the ring stage itself, or (fp8) the converted tile.
+  T* converted = reinterpret_cast<T*>(ring + Tl::kRingBytes);
+  auto stage = [&](int i) { return ring + (i % Tl::kStages) * 2 * Tl::kRingTileBytes; };
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / p.row_groups;
   const int row_group = blockIdx.y % p.row_groups;
   const int b = blockIdx.z;
   const int len = p.args.cache_seqlens[b];
   const int lane = threadIdx.x % 32;
+  const float k_scale = p.args.k_scale != nullptr ? p.args.k_scale[kv_head] : 1.0f;
+  const float v_scale = p.args.v_scale != nullptr ? p.args.v_scale[kv_head] : 1.0f;
+  const BlockScale scale = {p.args.softmax_scale * k_scale, p.scale_log2 * k_scale};
 
   // This split's tiles of the sequence's visible tokens [first, len).
   const int first = FirstToken(p, len);
@@ -483,34 +606,56 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   if (tile_begin < tile_end) {
     LoadQ<T, kHeadDim, kWarps>(p, b, kv_head, row_group, q_s);
+    int32_t pages[Tl::kRowsPerThread];
 #pragma unroll
     for (int s = 0; s < Tl::kStages - 1; ++s) {
       const int tile = tile_begin + s;
       if (tile < tile_end) {
-        LoadTile<T, kHeadDim, kWarps>(p, b, kv_head, first + tile * Tl::kTileN, len,
-                                      pipe + s * 2 * Tl::kTileElems);
+        LoadPages<Tl>(p, b, first + tile * Tl::kTileN, len, pages);
+        LoadTile<TC, Tl>(p, kv_head, first + tile * Tl::kTileN, len, pages, stage(s));
       }
       CommitCopies();  // empty groups keep the count the waits below assume
     }
+    // The next tile to issue; with kPrefetchPages, `pages` holds its entries.
+    int issue = tile_begin + Tl::kStages - 1;
+    if constexpr (Tl::kPrefetchPages) {
+      if (issue < tile_end) LoadPages<Tl>(p, b, first + issue * Tl::kTileN, len, pages);
+    }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       WaitCopies<Tl::kStages - 2>();
-      // The tile is visible to all, and the slot loaded next was read by all last iteration.
+      // The tile is visible to all, and the slot loaded next (and, fp8, the converted tile) was
+      // read by all last iteration.
       __syncthreads();
-      const int next = tile + Tl::kStages - 1;
-      if (next < tile_end) {
-        LoadTile<T, kHeadDim, kWarps>(
-            p, b, kv_head, first + next * Tl::kTileN, len,
-            pipe + ((next - tile_begin) % Tl::kStages) * 2 * Tl::kTileElems);
+      if (issue < tile_end) {
+        if constexpr (!Tl::kPrefetchPages) {
+          LoadPages<Tl>(p, b, first + issue * Tl::kTileN, len, pages);
+        }
+        LoadTile<TC, Tl>(p, kv_head, first + issue * Tl::kTileN, len, pages,
+                         stage(issue - tile_begin));
+        ++issue;
+        if constexpr (Tl::kPrefetchPages) {
+          if (issue < tile_end) LoadPages<Tl>(p, b, first + issue * Tl::kTileN, len, pages);
+        }
       }
       CommitCopies();
-      ComputeTile<T, kHeadDim, kWarps>(
-          p, rows, first + tile * Tl::kTileN, len, q_s,
-          pipe + ((tile - tile_begin) % Tl::kStages) * 2 * Tl::kTileElems, st);
+      const T* tile_s;
+      if constexpr (Tl::kFp8) {
+        ConvertTile<T, TC, kHeadDim, kWarps>(stage(tile - tile_begin), converted,
+                                             reinterpret_cast<__half*>(converted + Tl::kTileElems));
+        __syncthreads();
+        tile_s = converted;
+      } else {
+        tile_s = reinterpret_cast<const T*>(stage(tile - tile_begin));
+      }
+      using TV = std::conditional_t<Tl::kFp8, __half, T>;
+      ComputeTile<T, TV, kHeadDim, kWarps>(p, scale, rows, first + tile * Tl::kTileN, len, q_s,
+                                           tile_s, st);
     }
     WaitCopies<0>();
   }
   __syncthreads();  // the pipeline's memory becomes the merge's
-  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, st, smem + Tl::kQBytes);
+  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, v_scale, st,
+                                     smem + Tl::kQBytes);
 }
 
 // One warp per output row (b, hq, i): merges the splits' partial outputs by their lse. Splits
@@ -570,11 +715,10 @@ inline bool ValidArgs(const PagedDeviceArgs& a, int num_splits, const void* work
 
 }  // namespace paged
 
-template <typename T, int kHeadDim, int kWarps>
+template <typename T, typename TC, int kHeadDim, int kWarps>
 cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, void* workspace,
                                  cudaStream_t stream) {
-  using Tl = paged::Tiling<kHeadDim, kWarps>;
-  // TODO(issue 36): fp8 caches (k_scale, v_scale) take a cache type apart from T.
+  using Tl = paged::Tiling<kHeadDim, kWarps, sizeof(TC)>;
   if (!paged::ValidArgs(args, num_splits, workspace)) return cudaErrorInvalidValue;
   if (args.batch == 0) return cudaSuccess;
   paged::AttentionParams p;
@@ -598,7 +742,7 @@ cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, vo
   }
   const int64_t grid_y = args.num_heads_kv * p.row_groups;
   if (grid_y > 65535 || args.batch > 65535) return cudaErrorInvalidConfiguration;
-  auto* kernel = &paged::PagedAttentionKernel<T, kHeadDim, kWarps>;
+  auto* kernel = &paged::PagedAttentionKernel<T, TC, kHeadDim, kWarps>;
   // The shared-memory limit is a per-device property of the function: raising it on every launch
   // costs a driver call per decode step, so each instance remembers (one bit per device ordinal)
   // the devices it has already been raised on. A lost race only repeats the idempotent call.

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/utils/string_view.h"
@@ -16,43 +17,53 @@ static_assert(kPagedNumWarps.size() == 1 && kPagedNumWarps[0] == 4,
 static_assert(kPagedHeadDims[0] == 64 && kPagedHeadDims[1] == 128 && kPagedHeadDims[2] == 256,
               "kPagedHeadDims must match the head dims of KS_FOR_EACH_PAGED_INSTANCE");
 
-// One integer per (dtype, head dim, warps), for the switch below.
-constexpr int64_t Key(DType dtype, int64_t head_dim, int num_warps) {
-  return (static_cast<int64_t>(dtype) * 1024 + head_dim) * 64 + num_warps;
+// One integer per (dtype, cache dtype, head dim, warps), for the switches below.
+constexpr int64_t Key(DType dtype, DType cache_dtype, int64_t head_dim = 0, int num_warps = 0) {
+  return ((static_cast<int64_t>(dtype) * 16 + static_cast<int64_t>(cache_dtype)) * 1024 +
+          head_dim) *
+             64 +
+         num_warps;
 }
+
+constexpr char kCompiled[] =
+    "compiled: q f16/bf16 with caches of q's dtype, f8_e4m3 or f8_e5m2; head_dim 64, 128 or 256; "
+    "num_warps 4";
 
 }  // namespace
 
-absl::StatusOr<PagedAttentionLaunchFn> SelectPagedAttentionLaunch(DType dtype, int64_t head_dim,
-                                                                  int num_warps) {
-  // TODO(issue 36): fp8 caches: the cache dtype joins the key (and the instances) here.
+absl::StatusOr<PagedAttentionLaunchFn> SelectPagedAttentionLaunch(DType dtype, DType cache_dtype,
+                                                                  int64_t head_dim, int num_warps) {
   if (head_dim > 0 && head_dim < 1024 && num_warps > 0 && num_warps < 64) {
-#define KS_PAGED_CASE(DT, CT, D, WARPS) \
-  case Key(DType::DT, D, WARPS):        \
-    return &LaunchPagedAttention<CT, D, WARPS>;
-    switch (Key(dtype, head_dim, num_warps)) {
+#define KS_PAGED_CASE(DT, CT, CDT, CCT, D, WARPS) \
+  case Key(DType::DT, DType::CDT, D, WARPS):      \
+    return &LaunchPagedAttention<CT, CCT, D, WARPS>;
+    switch (Key(dtype, cache_dtype, head_dim, num_warps)) {
       KS_FOR_EACH_PAGED_INSTANCE(KS_PAGED_CASE)
       default:
         break;
     }
 #undef KS_PAGED_CASE
   }
-  return absl::UnimplementedError(
-      absl::StrCat("paged attention: no CUDA kernel compiled for dtype ", Sv(DTypeName(dtype)),
-                   ", head_dim ", head_dim, ", num_warps ", num_warps,
-                   " (compiled: f16/bf16, head_dim 64, 128 or 256, num_warps 4)"));
+  return absl::UnimplementedError(absl::StrCat("paged attention: no CUDA kernel compiled for q ",
+                                               Sv(DTypeName(dtype)), ", caches ",
+                                               Sv(DTypeName(cache_dtype)), ", head_dim ", head_dim,
+                                               ", num_warps ", num_warps, " (", kCompiled, ")"));
 }
 
-absl::StatusOr<PagedAppendLaunchFn> SelectPagedAppendLaunch(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return &LaunchPagedAppend<__half>;
-    case DType::kBF16:
-      return &LaunchPagedAppend<__nv_bfloat16>;
+absl::StatusOr<PagedAppendLaunchFn> SelectPagedAppendLaunch(DType dtype, DType cache_dtype) {
+#define KS_PAGED_APPEND_CASE(DT, CT, CDT, CCT) \
+  case Key(DType::DT, DType::CDT):             \
+    return &LaunchPagedAppend<CT, CCT>;
+  switch (Key(dtype, cache_dtype)) {
+    KS_FOR_EACH_PAGED_CACHE_TYPE(KS_PAGED_APPEND_CASE)
     default:
-      return absl::UnimplementedError(absl::StrCat("paged attention: no CUDA append compiled for ",
-                                                   Sv(DTypeName(dtype)), " (compiled: f16/bf16)"));
+      break;
   }
+#undef KS_PAGED_APPEND_CASE
+  return absl::UnimplementedError(
+      absl::StrCat("paged attention: no CUDA append compiled for new keys and values of ",
+                   Sv(DTypeName(dtype)), " into caches of ", Sv(DTypeName(cache_dtype)),
+                   " (compiled: f16/bf16 into caches of their dtype, f8_e4m3 or f8_e5m2)"));
 }
 
 }  // namespace kernelserve::cuda

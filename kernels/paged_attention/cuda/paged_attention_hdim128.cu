@@ -5,8 +5,8 @@
 
 namespace kernelserve::cuda {
 
-#define KS_INSTANTIATE_PAGED(DT, CT, D, WARPS)             \
-  template cudaError_t LaunchPagedAttention<CT, D, WARPS>( \
+#define KS_INSTANTIATE_PAGED(DT, CT, CDT, CCT, D, WARPS)        \
+  template cudaError_t LaunchPagedAttention<CT, CCT, D, WARPS>( \
       const PagedDeviceArgs& args, int num_splits, void* workspace, cudaStream_t stream);
 KS_FOR_EACH_PAGED_INSTANCE_OF_DIM(KS_INSTANTIATE_PAGED, 128)
 #undef KS_INSTANTIATE_PAGED

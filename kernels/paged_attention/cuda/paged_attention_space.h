@@ -35,10 +35,14 @@ inline constexpr int kPagedTokensPerWarp = 16;
 
 // Attention blocks resident on one SM (paged_attention_device.cuh checks its shared memory
 // against this): a two-stage ring of about 40 KiB (D 64), 75 KiB (D 128) and 143 KiB (D 256)
-// per block in the 228 KiB of an SM, D 64 held to 4 by registers (116 per thread). More
-// resident blocks beat deeper rings here: with three stages and two blocks per SM the kernel read
-// 59-63% of the copy bandwidth at D 128, with two stages and three blocks 73-83% (H200,
-// 2026-11-28, docs/PERFORMANCE_LOG.md).
+// per block in the 228 KiB of an SM, D 64 held to 4 by registers. More resident blocks beat
+// deeper rings: with three stages and two blocks per SM the kernel read 59-63% of the copy
+// bandwidth at D 128, with two stages and three blocks 73-83% (H200, 2026-11-28); a four-stage
+// ring with one block per SM for small batches was no faster than two stages with more splits
+// (H100, 2026-11-28; docs/PERFORMANCE_LOG.md). fp8 caches take no more (their ring is half the
+// bytes, plus one converted tile); a four-stage fp8 ring at two blocks per SM (D 128) was slower
+// than two stages at three (H100, 2026-11-28): the fp8 path is bound by its instructions per
+// tile, not by the bytes in flight.
 constexpr int PagedBlocksPerSm(int64_t head_dim) {
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }

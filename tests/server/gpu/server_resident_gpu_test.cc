@@ -4,7 +4,9 @@
 // the input it replaces; rows written and read back; a tensor past the GPU's room refused;
 // the server healthy after. Fresh random inputs; output tensors poisoned (written with NaNs)
 // before the calls that fill them. Skips where the server sees no GPU.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -284,6 +286,57 @@ TEST(ServerResidentGpuTest, ADecodeStepAppendsIntoGpuCachesInPlaceAndAttendsAsIn
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(status.error_message(), "updated in place"))
       << status.error_message();
+}
+
+// fp8 caches with per-head scales: a decode step on resident GPU caches against the same step
+// on resident host caches run by the cpu platform (the float64 reference): out within bf16's
+// rounding, and the appended caches the same bytes (the GPU quantizes as the reference does).
+TEST(ServerResidentGpuTest, AnFp8DecodeStepMatchesTheCpuPlatformAndAppendsTheSameBytes) {
+  START_GPU_SERVER(server);
+  auto stub = MakeStub(server.address());
+  v1::ExecuteRequest step = DecodeStep(5500);
+  auto& inputs = *step.mutable_inputs();
+  uint64_t seed = 5600;
+  for (DType fp8 : {DType::kF8E4M3, DType::kF8E5M2}) {
+    SCOPED_TRACE(DTypeName(fp8));
+    for (const char* cache : {"k_cache", "v_cache"}) {
+      inputs[cache] = ToWire(RandomTensor(fp8, {40, 16, 2, 128}, seed++, -2.0f, 2.0f));
+    }
+    inputs["k_scale"] = ToWire(RandomTensor(DType::kF32, {2}, seed++, 0.05f, 0.5f));
+    inputs["v_scale"] = ToWire(RandomTensor(DType::kF32, {2}, seed++, 0.05f, 0.5f));
+    const std::string tag = std::string(DTypeName(fp8));
+    v1::ExecuteRequest on_gpu = step, on_cpu = step;
+    on_gpu.clear_platform();  // runs where its caches are
+    on_cpu.set_platform("cpu");
+    for (const char* cache : {"k_cache", "v_cache"}) {
+      Create(*stub, tag + "-gpu-" + cache, inputs.at(cache), 0);
+      Create(*stub, tag + "-host-" + cache, inputs.at(cache), -1);
+      (*on_gpu.mutable_inputs())[cache].Clear();
+      *(*on_gpu.mutable_inputs())[cache].mutable_ref() = Ref(tag + "-gpu-" + cache);
+      (*on_cpu.mutable_inputs())[cache].Clear();
+      *(*on_cpu.mutable_inputs())[cache].mutable_ref() = Ref(tag + "-host-" + cache);
+    }
+    v1::ExecuteResponse got, reference;
+    grpc::Status status = stub->Execute(Context().get(), on_gpu, &got);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(got.device(), 0);
+    status = stub->Execute(Context().get(), on_cpu, &reference);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    const Tensor got_out = FromWireOrDie(got.outputs().at("out"));
+    const Tensor ref_out = FromWireOrDie(reference.outputs().at("out"));
+    double largest = 0.0;
+    for (int64_t i = 0; i < got_out.numel(); ++i) {
+      ASSERT_NEAR(got_out.GetFloat(i), ref_out.GetFloat(i), 2e-2) << "element " << i;
+      largest = std::max(largest, std::fabs(static_cast<double>(ref_out.GetFloat(i))));
+    }
+    EXPECT_GT(largest, 0.05) << "outputs too small to tell anything";
+    for (const char* cache : {"k_cache", "v_cache"}) {
+      EXPECT_EQ(ReadAll(*stub, tag + "-gpu-" + cache), ReadAll(*stub, tag + "-host-" + cache))
+          << cache << " after the append";
+      EXPECT_NE(ReadAll(*stub, tag + "-gpu-" + cache), inputs.at(cache).data())
+          << cache << ": the append wrote nothing";
+    }
+  }
 }
 
 }  // namespace

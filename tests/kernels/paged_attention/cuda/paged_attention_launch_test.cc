@@ -2,7 +2,8 @@
 // reference computed from the paged layout: page sizes 16/64/256, shuffled block tables with
 // unused pages, empty sequences and partly filled last pages, Sq 1 and 4, causal, windows, soft
 // cap, GQA 1/4/8 (with more than 16 rows per kv head), head dims 64/128/256, f16 and bf16, one
-// split and several, lse; repeated launches give the same bits; append writes only its slots.
+// split and several, lse; fp8 caches (e4m3, e5m2) with per-head scales under f16 and bf16 q;
+// repeated launches give the same bits; append writes only its slots (fp8: the quantized bits).
 // Inputs are fresh random values; outputs and workspace are poisoned (0xFF bytes: NaN) before
 // each launch. Skips where no GPU is visible (the dispatch tests run anywhere CUDA is built).
 #include "kernels/paged_attention/cuda/paged_attention_launch.h"
@@ -20,10 +21,13 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/dtype.h"
+#include "core/utils/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/paged_attention/cuda/paged_attention_config.h"
@@ -64,11 +68,32 @@ float FromBits(DType dtype, uint16_t bits) {
   return __half2float(__half(raw));
 }
 
-// A host tensor of 16-bit values and the floats they stand for.
+// A host tensor of 16-bit (or fp8: 8-bit) codes and the real values they stand for (an fp8
+// cache's: code * scale of the element's head).
 struct HostTensor {
   std::vector<uint16_t> bits;
   std::vector<double> values;
+  bool fp8 = false;
 };
+
+uint8_t ToFp8(DType cache, float x) {
+  return cache == DType::kF8E4M3 ? FloatToF8E4M3(x) : FloatToF8E5M2(x);
+}
+float FromFp8(DType cache, uint8_t code) {
+  return cache == DType::kF8E4M3 ? F8E4M3ToFloat(code) : F8E5M2ToFloat(code);
+}
+
+// The bytes of `t` as the device holds them.
+std::vector<uint8_t> DeviceBytes(const HostTensor& t) {
+  std::vector<uint8_t> bytes;
+  if (t.fp8) {
+    bytes.assign(t.bits.begin(), t.bits.end());
+  } else {
+    bytes.resize(t.bits.size() * 2);
+    std::memcpy(bytes.data(), t.bits.data(), bytes.size());
+  }
+  return bytes;
+}
 
 HostTensor Random(DType dtype, size_t n, float lo, float hi, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -78,6 +103,24 @@ HostTensor Random(DType dtype, size_t n, float lo, float hi, std::mt19937_64& rn
   for (size_t i = 0; i < n; ++i) {
     t.bits[i] = ToBits(dtype, dist(rng));
     t.values[i] = FromBits(dtype, t.bits[i]);
+  }
+  return t;
+}
+
+// An fp8 cache of `n` elements (rows of `head_dim` over `scales.size()` heads) whose real values
+// are uniform in [-1, 1): each quantized as x / scale[h].
+HostTensor RandomFp8(DType cache, size_t n, int64_t head_dim, const std::vector<float>& scales,
+                     std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  HostTensor t;
+  t.fp8 = true;
+  t.bits.resize(n);
+  t.values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float scale = scales[(i / head_dim) % scales.size()];
+    const uint8_t code = ToFp8(cache, dist(rng) / scale);
+    t.bits[i] = code;
+    t.values[i] = static_cast<double>(FromFp8(cache, code)) * scale;
   }
   return t;
 }
@@ -98,6 +141,7 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   void* get() const { return ptr_; }
+  void Upload(const HostTensor& host) { Upload(DeviceBytes(host)); }
   template <typename T>
   void Upload(const std::vector<T>& host) {
     ASSERT_EQ(host.size() * sizeof(T), bytes_);
@@ -129,6 +173,7 @@ class DeviceBuffer {
 
 struct Case {
   DType dtype = DType::kF16;
+  DType cache = DType::kF32;  // kF32: the caches are of dtype; or kF8E4M3 / kF8E5M2
   int64_t head_dim = 64;
   int64_t seq_len_q = 1;
   int64_t hq = 1;
@@ -144,14 +189,19 @@ struct Case {
   bool append = false;  // every L is 0 or at least Sq
 
   int64_t batch() const { return static_cast<int64_t>(lens.size()); }
+  bool fp8() const { return cache == DType::kF8E4M3 || cache == DType::kF8E5M2; }
+  DType cache_dtype() const { return fp8() ? cache : dtype; }
+  size_t cache_bytes() const { return fp8() ? 1 : 2; }
   float scale() const {
     return softmax_scale > 0.0f ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   std::string Describe() const {
-    return absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16", " D=", head_dim, " Sq=", seq_len_q,
-                        " Hq=", hq, " Hkv=", hkv, " page=", page_size, " lens={",
-                        absl::StrJoin(lens, ","), "} causal=", causal, " window=(", window_left,
-                        ",", window_right, ") softcap=", softcap, " scale=", scale(), " lse=", lse,
+    return absl::StrCat(dtype == DType::kBF16 ? "bf16" : "f16",
+                        " cache=", Sv(DTypeName(cache_dtype())), " D=", head_dim, " Sq=", seq_len_q,
+                        " Hq=", hq, " Hkv=", hkv) +
+           absl::StrCat(" page=", page_size, " lens={", absl::StrJoin(lens, ","),
+                        "} causal=", causal, " window=(", window_left, ",", window_right,
+                        ") softcap=", softcap, " scale=", scale(), " lse=", lse,
                         " append=", append);
   }
 };
@@ -269,6 +319,13 @@ std::string Compare(const Case& c, const Reference& ref, const std::vector<uint1
   return errors;
 }
 
+// An fp8 case's per-head scales, on the host and the device.
+struct Scales {
+  std::vector<float> k, v;
+  const float* k_device = nullptr;
+  const float* v_device = nullptr;
+};
+
 class PagedAttentionLaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -306,20 +363,35 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     const size_t cache_elems = paging.num_pages * c.page_size * c.hkv * d;
     // q wider than k: logits of a few units, so the softmax is far from uniform.
     HostTensor q = Random(c.dtype, q_elems, -2.0f, 2.0f, rng);
-    HostTensor k = Random(c.dtype, cache_elems, -1.0f, 1.0f, rng);
-    HostTensor v = Random(c.dtype, cache_elems, -1.0f, 1.0f, rng);
+    // fp8 caches: per-head scales of different sizes (the values stay in [-1, 1)).
+    std::vector<float> k_scale(c.hkv), v_scale(c.hkv);
+    std::uniform_real_distribution<float> scale_dist(0.01f, 0.1f);
+    for (int64_t h = 0; h < c.hkv; ++h) {
+      k_scale[h] = scale_dist(rng);
+      v_scale[h] = scale_dist(rng);
+    }
+    HostTensor k = c.fp8() ? RandomFp8(c.cache, cache_elems, d, k_scale, rng)
+                           : Random(c.dtype, cache_elems, -1.0f, 1.0f, rng);
+    HostTensor v = c.fp8() ? RandomFp8(c.cache, cache_elems, d, v_scale, rng)
+                           : Random(c.dtype, cache_elems, -1.0f, 1.0f, rng);
 
-    DeviceBuffer q_d(q_elems * 2), k_d(cache_elems * 2), v_d(cache_elems * 2);
+    DeviceBuffer q_d(q_elems * 2);
+    DeviceBuffer k_d(cache_elems * c.cache_bytes()), v_d(cache_elems * c.cache_bytes());
     DeviceBuffer table_d(paging.table.size() * 4), lens_d(c.lens.size() * 4);
     DeviceBuffer out_d(q_elems * 2), lse_d(c.batch() * c.hq * c.seq_len_q * 4);
+    DeviceBuffer k_scale_d(c.hkv * 4), v_scale_d(c.hkv * 4);
     q_d.Upload(q.bits);
-    k_d.Upload(k.bits);
-    v_d.Upload(v.bits);
+    k_d.Upload(k);
+    v_d.Upload(v);
     table_d.Upload(paging.table);
     lens_d.Upload(c.lens);
+    k_scale_d.Upload(k_scale);
+    v_scale_d.Upload(v_scale);
+    const Scales scales = {k_scale, v_scale, static_cast<const float*>(k_scale_d.get()),
+                           static_cast<const float*>(v_scale_d.get())};
 
     if (c.append) {
-      ASSERT_NO_FATAL_FAILURE(Append(c, paging, rng, k, v, k_d, v_d, table_d, lens_d));
+      ASSERT_NO_FATAL_FAILURE(Append(c, paging, rng, scales, k, v, k_d, v_d, table_d, lens_d));
     }
     const Reference ref = ComputeReference(c, paging, q, k, v);
 
@@ -344,9 +416,13 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     args.window_left = c.window_left;
     args.window_right = c.window_right;
     args.softcap = c.softcap;
+    if (c.fp8()) {
+      args.k_scale = scales.k_device;
+      args.v_scale = scales.v_device;
+    }
 
     absl::StatusOr<PagedAttentionLaunchFn> launch =
-        SelectPagedAttentionLaunch(c.dtype, d, kPagedNumWarps[0]);
+        SelectPagedAttentionLaunch(c.dtype, c.cache_dtype(), d, kPagedNumWarps[0]);
     ASSERT_TRUE(launch.ok()) << launch.status();
     splits.push_back(HeuristicSplits(c, paging));
     for (int s : splits) {
@@ -376,10 +452,11 @@ class PagedAttentionLaunchTest : public ::testing::Test {
   }
 
   // Appends fresh k, v on the device; checks that exactly the target slots changed, to the
-  // new values; applies the same writes to the host caches.
-  void Append(const Case& c, const Paging& paging, std::mt19937_64& rng, HostTensor& k,
-              HostTensor& v, DeviceBuffer& k_d, DeviceBuffer& v_d, const DeviceBuffer& table_d,
-              const DeviceBuffer& lens_d) {
+  // new values (fp8 caches: to fp8(x / scale[h]) as the host rounds it); applies the same
+  // writes to the host caches.
+  void Append(const Case& c, const Paging& paging, std::mt19937_64& rng, const Scales& scales,
+              HostTensor& k, HostTensor& v, DeviceBuffer& k_d, DeviceBuffer& v_d,
+              const DeviceBuffer& table_d, const DeviceBuffer& lens_d) {
     const int64_t d = c.head_dim;
     const size_t new_elems = c.batch() * c.seq_len_q * c.hkv * d;
     const HostTensor k_new = Random(c.dtype, new_elems, -1.0f, 1.0f, rng);
@@ -400,7 +477,11 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     a.head_dim = d;
     a.page_size = c.page_size;
     a.max_pages = paging.max_pages;
-    absl::StatusOr<PagedAppendLaunchFn> append = SelectPagedAppendLaunch(c.dtype);
+    if (c.fp8()) {
+      a.k_scale = scales.k_device;
+      a.v_scale = scales.v_device;
+    }
+    absl::StatusOr<PagedAppendLaunchFn> append = SelectPagedAppendLaunch(c.dtype, c.cache_dtype());
     ASSERT_TRUE(append.ok()) << append.status();
     ASSERT_EQ((*append)(a, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -413,17 +494,28 @@ class PagedAttentionLaunchTest : public ::testing::Test {
           const int64_t dst = CacheIndex(c, paging, b, len - c.seq_len_q + i, h);
           const int64_t src = ((b * c.seq_len_q + i) * c.hkv + h) * d;
           for (int64_t e = 0; e < d; ++e) {
-            k.bits[dst + e] = k_new.bits[src + e];
-            k.values[dst + e] = k_new.values[src + e];
-            v.bits[dst + e] = v_new.bits[src + e];
-            v.values[dst + e] = v_new.values[src + e];
+            Store(c, k_new, src + e, scales.k[h], k, dst + e);
+            Store(c, v_new, src + e, scales.v[h], v, dst + e);
           }
         }
       }
     }
     // The whole caches: the target slots hold the new values, every other element is unchanged.
-    EXPECT_TRUE(k_d.Download<uint16_t>() == k.bits) << "k_cache after append";
-    EXPECT_TRUE(v_d.Download<uint16_t>() == v.bits) << "v_cache after append";
+    EXPECT_TRUE(k_d.Download<uint8_t>() == DeviceBytes(k)) << "k_cache after append";
+    EXPECT_TRUE(v_d.Download<uint8_t>() == DeviceBytes(v)) << "v_cache after append";
+  }
+
+  // cache[at] = the new element new_values[from], quantized for an fp8 cache.
+  static void Store(const Case& c, const HostTensor& new_values, int64_t from, float scale,
+                    HostTensor& cache, int64_t at) {
+    if (!c.fp8()) {
+      cache.bits[at] = new_values.bits[from];
+      cache.values[at] = new_values.values[from];
+      return;
+    }
+    const uint8_t code = ToFp8(c.cache, static_cast<float>(new_values.values[from]) / scale);
+    cache.bits[at] = code;
+    cache.values[at] = static_cast<double>(FromFp8(c.cache, code)) * scale;
   }
 
   int sm_count_ = 0;
@@ -517,36 +609,62 @@ TEST_F(PagedAttentionLaunchTest, MoreSplitsThanTilesLeavesEmptySplits) {
   Check(c, {kPagedMaxSplits, 64}, 77);
 }
 
+TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceFp8Caches) {
+  uint64_t seed = 2000;
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (DType cache : {DType::kF8E4M3, DType::kF8E5M2}) {
+      for (int64_t d : kPagedHeadDims) {
+        for (Case c : Scenarios(dtype, d)) {
+          c.cache = cache;
+          Check(c, {1, 5}, seed++);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(PagedAttentionLaunchTest, AppendSkipsEmptySequencesAndD8Unaligned) {
   // Head dims that are no multiple of 8 take the element-wise append path; attention is not
   // compiled for them, so only the caches are checked.
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    Case c{.dtype = dtype,
-           .head_dim = 12,
-           .seq_len_q = 3,
-           .hq = 2,
-           .hkv = 2,
-           .page_size = 16,
-           .lens = {0, 3, 40},
-           .append = true};
-    SCOPED_TRACE(c.Describe());
-    std::mt19937_64 rng(5);
-    const Paging paging = MakePaging(c, rng);
-    const size_t cache_elems = paging.num_pages * c.page_size * c.hkv * c.head_dim;
-    HostTensor k = Random(dtype, cache_elems, -1.0f, 1.0f, rng);
-    HostTensor v = Random(dtype, cache_elems, -1.0f, 1.0f, rng);
-    DeviceBuffer k_d(cache_elems * 2), v_d(cache_elems * 2);
-    DeviceBuffer table_d(paging.table.size() * 4), lens_d(c.lens.size() * 4);
-    k_d.Upload(k.bits);
-    v_d.Upload(v.bits);
-    table_d.Upload(paging.table);
-    lens_d.Upload(c.lens);
-    Append(c, paging, rng, k, v, k_d, v_d, table_d, lens_d);
+    for (DType cache : {DType::kF32, DType::kF8E4M3, DType::kF8E5M2}) {
+      Case c{.dtype = dtype,
+             .cache = cache,
+             .head_dim = 12,
+             .seq_len_q = 3,
+             .hq = 2,
+             .hkv = 2,
+             .page_size = 16,
+             .lens = {0, 3, 40},
+             .append = true};
+      SCOPED_TRACE(c.Describe());
+      std::mt19937_64 rng(5);
+      const Paging paging = MakePaging(c, rng);
+      const size_t cache_elems = paging.num_pages * c.page_size * c.hkv * c.head_dim;
+      const std::vector<float> k_scale = {0.05f, 0.003f}, v_scale = {0.5f, 0.02f};
+      HostTensor k = c.fp8() ? RandomFp8(cache, cache_elems, c.head_dim, k_scale, rng)
+                             : Random(dtype, cache_elems, -1.0f, 1.0f, rng);
+      HostTensor v = c.fp8() ? RandomFp8(cache, cache_elems, c.head_dim, v_scale, rng)
+                             : Random(dtype, cache_elems, -1.0f, 1.0f, rng);
+      DeviceBuffer k_d(cache_elems * c.cache_bytes()), v_d(cache_elems * c.cache_bytes());
+      DeviceBuffer table_d(paging.table.size() * 4), lens_d(c.lens.size() * 4);
+      DeviceBuffer k_scale_d(8), v_scale_d(8);
+      k_d.Upload(k);
+      v_d.Upload(v);
+      table_d.Upload(paging.table);
+      lens_d.Upload(c.lens);
+      k_scale_d.Upload(k_scale);
+      v_scale_d.Upload(v_scale);
+      const Scales scales = {k_scale, v_scale, static_cast<const float*>(k_scale_d.get()),
+                             static_cast<const float*>(v_scale_d.get())};
+      Append(c, paging, rng, scales, k, v, k_d, v_d, table_d, lens_d);
+    }
   }
 }
 
 TEST_F(PagedAttentionLaunchTest, RefusesBadArguments) {
-  absl::StatusOr<PagedAttentionLaunchFn> launch = SelectPagedAttentionLaunch(DType::kF16, 64, 4);
+  absl::StatusOr<PagedAttentionLaunchFn> launch =
+      SelectPagedAttentionLaunch(DType::kF16, DType::kF16, 64, 4);
   ASSERT_TRUE(launch.ok());
   PagedDeviceArgs args;
   args.batch = 1;
@@ -567,24 +685,37 @@ TEST_F(PagedAttentionLaunchTest, RefusesBadArguments) {
 
 TEST(PagedAttentionDispatchTest, EveryCompiledInstanceIsSelectable) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    for (int64_t d : kPagedHeadDims) {
-      for (int warps : kPagedNumWarps) {
-        EXPECT_TRUE(SelectPagedAttentionLaunch(dtype, d, warps).ok()) << d << " " << warps;
+    for (DType cache : {dtype, DType::kF8E4M3, DType::kF8E5M2}) {
+      for (int64_t d : kPagedHeadDims) {
+        for (int warps : kPagedNumWarps) {
+          EXPECT_TRUE(SelectPagedAttentionLaunch(dtype, cache, d, warps).ok()) << d << " " << warps;
+        }
       }
+      EXPECT_TRUE(SelectPagedAppendLaunch(dtype, cache).ok());
     }
-    EXPECT_TRUE(SelectPagedAppendLaunch(dtype).ok());
   }
 }
 
 TEST(PagedAttentionDispatchTest, OthersAreUnimplementedNamingTheCompiledSet) {
-  for (auto [dtype, d, warps] : {std::tuple{DType::kF32, 128, 4}, std::tuple{DType::kF16, 96, 4},
-                                 std::tuple{DType::kBF16, 128, 8}, std::tuple{DType::kF16, 0, 4}}) {
-    const absl::StatusOr<PagedAttentionLaunchFn> got = SelectPagedAttentionLaunch(dtype, d, warps);
+  for (auto [dtype, cache, d, warps] :
+       {std::tuple{DType::kF32, DType::kF32, 128, 4}, std::tuple{DType::kF16, DType::kF16, 96, 4},
+        std::tuple{DType::kBF16, DType::kBF16, 128, 8}, std::tuple{DType::kF16, DType::kF16, 0, 4},
+        std::tuple{DType::kF16, DType::kBF16, 128, 4},
+        std::tuple{DType::kF32, DType::kF8E4M3, 128, 4}}) {
+    const absl::StatusOr<PagedAttentionLaunchFn> got =
+        SelectPagedAttentionLaunch(dtype, cache, d, warps);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(got.status().message(), HasSubstr("compiled: f16/bf16, head_dim 64, 128 or 256"));
+    EXPECT_THAT(got.status().message(),
+                HasSubstr("compiled: q f16/bf16 with caches of q's dtype, f8_e4m3 or f8_e5m2; "
+                          "head_dim 64, 128 or 256"));
   }
-  EXPECT_EQ(SelectPagedAppendLaunch(DType::kF32).status().code(), absl::StatusCode::kUnimplemented);
+  for (auto [dtype, cache] :
+       {std::pair{DType::kF32, DType::kF32}, std::pair{DType::kBF16, DType::kF16},
+        std::pair{DType::kF32, DType::kF8E5M2}}) {
+    EXPECT_EQ(SelectPagedAppendLaunch(dtype, cache).status().code(),
+              absl::StatusCode::kUnimplemented);
+  }
 }
 
 }  // namespace
