@@ -257,9 +257,13 @@ template <typename TC, typename Tl>
 __device__ __forceinline__ void LoadTile(const AttentionParams& p, int kv_head, int first, int len,
                                          const int32_t (&pages)[Tl::kRowsPerThread],
                                          unsigned char* dst) {
+  constexpr int64_t kHeadBytes = int64_t{Tl::kHeadDimValue} * sizeof(TC);
   const int col = threadIdx.x % Tl::kCacheChunks;
-  const auto* k = static_cast<const unsigned char*>(p.args.k_cache);
-  const auto* v = static_cast<const unsigned char*>(p.args.v_cache);
+  // This thread's column of the kv head in a token slot, and the bytes between slots.
+  const int64_t column = kv_head * kHeadBytes + col * 16;
+  const auto* k = static_cast<const unsigned char*>(p.args.k_cache) + column;
+  const auto* v = static_cast<const unsigned char*>(p.args.v_cache) + column;
+  const int64_t slot_bytes = p.args.num_heads_kv * kHeadBytes;
   const int page_size = static_cast<int>(p.args.page_size);
 #pragma unroll
   for (int j = 0; j < Tl::kRowsPerThread; ++j) {
@@ -269,9 +273,7 @@ __device__ __forceinline__ void LoadTile(const AttentionParams& p, int kv_head, 
     int bytes = 0;
     if (t < len) {
       const int in_page = p.page_shift >= 0 ? t & (page_size - 1) : t % page_size;
-      const int64_t slot = static_cast<int64_t>(pages[j]) * page_size + in_page;
-      offset = ((slot * p.args.num_heads_kv + kv_head) * Tl::kHeadDimValue) * int64_t{sizeof(TC)} +
-               col * 16;
+      offset = (static_cast<int64_t>(pages[j]) * page_size + in_page) * slot_bytes;
       bytes = 16;
     }
     unsigned char* k_dst = dst + row * Tl::kRingStride + col * 16;
@@ -372,10 +374,13 @@ struct BlockScale {
 };
 
 // One tile: K (T) at k_s, V (TV: T, or f16 for fp8 caches) kTileElems elements after it.
+// `masked` false: every real row sees every token of the tile (TileNeedsMask), so the per-element
+// mask is skipped; padding rows past p.rows then hold finite values that are never stored.
 template <typename T, typename TV, int kHeadDim, int kWarps>
 __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const BlockScale& scale,
                                             const RowInfo (&rows)[2], int first, int len,
-                                            const T* q_s, const T* k_s, WarpState<kHeadDim>& st) {
+                                            bool masked, const T* q_s, const T* k_s,
+                                            WarpState<kHeadDim>& st) {
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -408,7 +413,7 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
       } else {
         x *= scale.scale_log2;
       }
-      s[nt][e] = Sees(p, rows[e / 2], t0 + nt * 8 + (e % 2), len) ? x : -INFINITY;
+      s[nt][e] = masked && !Sees(p, rows[e / 2], t0 + nt * 8 + (e % 2), len) ? -INFINITY : x;
     }
   }
 
@@ -565,6 +570,17 @@ __device__ __forceinline__ int FirstToken(const AttentionParams& p, int len) {
   return first > 0 ? static_cast<int>(first) : 0;
 }
 
+// Whether some real row misses some token of the tile first .. first + tile_n - 1: the last
+// tile (past len), causal tiles reaching past the first query's position, any window. Most
+// tiles of a decode step need no mask, and the per-element test is a fifth of a tile's
+// instructions.
+__device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, int first, int tile_n,
+                                              int len) {
+  const int last = first + tile_n - 1;
+  if (last >= len || p.window_left >= 0 || p.window_right >= 0) return true;
+  return p.args.causal && last > len - static_cast<int>(p.args.seq_len_q);
+}
+
 // grid (splits, Hkv * row_groups, B).
 template <typename T, typename TC, int kHeadDim, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -648,7 +664,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         tile_s = reinterpret_cast<const T*>(stage(tile - tile_begin));
       }
       using TV = std::conditional_t<Tl::kFp8, __half, T>;
-      ComputeTile<T, TV, kHeadDim, kWarps>(p, scale, rows, first + tile * Tl::kTileN, len, q_s,
+      const int tile_first = first + tile * Tl::kTileN;
+      ComputeTile<T, TV, kHeadDim, kWarps>(p, scale, rows, tile_first, len,
+                                           TileNeedsMask(p, tile_first, Tl::kTileN, len), q_s,
                                            tile_s, st);
     }
     WaitCopies<0>();

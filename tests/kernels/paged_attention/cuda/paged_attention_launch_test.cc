@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -290,6 +292,25 @@ Reference ComputeReference(const Case& c, const Paging& p, const HostTensor& q, 
   return ref;
 }
 
+// The largest errors of out against the float64 reference seen per (q dtype, cache dtype), for
+// the record (docs/PERFORMANCE.md writes them down per dtype).
+struct WorstErrors {
+  double abs = 0.0;
+  double rel = 0.0;
+};
+std::map<std::string, WorstErrors>& Worst() {
+  static auto* worst = new std::map<std::string, WorstErrors>();
+  return *worst;
+}
+void PrintWorst() {
+  for (const auto& [key, w] : Worst()) {
+    std::printf(
+        "  errors against float64, %s: max |out - ref| %.3g, ||out - ref|| / ||ref|| %.3g\n",
+        key.c_str(), w.abs, w.rel);
+  }
+  Worst().clear();
+}
+
 // Empty when out (and lse) match the reference; otherwise the first few mismatches.
 std::string Compare(const Case& c, const Reference& ref, const std::vector<uint16_t>& out,
                     const std::vector<float>& lse) {
@@ -297,9 +318,12 @@ std::string Compare(const Case& c, const Reference& ref, const std::vector<uint1
   int shown = 0;
   double diff2 = 0.0;
   double ref2 = 0.0;
+  WorstErrors& worst = Worst()[absl::StrCat("q ", c.dtype == DType::kBF16 ? "bf16" : "f16",
+                                            ", caches ", Sv(DTypeName(c.cache_dtype())))];
   for (size_t j = 0; j < out.size(); ++j) {
     const double got = FromBits(c.dtype, out[j]);
     const double err = std::fabs(got - ref.out[j]);
+    worst.abs = std::max(worst.abs, std::isnan(got) ? kInf : err);
     diff2 += std::isnan(got) ? kInf : err * err;
     ref2 += ref.out[j] * ref.out[j];
     if (!(err <= OutTolerance(c.dtype)) && shown++ < 5) {
@@ -307,6 +331,7 @@ std::string Compare(const Case& c, const Reference& ref, const std::vector<uint1
     }
   }
   const double rel = ref2 > 0.0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  worst.rel = std::max(worst.rel, rel);
   if (!(rel <= RelTolerance(c.dtype))) absl::StrAppend(&errors, "\n  relative error ", rel);
   for (size_t j = 0; j < lse.size(); ++j) {
     const double want = ref.lse[j];
@@ -588,6 +613,7 @@ TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceF16) {
   for (int64_t d : kPagedHeadDims) {
     for (const Case& c : Scenarios(DType::kF16, d)) Check(c, {1, 3, 16}, seed++);
   }
+  PrintWorst();
 }
 
 TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceBF16) {
@@ -595,6 +621,7 @@ TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceBF16) {
   for (int64_t d : kPagedHeadDims) {
     for (const Case& c : Scenarios(DType::kBF16, d)) Check(c, {1, 2, 7}, seed++);
   }
+  PrintWorst();
 }
 
 TEST_F(PagedAttentionLaunchTest, MoreSplitsThanTilesLeavesEmptySplits) {
@@ -621,6 +648,7 @@ TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceFp8Caches) {
       }
     }
   }
+  PrintWorst();
 }
 
 TEST_F(PagedAttentionLaunchTest, AppendSkipsEmptySequencesAndD8Unaligned) {
