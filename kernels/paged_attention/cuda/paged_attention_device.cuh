@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -105,7 +106,9 @@ struct Tiling {
   static constexpr size_t kRingTileBytes = size_t{kTileN} * kRingStride;  // K (then V), a stage
   static constexpr size_t kRingBytes = size_t{kStages} * 2 * kRingTileBytes;
   // fp8: the ring, then the converted tile (K then V) the compute reads.
-  static constexpr size_t kPipeBytes = kRingBytes + (kFp8 ? 2 * kTileElems * 2 : 0);
+  // fp8: then one float per warp for the block's largest |q| (QToHalf).
+  static constexpr size_t kPipeBytes =
+      kRingBytes + (kFp8 ? 2 * kTileElems * 2 + size_t{kWarps} * 4 : 0);
   // The end-of-block merge: each warp's output rows (fp32), then each warp's row max and sum,
   // then each row's merged max and sum.
   static constexpr size_t kMergeOBytes = size_t{kWarps} * kRows * kHeadDim * 4;
@@ -212,6 +215,13 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
 
 // ---- the attention kernel ----
 
+// The logit scale of one block: softmax_scale times its kv head's k_scale (1 but for fp8
+// caches), also as base 2 (without a soft cap).
+struct BlockScale {
+  float scale;       // multiplies q.k
+  float scale_log2;  // scale * log2(e)
+};
+
 // One query row of the block as a thread sees it.
 struct RowInfo {
   bool valid;  // a real row (the last group may be partial)
@@ -296,42 +306,71 @@ __device__ __forceinline__ uint32_t Fp8x2ToT(uint16_t two) {
   }
 }
 
-// Converts a landed fp8 ring stage into the tiles ComputeTile reads: K as T (the QK^T operand
-// of q's type), V as f16 (P V runs in f16 for fp8 caches: P in [0, 1] keeps more bits in f16
-// than in bf16, and fp8 to f16 is one instruction per pair where fp8 to bf16 takes four).
+// Converts a landed fp8 ring stage into the f16 tiles (K then V) that ComputeTile reads: an fp8
+// cache's attention runs in f16 on the tensor cores (fp8 to f16 is exact and one instruction per
+// pair; q is made f16 by QToHalf).
 // REQUIRES: a barrier after the stage's copies landed and after the last read of the tiles.
-template <typename T, typename TC, int kHeadDim, int kWarps>
-__device__ __forceinline__ void ConvertTile(const unsigned char* stage, T* k_tile, __half* v_tile) {
+template <typename TC, int kHeadDim, int kWarps>
+__device__ __forceinline__ void ConvertTile(const unsigned char* stage, __half* tiles) {
   using Tl = Tiling<kHeadDim, kWarps, 1>;
   constexpr int kVectors = Tl::kTileN * Tl::kCacheChunks;  // of K, and as many of V
 #pragma unroll
   for (int c = threadIdx.x; c < 2 * kVectors; c += Tl::kThreads) {
-    const bool is_v = c >= kVectors;
+    const int which = c / kVectors;  // 0: K, 1: V
     const int row = (c / Tl::kCacheChunks) % Tl::kTileN;
     const int col = c % Tl::kCacheChunks;
-    const uint4 in = *reinterpret_cast<const uint4*>(stage + (is_v ? Tl::kRingTileBytes : 0) +
+    const uint4 in = *reinterpret_cast<const uint4*>(stage + which * Tl::kRingTileBytes +
                                                      row * Tl::kRingStride + col * 16);
     const uint32_t words[4] = {in.x, in.y, in.z, in.w};
     uint32_t out[8];
-    if (is_v) {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        out[2 * w] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
-        out[2 * w + 1] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] >> 16));
-      }
-    } else {
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        out[2 * w] = Fp8x2ToT<T, TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
-        out[2 * w + 1] = Fp8x2ToT<T, TC>(static_cast<uint16_t>(words[w] >> 16));
-      }
+    for (int w = 0; w < 4; ++w) {
+      out[2 * w] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
+      out[2 * w + 1] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] >> 16));
     }
-    void* base = is_v ? static_cast<void*>(v_tile) : static_cast<void*>(k_tile);
     uint4* dst =
-        reinterpret_cast<uint4*>(static_cast<char*>(base) + (row * Tl::kStride + col * 16) * 2);
+        reinterpret_cast<uint4*>(tiles + which * Tl::kTileElems + row * Tl::kStride + col * 16);
     dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
     dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
   }
+}
+
+// Rewrites the block's bf16 query rows in place as f16 times 2^-e, e >= 0 the least that keeps
+// the largest |q| within f16's range (e = 0 unless some |q| > 65504), and returns `scale` times
+// 2^e, so that f16 logits times it are the logits. bf16 to f16 is exact for every value f16
+// holds as a normal number; values under 2^-14 keep f16's subnormal precision (an error under
+// 2^-25 of the element, far below bf16's own rounding of the products' sum). `scratch` holds
+// kWarps floats. REQUIRES: the rows landed and are visible to all; a barrier before they are
+// read again.
+template <int kHeadDim, int kWarps>
+__device__ __forceinline__ BlockScale QToHalf(void* q_s, float* scratch, BlockScale scale) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  auto* q = static_cast<__nv_bfloat16*>(q_s);
+  float largest = 0.0f;
+  for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
+    const __nv_bfloat16* x = q + (c / Tl::kChunks) * Tl::kStride + (c % Tl::kChunks) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) largest = fmaxf(largest, fabsf(__bfloat162float(x[j])));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = largest;
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) largest = fmaxf(largest, scratch[w]);
+  int e = 0;
+  if (largest > 65504.0f && largest <= FLT_MAX) frexpf(largest / 65504.0f, &e);
+  const float down = ldexpf(1.0f, -e);
+  for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
+    __nv_bfloat16* x = q + (c / Tl::kChunks) * Tl::kStride + (c % Tl::kChunks) * 8;
+    alignas(16) __half h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(__bfloat162float(x[j]) * down);
+    *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(h);
+  }
+  const float up = ldexpf(1.0f, e);
+  return {scale.scale * up, scale.scale_log2 * up};
 }
 
 // The block's 16 query rows into shared memory (zeros for rows past the end).
@@ -366,17 +405,11 @@ struct WarpState {
   float row_sum[2];  // this thread's columns only; summed over the quad at the end
 };
 
-// The logit scale of one block: softmax_scale times its kv head's k_scale (1 but for fp8
-// caches), also as base 2 (without a soft cap).
-struct BlockScale {
-  float scale;       // multiplies q.k
-  float scale_log2;  // scale * log2(e)
-};
-
-// One tile: K (T) at k_s, V (TV: T, or f16 for fp8 caches) kTileElems elements after it.
+// One tile: K at k_s, V kTileElems elements after it; T the operand type of both products (q's
+// type, or f16 for fp8 caches).
 // `masked` false: every real row sees every token of the tile (TileNeedsMask), so the per-element
 // mask is skipped; padding rows past p.rows then hold finite values that are never stored.
-template <typename T, typename TV, int kHeadDim, int kWarps>
+template <typename T, int kHeadDim, int kWarps>
 __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const BlockScale& scale,
                                             const RowInfo (&rows)[2], int first, int len,
                                             bool masked, const T* q_s, const T* k_s,
@@ -384,7 +417,7 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const TV* v_s = reinterpret_cast<const TV*>(k_s + Tl::kTileElems);
+  const T* v_s = k_s + Tl::kTileElems;
   k_s += warp * kWarpTokens * Tl::kStride;
   v_s += warp * kWarpTokens * Tl::kStride;
 
@@ -451,15 +484,15 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
   }
 
   // O += P V: P's accumulator layout is the A operand's (k = the warp's 16 tokens).
-  const uint32_t a[4] = {Mma<TV>::Pack(s[0][0], s[0][1]), Mma<TV>::Pack(s[0][2], s[0][3]),
-                         Mma<TV>::Pack(s[1][0], s[1][1]), Mma<TV>::Pack(s[1][2], s[1][3])};
+  const uint32_t a[4] = {Mma<T>::Pack(s[0][0], s[0][1]), Mma<T>::Pack(s[0][2], s[0][3]),
+                         Mma<T>::Pack(s[1][0], s[1][1]), Mma<T>::Pack(s[1][2], s[1][3])};
 #pragma unroll
   for (int dn = 0; dn < kHeadDim / 16; ++dn) {
     uint32_t bv[4];
     LdMatrixX4Trans(
         bv, v_s + ((lane % 8) + ((lane / 8) % 2) * 8) * Tl::kStride + dn * 16 + (lane / 16) * 8);
-    Mma<TV>::Run(st.o[2 * dn], a, bv[0], bv[1]);
-    Mma<TV>::Run(st.o[2 * dn + 1], a, bv[2], bv[3]);
+    Mma<T>::Run(st.o[2 * dn], a, bv[0], bv[1]);
+    Mma<T>::Run(st.o[2 * dn + 1], a, bv[2], bv[3]);
   }
 }
 
@@ -589,8 +622,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
   unsigned char* ring = smem + Tl::kQBytes;
-  // The tile of T the compute reads: the ring stage itself, or (fp8) the converted tile.
-  T* converted = reinterpret_cast<T*>(ring + Tl::kRingBytes);
+  // fp8: the converted f16 tiles the compute reads (else it reads the ring stage itself), then
+  // QToHalf's scratch.
+  __half* converted = reinterpret_cast<__half*>(ring + Tl::kRingBytes);
+  float* scratch = reinterpret_cast<float*>(converted + 2 * Tl::kTileElems);
+  // The operand type of Q K^T and of P V: q's, or f16 for fp8 caches.
+  using TK = std::conditional_t<Tl::kFp8, __half, T>;
   auto stage = [&](int i) { return ring + (i % Tl::kStages) * 2 * Tl::kRingTileBytes; };
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / p.row_groups;
@@ -600,7 +637,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x % 32;
   const float k_scale = p.args.k_scale != nullptr ? p.args.k_scale[kv_head] : 1.0f;
   const float v_scale = p.args.v_scale != nullptr ? p.args.v_scale[kv_head] : 1.0f;
-  const BlockScale scale = {p.args.softmax_scale * k_scale, p.scale_log2 * k_scale};
+  BlockScale scale = {p.args.softmax_scale * k_scale, p.scale_log2 * k_scale};
 
   // This split's tiles of the sequence's visible tokens [first, len).
   const int first = FirstToken(p, len);
@@ -654,20 +691,21 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
       CommitCopies();
-      const T* tile_s;
+      const TK* tile_s;
       if constexpr (Tl::kFp8) {
-        ConvertTile<T, TC, kHeadDim, kWarps>(stage(tile - tile_begin), converted,
-                                             reinterpret_cast<__half*>(converted + Tl::kTileElems));
+        if constexpr (!std::is_same_v<T, __half>) {
+          if (tile == tile_begin) scale = QToHalf<kHeadDim, kWarps>(q_s, scratch, scale);
+        }
+        ConvertTile<TC, kHeadDim, kWarps>(stage(tile - tile_begin), converted);
         __syncthreads();
         tile_s = converted;
       } else {
-        tile_s = reinterpret_cast<const T*>(stage(tile - tile_begin));
+        tile_s = reinterpret_cast<const TK*>(stage(tile - tile_begin));
       }
-      using TV = std::conditional_t<Tl::kFp8, __half, T>;
       const int tile_first = first + tile * Tl::kTileN;
-      ComputeTile<T, TV, kHeadDim, kWarps>(p, scale, rows, tile_first, len,
-                                           TileNeedsMask(p, tile_first, Tl::kTileN, len), q_s,
-                                           tile_s, st);
+      ComputeTile<TK, kHeadDim, kWarps>(p, scale, rows, tile_first, len,
+                                        TileNeedsMask(p, tile_first, Tl::kTileN, len),
+                                        reinterpret_cast<const TK*>(q_s), tile_s, st);
     }
     WaitCopies<0>();
   }

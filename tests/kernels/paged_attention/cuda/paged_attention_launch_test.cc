@@ -187,6 +187,7 @@ struct Case {
   int64_t window_right = -1;
   float softcap = 0.0f;
   float softmax_scale = 0.0f;  // 0: 1/sqrt(D)
+  float q_range = 2.0f;        // q uniform in [-q_range, q_range)
   bool lse = true;
   bool append = false;  // every L is 0 or at least Sq
 
@@ -387,7 +388,7 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     const size_t q_elems = c.batch() * c.seq_len_q * c.hq * d;
     const size_t cache_elems = paging.num_pages * c.page_size * c.hkv * d;
     // q wider than k: logits of a few units, so the softmax is far from uniform.
-    HostTensor q = Random(c.dtype, q_elems, -2.0f, 2.0f, rng);
+    HostTensor q = Random(c.dtype, q_elems, -c.q_range, c.q_range, rng);
     // fp8 caches: per-head scales of different sizes (the values stay in [-1, 1)).
     std::vector<float> k_scale(c.hkv), v_scale(c.hkv);
     std::uniform_real_distribution<float> scale_dist(0.01f, 0.1f);
@@ -646,6 +647,29 @@ TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceFp8Caches) {
           Check(c, {1, 5}, seed++);
         }
       }
+    }
+  }
+  PrintWorst();
+}
+
+// bf16 q beyond f16's range over fp8 caches: the kernel computes in f16 and scales q down by a
+// power of two (QToHalf), so the logits come out as the reference's.
+TEST_F(PagedAttentionLaunchTest, Fp8CachesTakeBf16QueriesBeyondF16Range) {
+  uint64_t seed = 3000;
+  for (DType cache : {DType::kF8E4M3, DType::kF8E5M2}) {
+    for (int64_t d : kPagedHeadDims) {
+      Case c{.dtype = DType::kBF16,
+             .cache = cache,
+             .head_dim = d,
+             .seq_len_q = 2,
+             .hq = 8,
+             .hkv = 2,
+             .page_size = 16,
+             .lens = {300, 0, 77},
+             .causal = true,
+             .softmax_scale = 2e-6f,
+             .q_range = 1e6f};
+      Check(c, {1, 4}, seed++);
     }
   }
   PrintWorst();
