@@ -105,8 +105,8 @@ struct Tiling {
   static constexpr size_t kTileElems = size_t{kTileN} * kStride;  // K (then V) of one tile of T
   static constexpr size_t kRingTileBytes = size_t{kTileN} * kRingStride;  // K (then V), a stage
   static constexpr size_t kRingBytes = size_t{kStages} * 2 * kRingTileBytes;
-  // fp8: the ring, then the converted tile (K then V) the compute reads.
-  // fp8: then one float per warp for the block's largest |q| (QToHalf).
+  // fp8: the ring, then the converted tiles (K then V) the compute reads, then one float per
+  // warp for the block's largest |q| (QToHalf).
   static constexpr size_t kPipeBytes =
       kRingBytes + (kFp8 ? 2 * kTileElems * 2 + size_t{kWarps} * 4 : 0);
   // The end-of-block merge: each warp's output rows (fp32), then each warp's row max and sum,
@@ -292,18 +292,11 @@ __device__ __forceinline__ void LoadTile(const AttentionParams& p, int kv_head, 
   }
 }
 
-// Two fp8 values (the low byte first) as two T.
-template <typename T, typename TC>
-__device__ __forceinline__ uint32_t Fp8x2ToT(uint16_t two) {
+// Two fp8 values (the low byte first) as two f16 (exact: every fp8 value is an f16 value).
+template <typename TC>
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint16_t two) {
   const __half2 h(__nv_cvt_fp8x2_to_halfraw2(two, CacheKind<TC>::kInterpretation));
-  if constexpr (std::is_same_v<T, __half>) {
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    // fp8 -> f16 -> f32 -> bf16 is exact: an fp8 value has at most 3 mantissa bits and an
-    // exponent within bf16's range.
-    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-    return *reinterpret_cast<const uint32_t*>(&b);
-  }
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // Converts a landed fp8 ring stage into the f16 tiles (K then V) that ComputeTile reads: an fp8
@@ -325,8 +318,8 @@ __device__ __forceinline__ void ConvertTile(const unsigned char* stage, __half* 
     uint32_t out[8];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      out[2 * w] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
-      out[2 * w + 1] = Fp8x2ToT<__half, TC>(static_cast<uint16_t>(words[w] >> 16));
+      out[2 * w] = Fp8x2ToHalf2<TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
+      out[2 * w + 1] = Fp8x2ToHalf2<TC>(static_cast<uint16_t>(words[w] >> 16));
     }
     uint4* dst =
         reinterpret_cast<uint4*>(tiles + which * Tl::kTileElems + row * Tl::kStride + col * 16);
