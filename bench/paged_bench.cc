@@ -247,7 +247,7 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
   gpu.fingerprint.sm_count = sm_count;
   const int heuristic = PagedSplits(PagedAttentionHeuristic(
       {DType::kBF16, s.batch, s.heads_kv, kHeadsQ / s.heads_kv * s.seq_len_q,
-       pages_per_seq * s.page_size, s.head_dim},
+       pages_per_seq * s.page_size, s.head_dim, fp8},
       gpu));
   auto launch = SelectPagedAttentionLaunch(DType::kBF16, s.cache, s.head_dim, kPagedNumWarps[0]);
   if (!launch.ok()) return 1;

@@ -61,7 +61,8 @@ PagedAttentionShape PagedAttentionShapeOf(const PagedAttentionProblem& problem) 
           problem.num_heads_kv,
           problem.seq_len_q * group,
           problem.max_pages * problem.page_size,
-          problem.head_dim};
+          problem.head_dim,
+          IsFp8(problem.cache_dtype)};
 }
 
 const ConfigSchema& PagedAttentionCudaConfigSchema() {
@@ -106,7 +107,7 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 // Decode batches are often too small to fill 132 SMs with one block per (kv head, sequence), and
 // a block's pages stream at the speed of one SM, so the tokens are split. Among the listed split
 // counts that keep at least kMinTokensPerSplit tokens of the longest sequence per split and at
-// most kMaxRounds rounds of resident blocks (PagedBlocksPerSm per SM), the heuristic takes the
+// most kMaxRounds rounds of blocks (PagedSplitBlocksPerSm per SM), the heuristic takes the
 // one whose rounds keep the most block slots busy (B * Hkv * row_groups * splits close to a
 // whole number of rounds, so that no half-empty last round doubles the time), the smallest
 // within kUtilizationSlack of the best (relative: a batch that fills a few slots at most must
@@ -115,7 +116,7 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
       device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
-  const int64_t slots = sms * PagedBlocksPerSm(shape.head_dim);
+  const int64_t slots = sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache);
   const int64_t blocks = BlocksPerSplit(shape);
   const int64_t most =
       std::min(MaxUsefulSplits(shape), std::max<int64_t>(1, kMaxRounds * slots / blocks));

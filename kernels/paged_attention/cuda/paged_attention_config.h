@@ -22,6 +22,7 @@ struct PagedAttentionShape {
   int64_t rows_per_kv_head = 0;  // Sq * G: the query rows one kv head's pages serve
   int64_t max_seq_len = 0;       // the longest sequence, or a bound on it
   int64_t head_dim = 0;          // D
+  bool fp8_cache = false;        // the caches are f8_e4m3 or f8_e5m2
 };
 
 // The problem's shape as the config choice sees it. The sequence lengths are data, so

@@ -47,6 +47,19 @@ constexpr int PagedBlocksPerSm(int64_t head_dim) {
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }
 
+// The blocks per SM the split heuristic fills (paged_attention_config.cc). Fewer than fit at D
+// 128 with 16-bit caches: the kernel is bound by the instructions its warps issue, two blocks
+// already keep an SM's issue slots busy, and filling two with longer splits saves the third's
+// start and combine work. Timed on an H100 for every split count at batches of 8 and less and
+// the neighbours elsewhere (2026-11-28, docs/PERFORMANCE_LOG.md): two per SM picked the fastest
+// count at 1 x 16k/64k/128k, 8 x 4k/16k and 32 x 1k/4k (up to 14% faster than three), equal at
+// 32 x 16k. fp8 caches issue more per byte and keep three: with two, 32 x 4k/16k and 1 x
+// 64k/128k took 12-25% longer.
+constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache) {
+  if (head_dim >= 128 && head_dim < 256 && !fp8_cache) return 2;
+  return PagedBlocksPerSm(head_dim);
+}
+
 }  // namespace kernelserve::cuda
 
 #endif  // KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_SPACE_H_

@@ -29,7 +29,11 @@ std::vector<PagedAttentionShape> Shapes() {
       for (int64_t hkv : {1, 8, 32}) {
         for (int64_t rows : {1, 4, 8, 16, 32, 64}) {
           for (int64_t len : {0, 1, 100, 256, 4096, 32768, 1 << 20}) {
-            for (int64_t d : {64, 128, 256}) shapes.push_back({dtype, batch, hkv, rows, len, d});
+            for (int64_t d : {64, 128, 256}) {
+              for (bool fp8 : {false, true}) {
+                shapes.push_back({dtype, batch, hkv, rows, len, d, fp8});
+              }
+            }
           }
         }
       }
@@ -89,7 +93,10 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepAtLeast256TokensEach) {
   for (const PagedAttentionShape& shape : Shapes()) {
     const int splits = PagedSplits(PagedAttentionHeuristic(shape, h100));
     ASSERT_GE(splits, 1) << Describe(shape, 132);
-    const int64_t slots = 132 * PagedBlocksPerSm(shape.head_dim);
+    const int64_t slots = 132 * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache);
+    ASSERT_LE(PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache),
+              PagedBlocksPerSm(shape.head_dim))
+        << "the heuristic fills no more blocks than fit";
     const int64_t row_groups = (shape.rows_per_kv_head + 15) / 16;
     const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
     if (splits > 1) {
@@ -111,14 +118,22 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapes) {
   const DeviceInfo h100 = Gpu(132);
   // Batch 1, 8 kv heads, 4k tokens: 8 blocks per split; 4096 / 256 = 16 splits at most.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 4096, 128}, h100)), 16);
-  // Batch 1, 8 kv heads, 128k tokens: 48 splits fill 384 of the 396 slots (3 per SM at D 128),
-  // 97%; 32 would leave a third of them idle.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)), 48);
+  // Batch 1, 8 kv heads, 128k tokens: 32 splits fill 256 of the 264 slots (2 per SM at D 128
+  // with bf16 caches), 97%; 48 would start a second round two thirds empty.
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)), 32);
+  // fp8 caches fill 3 per SM: 48 splits take 384 of 396 slots.
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100)),
+            48);
   // Batch 64 x 8 kv heads = 512 blocks: already two rounds.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 64, 8, 4, 4096, 128}, h100)), 1);
-  // Batch 16 x 8 kv heads = 128 blocks: 3 splits fill 384 of 396 slots, 4 would leave a
-  // second round mostly empty.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 128}, h100)), 3);
+  // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots, 3 would start a second
+  // round mostly empty.
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 128}, h100)), 2);
+  // Batch 32 x 8 kv heads = 256 blocks already fill 2 per SM: one split (3 with fp8 caches,
+  // 768 of 792 slots over two rounds).
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 32, 8, 4, 4096, 128}, h100)), 1);
+  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 32, 8, 4, 4096, 128, true}, h100)),
+            3);
   // D 256: one block per SM, 132 slots: 128 blocks already fill them.
   EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 256}, h100)), 1);
   // Short sequences never split.
@@ -144,6 +159,9 @@ TEST(PagedAttentionConfigTest, ShapeOfPacksGqaRowsAndBoundsTheLength) {
   EXPECT_EQ(shape.batch, 3);
   EXPECT_EQ(shape.num_heads_kv, 8);
   EXPECT_EQ(shape.head_dim, 128);
+  EXPECT_FALSE(shape.fp8_cache);
+  problem.cache_dtype = DType::kF8E4M3;
+  EXPECT_TRUE(PagedAttentionShapeOf(problem).fp8_cache);
 }
 
 }  // namespace

@@ -372,8 +372,8 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     gpu.platform = Platform::kCuda;
     gpu.fingerprint.sm_count = sm_count_;
     const PagedAttentionShape shape = {
-        c.dtype,   c.batch(), c.hkv, c.seq_len_q * (c.hq / c.hkv), p.max_pages * c.page_size,
-        c.head_dim};
+        c.dtype,    c.batch(), c.hkv, c.seq_len_q * (c.hq / c.hkv), p.max_pages * c.page_size,
+        c.head_dim, c.fp8()};
     return PagedSplits(PagedAttentionHeuristic(shape, gpu));
   }
 
