@@ -35,6 +35,7 @@
 #include "kernels/paged_attention/cuda/paged_attention_config.h"
 #include "kernels/paged_attention/cuda/paged_attention_dispatch.h"
 #include "kernels/paged_attention/cuda/paged_attention_space.h"
+#include "kernels/runtime/cuda/cuda_platform.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(bool, quick, false, "a few shapes only");
@@ -171,24 +172,20 @@ std::vector<BenchShape> Shapes(bool quick) {
 
 constexpr int64_t kHeadsQ = 32;
 
-// The split counts a shape runs with: the heuristic's and its neighbours; for batches of 8 and
-// less (where the choice matters most) every listed count that leaves each split a tile.
+// The split counts a shape runs with: the heuristic's first; for batches of 8 and less (where
+// the choice matters most) every listed count that leaves each split a tile, else the listed
+// counts up to twice the heuristic's (and up to 4 at least).
 std::vector<int> SplitsToTime(const BenchShape& s, int heuristic) {
   std::vector<int> list = {heuristic};
-  if (s.batch <= 8) {
-    for (int sp : kPagedSplits) {
-      if (sp != heuristic && sp * 64 <= s.tokens) list.push_back(sp);
-    }
-    return list;
-  }
-  for (int sp : {heuristic / 2, heuristic * 2}) {
-    if (sp >= 1 && sp <= kPagedMaxSplits && sp != heuristic) list.push_back(sp);
+  for (int sp : kPagedSplits) {
+    const bool wanted = s.batch <= 8 ? sp * 64 <= s.tokens : sp <= std::max(4, 2 * heuristic);
+    if (sp != heuristic && wanted) list.push_back(sp);
   }
   return list;
 }
 
 // Times one shape with SplitsToTime's counts; appends rows to `out`.
-int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64& rng,
+int RunShape(const BenchShape& s, double copy_bw, const DeviceInfo& gpu, std::mt19937_64& rng,
              nlohmann::json& out) {
   const bool fp8 = s.cache == DType::kF8E4M3;
   const int64_t elem = fp8 ? 1 : 2;
@@ -243,8 +240,6 @@ int RunShape(const BenchShape& s, double copy_bw, int sm_count, std::mt19937_64&
   args.max_seq_len = s.tokens;
   args.softmax_scale = 0.088f;
   args.causal = true;
-  DeviceInfo gpu;
-  gpu.fingerprint.sm_count = sm_count;
   const int heuristic = PagedSplits(PagedAttentionHeuristic(
       {DType::kBF16, s.batch, s.heads_kv, kHeadsQ / s.heads_kv * s.seq_len_q,
        pages_per_seq * s.page_size, s.head_dim, fp8},
@@ -376,9 +371,18 @@ int main(int argc, char** argv) {
       32, 10);
   std::printf("launch floor: two empty kernels in a graph %.1f us\n", floor * 1e6);
   result["two_empty_kernels_us"] = floor * 1e6;
+  // The device as the server sees it (the heuristic reads its SM count and bandwidth).
+  const std::vector<DeviceInfo> devices = EnumerateCudaDevices();
+  if (devices.empty()) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  std::printf("heuristic's device: %d SMs, DRAM %.0f GB/s by clock and bus\n",
+              devices[0].fingerprint.sm_count, devices[0].memory_bandwidth * 1e-9);
+  result["dram_GBs_by_clock"] = devices[0].memory_bandwidth * 1e-9;
   std::mt19937_64 rng(9);
   for (const BenchShape& s : Shapes(absl::GetFlag(FLAGS_quick))) {
-    if (RunShape(s, copy_bw, prop.multiProcessorCount, rng, result["attention"]) != 0) return 1;
+    if (RunShape(s, copy_bw, devices[0], rng, result["attention"]) != 0) return 1;
   }
   const std::vector<std::pair<int64_t, int64_t>> appends = {{16, 1}, {16, 4096}, {1, 65536}};
   for (DType cache : {DType::kBF16, DType::kF8E4M3}) {

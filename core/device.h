@@ -44,7 +44,9 @@ struct DeviceInfo {
   DeviceFingerprint fingerprint;
   int64_t memory_total_bytes = 0;
   int64_t shared_memory_per_block_optin = 0;  // bytes; 0 on the CPU
-  int num_threads = 1;                        // CPU: hardware threads
+  // Peak DRAM bandwidth in bytes per second (GPU: 2 x memory clock x bus width); 0 unknown.
+  double memory_bandwidth = 0.0;
+  int num_threads = 1;  // CPU: hardware threads
 };
 
 // Something that keeps other work off a device while it lives, for work whose timing must be

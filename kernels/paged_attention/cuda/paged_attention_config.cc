@@ -16,13 +16,24 @@ constexpr int64_t kDefaultSmCount = 132;
 constexpr int64_t kMaxRounds = 2;
 // Split counts whose rounds are this close to the best one's count as equal: the smallest wins.
 constexpr double kUtilizationSlack = 0.05;
-// Tokens a split keeps at least: below that the pipeline's fill (kStages tiles of 64 tokens)
-// and the combine pass's partial-output traffic (Sq*G*D floats per split) stop paying for the
-// extra blocks.
-constexpr int64_t kMinTokensPerSplit = 256;
 constexpr int kHeuristicWarps = kPagedNumWarps[0];
+// Tokens of one tile: a split holds whole tiles, one at least (on an H200 a batch of one 1k
+// sequence ran fastest with one tile a split, 2026-11-28).
+constexpr int64_t kTileTokens = int64_t{kPagedTokensPerWarp} * kHeuristicWarps;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t Tiles(const PagedAttentionShape& shape) {
+  return CeilDiv(std::max<int64_t>(shape.max_seq_len, 0), kTileTokens);
+}
+
+// The splits of `splits` that get tiles: each takes ceil(tiles / splits) of them, so only
+// ceil(tiles / that) have any (48 splits of 64 tiles leave 16 idle: as many blocks work as with
+// 32).
+int64_t WorkingSplits(int64_t tiles, int64_t splits) {
+  if (tiles <= 0) return 1;
+  return CeilDiv(tiles, CeilDiv(tiles, splits));
+}
 
 KernelConfig MakeConfig(int num_warps, int splits) {
   KernelConfig config;
@@ -39,10 +50,9 @@ int64_t BlocksPerSplit(const PagedAttentionShape& shape) {
   return std::max<int64_t>(shape.batch, 1) * std::max<int64_t>(shape.num_heads_kv, 1) * row_groups;
 }
 
-// The largest split count the sequence length supports: each split keeps
-// kMinTokensPerSplit tokens.
+// The largest split count the sequence length supports: a tile each.
 int64_t MaxUsefulSplits(const PagedAttentionShape& shape) {
-  return std::max<int64_t>(1, shape.max_seq_len / kMinTokensPerSplit);
+  return std::max<int64_t>(1, Tiles(shape));
 }
 
 // The fraction of the device's block slots that `blocks` keep busy over the rounds they take
@@ -106,25 +116,28 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 
 // Decode batches are often too small to fill 132 SMs with one block per (kv head, sequence), and
 // a block's pages stream at the speed of one SM, so the tokens are split. Among the listed split
-// counts that keep at least kMinTokensPerSplit tokens of the longest sequence per split and at
-// most kMaxRounds rounds of blocks (PagedSplitBlocksPerSm per SM), the heuristic takes the
-// one whose rounds keep the most block slots busy (B * Hkv * row_groups * splits close to a
-// whole number of rounds, so that no half-empty last round doubles the time), the smallest
-// within kUtilizationSlack of the best (relative: a batch that fills a few slots at most must
-// not take one split because every option's share is small): fewer splits mean less partial output
-// to combine. One split when the batch alone fills the device.
+// counts that leave each split a tile of the longest sequence and make at most kMaxRounds rounds
+// of blocks (PagedSplitBlocksPerSm per SM, from the device's bandwidth per SM), the heuristic
+// takes the one whose rounds keep the most block slots busy (B * Hkv * row_groups * the splits
+// that get tiles close to a whole number of rounds, so that no half-empty last round doubles
+// the time), the smallest within kUtilizationSlack of the best (relative: a batch that fills a
+// few slots at most must not take one split because every option's share is small): fewer
+// splits mean less partial output to combine. One split when the batch alone fills the device.
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
       device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
-  const int64_t slots = sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache);
+  const double bandwidth_per_sm = device.memory_bandwidth / static_cast<double>(sms);
+  const int64_t slots =
+      sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, bandwidth_per_sm);
   const int64_t blocks = BlocksPerSplit(shape);
+  const int64_t tiles = Tiles(shape);
   const int64_t most =
       std::min(MaxUsefulSplits(shape), std::max<int64_t>(1, kMaxRounds * slots / blocks));
   std::vector<std::pair<int, double>> options;
   double best = 0.0;
   for (int s : kPagedSplits) {
     if (s > most && s != 1) continue;
-    const double u = Utilization(blocks * s, slots);
+    const double u = Utilization(blocks * WorkingSplits(tiles, s), slots);
     options.push_back({s, u});
     best = std::max(best, u);
   }
@@ -142,9 +155,8 @@ std::vector<KernelConfig> PagedAttentionCandidates(const PagedAttentionShape& sh
                                                    const DeviceInfo& device) {
   const KernelConfig best = PagedAttentionHeuristic(shape, device);
   const int best_splits = PagedSplits(best);
-  // Neighbours of the heuristic's split count, and one step past the token floor (a split of
-  // kMinTokensPerSplit / 2 tokens may still win on short sequences).
-  const int64_t most = std::max<int64_t>(1, shape.max_seq_len / (kMinTokensPerSplit / 2));
+  // Neighbours of the heuristic's split count that leave each split a tile.
+  const int64_t most = MaxUsefulSplits(shape);
   std::vector<int> splits = {1};
   const auto it = std::find(kPagedSplits.begin(), kPagedSplits.end(), best_splits);
   if (it != kPagedSplits.begin()) splits.push_back(*(it - 1));

@@ -47,16 +47,26 @@ constexpr int PagedBlocksPerSm(int64_t head_dim) {
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }
 
-// The blocks per SM the split heuristic fills (paged_attention_config.cc). Fewer than fit at D
-// 128 with 16-bit caches: the kernel is bound by the instructions its warps issue, two blocks
-// already keep an SM's issue slots busy, and filling two with longer splits saves the third's
-// start and combine work. Timed on an H100 for every split count at batches of 8 and less and
-// the neighbours elsewhere (2026-11-28, docs/PERFORMANCE_LOG.md): two per SM picked the fastest
-// count at 1 x 16k/64k/128k, 8 x 4k/16k and 32 x 1k/4k (up to 14% faster than three), equal at
-// 32 x 16k. fp8 caches issue more per byte and keep three: with two, 32 x 4k/16k and 1 x
-// 64k/128k took 12-25% longer.
-constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache) {
-  if (head_dim >= 128 && head_dim < 256 && !fp8_cache) return 2;
+// DRAM bandwidth per SM (bytes per second) from which the split heuristic fills every block slot
+// at D 128 with 16-bit caches; below it, two of the three.
+inline constexpr double kPagedFillAllSlotsBandwidthPerSm = 30e9;
+
+// The blocks per SM the split heuristic fills (paged_attention_config.cc), given the device's
+// DRAM bandwidth per SM (`bandwidth_per_sm`, bytes per second; 0 unknown). An SM keeps about
+// (its share of the bandwidth x the memory latency) bytes in flight, and each block holds a
+// tile or two: a device with more bandwidth per SM needs more blocks. Timed for every split
+// count at batches of 8 and less: on an H100 SXM (3.35 TB/s over 132 SMs, 25 GB/s each;
+// 2026-11-28, before the combine pass was made parallel) two per SM at D 128 with 16-bit caches
+// gave the fastest counts at 1 x 16k/64k/128k, 8 x 4k/16k and 32 x 1k/4k (up to 14% faster
+// than three); on an H200 (4.8 TB/s by its clock and bus, 36 GB/s each; 2026-11-28, after)
+// three gave them at 1 x 16k/64k/128k, 8 x 1k/4k/16k and 32 x 4k/16k (up to 30% faster than
+// two). fp8 caches issue more per byte and fill three on both (on the H100, two took 12-25%
+// longer). Unknown bandwidth counts as an H100's.
+constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, double bandwidth_per_sm) {
+  if (head_dim >= 128 && head_dim < 256 && !fp8_cache &&
+      bandwidth_per_sm < kPagedFillAllSlotsBandwidthPerSm) {
+    return 2;
+  }
   return PagedBlocksPerSm(head_dim);
 }
 

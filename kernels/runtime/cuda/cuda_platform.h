@@ -16,8 +16,8 @@ namespace kernelserve {
 
 // One DeviceInfo per visible CUDA device, in ordinal order: platform kCuda, the ordinal, a
 // fingerprint (kind "gpu", name, compute capability, SM count, memory, driver and runtime
-// versions), total memory and the opt-in shared memory per block. Empty when there is no
-// driver, no GPU or any query fails; never fails hard. Thread-safe.
+// versions), total memory, the opt-in shared memory per block and the peak DRAM bandwidth. Empty
+// when there is no driver, no GPU or any query fails; never fails hard. Thread-safe.
 std::vector<DeviceInfo> EnumerateCudaDevices();
 
 // Device memory of CUDA device `ordinal` as {used, total} bytes (used = total - free, as the

@@ -13,13 +13,24 @@
 namespace kernelserve::cuda {
 namespace {
 
-DeviceInfo Gpu(int sm_count) {
+// `bandwidth`: peak DRAM bytes per second (0 unknown).
+DeviceInfo Gpu(int sm_count, double bandwidth = 0.0) {
   DeviceInfo device;
   device.platform = Platform::kCuda;
   device.ordinal = 0;
   device.fingerprint.kind = "gpu";
   device.fingerprint.sm_count = sm_count;
+  device.memory_bandwidth = bandwidth;
   return device;
+}
+
+// Peak DRAM bandwidths (2 x memory clock x bus width, as EnumerateCudaDevices derives it; the
+// H200's is what its runtime reported on 2026-11-28).
+constexpr double kH100Bandwidth = 3.35e12;  // 25 GB/s per SM
+constexpr double kH200Bandwidth = 4.81e12;  // 36 GB/s per SM
+
+int Splits(const PagedAttentionShape& shape, const DeviceInfo& device) {
+  return PagedSplits(PagedAttentionHeuristic(shape, device));
 }
 
 std::vector<PagedAttentionShape> Shapes() {
@@ -74,11 +85,12 @@ TEST(PagedAttentionConfigTest, HeuristicIsTheFirstCandidateAndCompiled) {
   const std::vector<KernelConfig>& compiled = PagedAttentionCompiledConfigs();
   for (int sms : {0, 1, 108, 132}) {
     for (const PagedAttentionShape& shape : Shapes()) {
-      const KernelConfig best = PagedAttentionHeuristic(shape, Gpu(sms));
-      const std::vector<KernelConfig> candidates = PagedAttentionCandidates(shape, Gpu(sms));
+      const DeviceInfo gpu = Gpu(sms, sms == 132 ? kH200Bandwidth : 0.0);
+      const KernelConfig best = PagedAttentionHeuristic(shape, gpu);
+      const std::vector<KernelConfig> candidates = PagedAttentionCandidates(shape, gpu);
       ASSERT_FALSE(candidates.empty()) << Describe(shape, sms);
       EXPECT_EQ(candidates.front(), best) << Describe(shape, sms);
-      EXPECT_EQ(best, PagedAttentionHeuristic(shape, Gpu(sms))) << "not pure";
+      EXPECT_EQ(best, PagedAttentionHeuristic(shape, gpu)) << "not pure";
       for (const KernelConfig& c : candidates) {
         EXPECT_NE(std::find(compiled.begin(), compiled.end(), c), compiled.end())
             << Describe(shape, sms) << ": " << c.DebugString();
@@ -88,59 +100,72 @@ TEST(PagedAttentionConfigTest, HeuristicIsTheFirstCandidateAndCompiled) {
   }
 }
 
-TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepAtLeast256TokensEach) {
-  const DeviceInfo h100 = Gpu(132);
-  for (const PagedAttentionShape& shape : Shapes()) {
-    const int splits = PagedSplits(PagedAttentionHeuristic(shape, h100));
-    ASSERT_GE(splits, 1) << Describe(shape, 132);
-    const int64_t slots = 132 * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache);
-    ASSERT_LE(PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache),
-              PagedBlocksPerSm(shape.head_dim))
-        << "the heuristic fills no more blocks than fit";
-    const int64_t row_groups = (shape.rows_per_kv_head + 15) / 16;
-    const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
-    if (splits > 1) {
-      EXPECT_GE(shape.max_seq_len / splits, 256) << Describe(shape, 132);
-      // At most two rounds of resident blocks.
-      EXPECT_LE(blocks * splits, 2 * slots) << Describe(shape, 132);
-    }
-    if (blocks > slots) {
-      EXPECT_EQ(splits, 1) << "the batch alone fills " << Describe(shape, 132);
-    }
-    // Splitting is never worse at filling the slots than the split count one below it allows.
-    if (blocks * 2 <= slots && shape.max_seq_len >= 512) {
-      EXPECT_GT(splits, 1) << "a small batch of long sequences splits " << Describe(shape, 132);
+TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepATileEach) {
+  for (double bandwidth : {0.0, kH100Bandwidth, kH200Bandwidth}) {
+    const DeviceInfo gpu = Gpu(132, bandwidth);
+    for (const PagedAttentionShape& shape : Shapes()) {
+      SCOPED_TRACE(Describe(shape, 132));
+      const int splits = Splits(shape, gpu);
+      ASSERT_GE(splits, 1);
+      const int fill = PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, bandwidth / 132);
+      ASSERT_LE(fill, PagedBlocksPerSm(shape.head_dim))
+          << "the heuristic fills no more blocks than fit";
+      const int64_t slots = 132 * fill;
+      const int64_t row_groups = (shape.rows_per_kv_head + 15) / 16;
+      const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
+      if (splits > 1) {
+        EXPECT_LE(splits, (shape.max_seq_len + 63) / 64) << "a tile (64 tokens) a split at least";
+        // At most two rounds of resident blocks.
+        EXPECT_LE(blocks * splits, 2 * slots);
+      }
+      if (blocks > slots) {
+        EXPECT_EQ(splits, 1) << "the batch alone fills the device";
+      }
+      // A small batch of sequences of two tiles or more splits.
+      if (blocks * 2 <= slots && shape.max_seq_len >= 128) {
+        EXPECT_GT(splits, 1);
+      }
     }
   }
 }
 
-TEST(PagedAttentionConfigTest, TypicalDecodeShapes) {
-  const DeviceInfo h100 = Gpu(132);
-  // Batch 1, 8 kv heads, 4k tokens: 8 blocks per split; 4096 / 256 = 16 splits at most.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 4096, 128}, h100)), 16);
-  // Batch 1, 8 kv heads, 128k tokens: 32 splits fill 256 of the 264 slots (2 per SM at D 128
-  // with bf16 caches), 97%; 48 would start a second round two thirds empty.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100)), 32);
+TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH100) {
+  const DeviceInfo h100 = Gpu(132, kH100Bandwidth);
+  // Batch 1, 8 kv heads, 4k tokens (64 tiles): 8 blocks per split; 32 splits of two tiles fill
+  // 256 of the 264 slots (2 per SM at D 128 with bf16 caches); 48 would leave 16 without a tile.
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 4096, 128}, h100), 32);
+  // 128k tokens: 32 splits again; 48 would start a second round two thirds empty.
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128}, h100), 32);
   // fp8 caches fill 3 per SM: 48 splits take 384 of 396 slots.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100)),
-            48);
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100), 48);
   // Batch 64 x 8 kv heads = 512 blocks: already two rounds.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 64, 8, 4, 4096, 128}, h100)), 1);
-  // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots, 3 would start a second
-  // round mostly empty.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 128}, h100)), 2);
+  EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h100), 1);
+  // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots.
+  EXPECT_EQ(Splits({DType::kBF16, 16, 8, 4, 4096, 128}, h100), 2);
   // Batch 32 x 8 kv heads = 256 blocks already fill 2 per SM: one split (3 with fp8 caches,
   // 768 of 792 slots over two rounds).
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 32, 8, 4, 4096, 128}, h100)), 1);
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 32, 8, 4, 4096, 128, true}, h100)),
-            3);
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h100), 1);
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128, true}, h100), 3);
   // D 256: one block per SM, 132 slots: 128 blocks already fill them.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kBF16, 16, 8, 4, 4096, 256}, h100)), 1);
-  // Short sequences never split.
-  EXPECT_EQ(PagedSplits(PagedAttentionHeuristic({DType::kF16, 1, 1, 1, 300, 64}, h100)), 1);
-  // No SM count reported: 132 assumed.
+  EXPECT_EQ(Splits({DType::kBF16, 16, 8, 4, 4096, 256}, h100), 1);
+  // A short sequence (5 tiles) on its own: 3 splits give three blocks tiles, as 4 would.
+  EXPECT_EQ(Splits({DType::kF16, 1, 1, 1, 300, 64}, h100), 3);
+  // No SM count or bandwidth reported: 132 SMs and an H100's bandwidth assumed.
   EXPECT_EQ(PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, Gpu(0)),
             PagedAttentionHeuristic({DType::kBF16, 1, 8, 4, 131072, 128}, h100));
+}
+
+// With 36 GB/s of DRAM per SM every slot is filled (3 per SM at D 128): the fastest split counts
+// measured on an H200 (2026-11-28, docs/PERFORMANCE_LOG.md).
+TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH200) {
+  const DeviceInfo h200 = Gpu(132, kH200Bandwidth);
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 1024, 128}, h200), 16);    // a tile a split
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 4096, 128}, h200), 32);    // two tiles a split
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 16384, 128}, h200), 48);   // 344 of 396 slots
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128}, h200), 48);  // 384 of 396
+  EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 16384, 128}, h200), 6);    // 384 of 396
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h200), 3);    // 768 of 792
+  EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 1);   // 1024: the batch fills
 }
 
 TEST(PagedAttentionConfigTest, ShapeOfPacksGqaRowsAndBoundsTheLength) {

@@ -35,6 +35,7 @@
 #include "kernels/paged_attention/cuda/paged_attention_config.h"
 #include "kernels/paged_attention/cuda/paged_attention_dispatch.h"
 #include "kernels/paged_attention/cuda/paged_attention_space.h"
+#include "kernels/runtime/cuda/cuda_platform.h"
 
 namespace kernelserve::cuda {
 namespace {
@@ -361,20 +362,17 @@ class PagedAttentionLaunchTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device visible (no driver or no GPU): GPU tests run on a GPU "
                       "machine, see docs/GPU.md";
     }
-    cudaDeviceProp prop;
-    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-    sm_count_ = prop.multiProcessorCount;
+    const std::vector<DeviceInfo> devices = EnumerateCudaDevices();
+    ASSERT_FALSE(devices.empty());
+    gpu_ = devices[0];
   }
 
-  // The heuristic's split count for the case on this device.
+  // The heuristic's split count for the case on this device (as the server sees it).
   int HeuristicSplits(const Case& c, const Paging& p) const {
-    DeviceInfo gpu;
-    gpu.platform = Platform::kCuda;
-    gpu.fingerprint.sm_count = sm_count_;
     const PagedAttentionShape shape = {
         c.dtype,    c.batch(), c.hkv, c.seq_len_q * (c.hq / c.hkv), p.max_pages * c.page_size,
         c.head_dim, c.fp8()};
-    return PagedSplits(PagedAttentionHeuristic(shape, gpu));
+    return PagedSplits(PagedAttentionHeuristic(shape, gpu_));
   }
 
   // Runs the case with each split count of `splits` (and the heuristic's), each twice, and
@@ -544,7 +542,7 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     cache.values[at] = static_cast<double>(FromFp8(c.cache, code)) * scale;
   }
 
-  int sm_count_ = 0;
+  DeviceInfo gpu_;
 };
 
 // The scenarios every dtype and head dim runs.
