@@ -217,7 +217,8 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
 // combine pass) may start while the kernel before it on the stream is finishing. It waits in
 // WaitForPriorGrid, before its first read of global memory, until that kernel has ended and its
 // writes are visible; AllowNextGrid lets it start once every block of that kernel has called it
-// or ended. Both are no-ops on older devices and in launches that do not ask for it.
+// or ended. Both are no-ops in launches that do not ask for it, and compiled out below sm_90
+// (where such a kernel must not ask: WaitsForPriorGrid).
 __device__ __forceinline__ void WaitForPriorGrid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -828,21 +829,24 @@ inline bool ValidArgs(const PagedDeviceArgs& a, int num_splits, const void* work
   return num_splits == 1 || workspace != nullptr;
 }
 
-// Whether `device` runs programmatic dependent launches (compute capability 9.0 and on),
-// asked once per device ordinal below 64 (a lost race only asks again).
-inline cudaError_t SupportsPdl(int device, bool* supported) {
+// Whether `kernel`, as it runs on the current device `device`, was compiled for sm_90 or later
+// (its PTX version), so that its WaitForPriorGrid waits and it may be a dependent launch: not
+// in an sm_80 build, nor where the driver compiles the sm_80 PTX for a newer GPU (launched
+// early there, it would read what the kernel before it has not written yet). Asked once per
+// kernel and device ordinal below 64 (a lost race only asks again).
+template <typename Kernel>
+cudaError_t WaitsForPriorGrid(Kernel* kernel, int device, bool* waits) {
   static std::atomic<uint64_t> known{0};
   static std::atomic<uint64_t> yes{0};
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (known.load(std::memory_order_acquire) & bit) != 0) {
-    *supported = (yes.load(std::memory_order_relaxed) & bit) != 0;
+    *waits = (yes.load(std::memory_order_relaxed) & bit) != 0;
     return cudaSuccess;
   }
-  int major = 0;
-  KS_PAGED_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  *supported = major >= 9;
-  if (*supported) yes.fetch_or(bit, std::memory_order_relaxed);
+  cudaFuncAttributes attributes{};
+  KS_PAGED_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, kernel));
+  *waits = attributes.ptxVersion >= 90;
+  if (*waits) yes.fetch_or(bit, std::memory_order_relaxed);
   known.fetch_or(bit, std::memory_order_release);
   return cudaSuccess;
 }
@@ -915,12 +919,12 @@ cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, vo
   if (num_splits == 1) return cudaSuccess;
   const int64_t rows = args.batch * args.num_heads_q * args.seq_len_q;
   if (rows > INT_MAX) return cudaErrorInvalidConfiguration;
-  // The combine pass is: its blocks start as the attention blocks finish and wait for them.
+  // The combine pass is, where it waits: its blocks start as the attention blocks finish.
+  auto* combine = &paged::PagedCombineKernel<T, kHeadDim>;
   bool pdl = false;
-  KS_PAGED_RETURN_IF_ERROR(paged::SupportsPdl(device, &pdl));
-  return paged::LaunchOnStream(&paged::PagedCombineKernel<T, kHeadDim>,
-                               dim3(static_cast<unsigned>(rows)), paged::kCombineThreads, 0, pdl, p,
-                               stream);
+  KS_PAGED_RETURN_IF_ERROR(paged::WaitsForPriorGrid(combine, device, &pdl));
+  return paged::LaunchOnStream(combine, dim3(static_cast<unsigned>(rows)), paged::kCombineThreads,
+                               0, pdl, p, stream);
 }
 
 }  // namespace kernelserve::cuda

@@ -115,11 +115,11 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepATileEach) {
       const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
       if (splits > 1) {
         EXPECT_LE(splits, (shape.max_seq_len + 63) / 64) << "a tile (64 tokens) a split at least";
-        // At most two rounds of resident blocks.
-        EXPECT_LE(blocks * splits, 2 * slots);
+        // At most four rounds of resident blocks.
+        EXPECT_LE(blocks * splits, 4 * slots);
       }
-      if (blocks > slots) {
-        EXPECT_EQ(splits, 1) << "the batch alone fills the device";
+      if (blocks > 2 * slots) {
+        EXPECT_EQ(splits, 1) << "the batch alone takes over two rounds";
       }
       // A small batch of sequences of two tiles or more splits.
       if (blocks * 2 <= slots && shape.max_seq_len >= 128) {
@@ -138,7 +138,7 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH100) {
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128}, h100), 32);
   // fp8 caches fill 3 per SM: 48 splits take 384 of 396 slots.
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100), 48);
-  // Batch 64 x 8 kv heads = 512 blocks: already two rounds.
+  // Batch 64 x 8 kv heads = 512 blocks: 97% of two rounds already.
   EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h100), 1);
   // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots.
   EXPECT_EQ(Splits({DType::kBF16, 16, 8, 4, 4096, 128}, h100), 2);
@@ -165,6 +165,7 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH200) {
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128}, h200), 48);  // 384 of 396
   EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 16384, 128}, h200), 6);    // 384 of 396
   EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h200), 3);    // 768 of 792
+  EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h200), 3);    // 1536 of 1584
   EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 1);   // 1024: the batch fills
 }
 
