@@ -23,12 +23,16 @@ absl::StatusOr<DeviceInfo> QueryDevice(int ordinal, int driver_version, int runt
   info.fingerprint.runtime_version = runtime_version;
   info.memory_total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   info.shared_memory_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  // The peak DRAM bandwidth informs heuristics only: a device that does not report its memory
+  // clock keeps 0 (unknown) rather than failing the enumeration.
   int memory_khz = 0;
   int bus_bits = 0;
-  KS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, ordinal));
-  KS_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, ordinal));
-  info.memory_bandwidth = 2.0 * memory_khz * 1e3 * bus_bits / 8.0;  // double data rate
+  if (cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, ordinal) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, ordinal) == cudaSuccess) {
+    info.memory_bandwidth = 2.0 * memory_khz * 1e3 * bus_bits / 8.0;  // double data rate
+  } else {
+    (void)cudaGetLastError();
+  }
   info.num_threads = 1;
   return info;
 }
