@@ -19,8 +19,8 @@
 // - splits == 1 writes out and lse directly; otherwise each split writes its normalised partial
 //   output (fp32) and natural-log lse to the workspace and PagedCombineKernel merges them.
 // - fp8 caches (e4m3/e5m2): the ring holds the tiles as they lie in the pages (half the bytes),
-//   and after each tile lands the block converts it into one tile of T (exact: every fp8 value
-//   is a bf16 and an f16 value) that the compute reads as it reads a T cache's ring. The per-head
+//   and each warp converts the fp8 values it loads from the ring to f16 in registers (exact:
+//   every fp8 value is an f16 value) and runs both products in f16 (ComputeTileFp8). The per-head
 //   scales fold into the logit scale (k) and the output's normalisation (v).
 #ifndef KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_
 #define KERNELSERVE_KERNELS_PAGED_ATTENTION_CUDA_PAGED_ATTENTION_DEVICE_CUH_
@@ -77,9 +77,9 @@ struct CacheKind<__nv_fp8_e5m2> {
   static constexpr __nv_fp8_interpretation_t kInterpretation = __NV_E5M2;
 };
 
-// Shared-memory layout of one instance (kCacheBytes: bytes per cache element, 2 or 1). Rows of
-// T are padded by 16 bytes so that the 8 row addresses of an ldmatrix fall in distinct banks;
-// an fp8 ring is read by 16-byte vectors in order and is not padded.
+// Shared-memory layout of one instance (kCacheBytes: bytes per cache element, 2 or 1). Rows are
+// padded by 16 bytes (8 elements of T, 16 of fp8) so that the 8 row addresses of an ldmatrix
+// fall in distinct banks.
 template <int kHeadDim, int kWarps, int kCacheBytes = 2>
 struct Tiling {
   static constexpr bool kFp8 = kCacheBytes == 1;
@@ -90,7 +90,7 @@ struct Tiling {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte vectors per row of T
   // 16-byte vectors per cache row, and bytes per ring row.
   static constexpr int kCacheChunks = kHeadDim * kCacheBytes / 16;
-  static constexpr int kRingStride = kFp8 ? kHeadDim : kStride * 2;
+  static constexpr int kRingStride = kHeadDim * kCacheBytes + 16;
   // Two tiles per block (one in flight while the other is computed): a small ring lets more
   // blocks share an SM (PagedBlocksPerSm), which is what keeps enough copies in flight.
   static constexpr int kStages = 2;
@@ -102,13 +102,10 @@ struct Tiling {
   // (16 rows a thread), whose registers are spent.
   static constexpr bool kPrefetchPages = kRowsPerThread <= 8;
   static constexpr size_t kQBytes = size_t{kRows} * kStride * 2;
-  static constexpr size_t kTileElems = size_t{kTileN} * kStride;  // K (then V) of one tile of T
   static constexpr size_t kRingTileBytes = size_t{kTileN} * kRingStride;  // K (then V), a stage
   static constexpr size_t kRingBytes = size_t{kStages} * 2 * kRingTileBytes;
-  // fp8: the ring, then the converted tiles (K then V) the compute reads, then one float per
-  // warp for the block's largest |q| (QToHalf).
-  static constexpr size_t kPipeBytes =
-      kRingBytes + (kFp8 ? 2 * kTileElems * 2 + size_t{kWarps} * 4 : 0);
+  // The ring, then (fp8) one float per warp for the block's largest |q| (QToHalfForFp8).
+  static constexpr size_t kPipeBytes = kRingBytes + (kFp8 ? size_t{kWarps} * 4 : 0);
   // The end-of-block merge: each warp's output rows (fp32), then each warp's row max and sum,
   // then each row's merged max and sum.
   static constexpr size_t kMergeOBytes = size_t{kWarps} * kRows * kHeadDim * 4;
@@ -260,124 +257,163 @@ __device__ __forceinline__ bool Sees(const AttentionParams& p, const RowInfo& ro
   return true;
 }
 
-__device__ __forceinline__ int PageIndex(const AttentionParams& p, int t) {
-  return p.page_shift >= 0 ? t >> p.page_shift : t / static_cast<int>(p.args.page_size);
-}
-
 // The page of each row this thread copies in the tile of tokens first .. first + kTileN - 1
-// (0 past the end, where nothing is read).
-template <typename Tl>
-__device__ __forceinline__ void LoadPages(const AttentionParams& p, int b, int first, int len,
-                                          int32_t (&pages)[Tl::kRowsPerThread]) {
+// (0 past the end, where nothing is read). kPow2: the page size is 1 << p.page_shift.
+template <typename Tl, bool kPow2>
+__device__ __forceinline__ void LoadPagesOf(const AttentionParams& p, int b, int first, int len,
+                                            int32_t (&pages)[Tl::kRowsPerThread]) {
   const int32_t* table = p.args.block_table + b * p.args.max_pages;
+  const auto page_size = static_cast<uint32_t>(p.args.page_size);
 #pragma unroll
   for (int j = 0; j < Tl::kRowsPerThread; ++j) {
-    const int t = first + threadIdx.x / Tl::kCacheChunks + j * Tl::kRowStep;
-    pages[j] = t < len ? __ldg(table + PageIndex(p, t)) : 0;
+    const auto t = static_cast<uint32_t>(first + threadIdx.x / Tl::kCacheChunks + j * Tl::kRowStep);
+    const uint32_t page = kPow2 ? t >> p.page_shift : t / page_size;
+    pages[j] = static_cast<int>(t) < len ? __ldg(table + page) : 0;
   }
 }
 
 // Issues the copies of one tile of K and V (tokens first .. first + kTileN - 1) into the ring
 // stage `dst` (K then V), as the pages hold them (TC), from the pages LoadPages found. Each
-// thread copies a fixed 16-byte column of every kRowStep-th row.
-template <typename TC, typename Tl>
-__device__ __forceinline__ void LoadTile(const AttentionParams& p, int kv_head, int first, int len,
-                                         const int32_t (&pages)[Tl::kRowsPerThread],
-                                         unsigned char* dst) {
-  constexpr int64_t kHeadBytes = int64_t{Tl::kHeadDimValue} * sizeof(TC);
+// thread copies a fixed 16-byte column of every kRowStep-th row. Slots are numbered in 32 bits
+// (ValidArgs) and rows past the end copy nothing from slot 0's address (zero-filled), so that a
+// row costs a few instructions and no branch: issuing the copies is a large part of a tile's
+// instructions.
+template <typename TC, typename Tl, bool kPow2>
+__device__ __forceinline__ void LoadTileOf(const AttentionParams& p, int kv_head, int first,
+                                           int len, const int32_t (&pages)[Tl::kRowsPerThread],
+                                           unsigned char* dst) {
+  constexpr uint32_t kHeadBytes = uint32_t{Tl::kHeadDimValue} * sizeof(TC);
   const int col = threadIdx.x % Tl::kCacheChunks;
   // This thread's column of the kv head in a token slot, and the bytes between slots.
-  const int64_t column = kv_head * kHeadBytes + col * 16;
+  const int64_t column = int64_t{kv_head} * kHeadBytes + col * 16;
   const auto* k = static_cast<const unsigned char*>(p.args.k_cache) + column;
   const auto* v = static_cast<const unsigned char*>(p.args.v_cache) + column;
-  const int64_t slot_bytes = p.args.num_heads_kv * kHeadBytes;
-  const int page_size = static_cast<int>(p.args.page_size);
+  const auto slot_bytes = static_cast<uint32_t>(p.args.num_heads_kv) * kHeadBytes;
+  const auto page_size = static_cast<uint32_t>(p.args.page_size);
 #pragma unroll
   for (int j = 0; j < Tl::kRowsPerThread; ++j) {
     const int row = threadIdx.x / Tl::kCacheChunks + j * Tl::kRowStep;
-    const int t = first + row;
-    int64_t offset = 0;
-    int bytes = 0;
-    if (t < len) {
-      const int in_page = p.page_shift >= 0 ? t & (page_size - 1) : t % page_size;
-      offset = (static_cast<int64_t>(pages[j]) * page_size + in_page) * slot_bytes;
-      bytes = 16;
-    }
+    const auto t = static_cast<uint32_t>(first + row);
+    const uint32_t in_page = kPow2 ? t & (page_size - 1) : t % page_size;
+    const uint32_t slot = static_cast<uint32_t>(pages[j]) * page_size + in_page;
+    const uint64_t offset = static_cast<uint64_t>(slot) * slot_bytes;
+    const int bytes = static_cast<int>(t) < len ? 16 : 0;
     unsigned char* k_dst = dst + row * Tl::kRingStride + col * 16;
     CopyAsync16(k_dst, k + offset, bytes);
     CopyAsync16(k_dst + Tl::kRingTileBytes, v + offset, bytes);
   }
 }
 
-// Two fp8 values (the low byte first) as two f16 (exact: every fp8 value is an f16 value).
+// LoadPagesOf and LoadTileOf with the page arithmetic of the call's page size (a uniform branch
+// per tile, not one per row).
+template <typename Tl>
+__device__ __forceinline__ void LoadPages(const AttentionParams& p, int b, int first, int len,
+                                          int32_t (&pages)[Tl::kRowsPerThread]) {
+  if (p.page_shift >= 0) {
+    LoadPagesOf<Tl, true>(p, b, first, len, pages);
+  } else {
+    LoadPagesOf<Tl, false>(p, b, first, len, pages);
+  }
+}
+template <typename TC, typename Tl>
+__device__ __forceinline__ void LoadTile(const AttentionParams& p, int kv_head, int first, int len,
+                                         const int32_t (&pages)[Tl::kRowsPerThread],
+                                         unsigned char* dst) {
+  if (p.page_shift >= 0) {
+    LoadTileOf<TC, Tl, true>(p, kv_head, first, len, pages, dst);
+  } else {
+    LoadTileOf<TC, Tl, false>(p, kv_head, first, len, pages, dst);
+  }
+}
+
+// Four fp8 values (the low byte first) as two pairs of f16: bytes 0, 1 in `lo`, bytes 2, 3 in
+// `hi` (exact: every fp8 value is an f16 value). On sm_89 on in PTX, so that the high pair is
+// converted from the register's upper half rather than shifted down first; below, by the
+// library's conversion (emulated there).
 template <typename TC>
-__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint16_t two) {
-  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(two, CacheKind<TC>::kInterpretation));
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Converts a landed fp8 ring stage into the f16 tiles (K then V) that ComputeTile reads: an fp8
-// cache's attention runs in f16 on the tensor cores (fp8 to f16 is exact and one instruction per
-// pair; q is made f16 by QToHalf).
-// REQUIRES: a barrier after the stage's copies landed and after the last read of the tiles.
-template <typename TC, int kHeadDim, int kWarps>
-__device__ __forceinline__ void ConvertTile(const unsigned char* stage, __half* tiles) {
-  using Tl = Tiling<kHeadDim, kWarps, 1>;
-  constexpr int kVectors = Tl::kTileN * Tl::kCacheChunks;  // of K, and as many of V
-#pragma unroll
-  for (int c = threadIdx.x; c < 2 * kVectors; c += Tl::kThreads) {
-    const int which = c / kVectors;  // 0: K, 1: V
-    const int row = (c / Tl::kCacheChunks) % Tl::kTileN;
-    const int col = c % Tl::kCacheChunks;
-    const uint4 in = *reinterpret_cast<const uint4*>(stage + which * Tl::kRingTileBytes +
-                                                     row * Tl::kRingStride + col * 16);
-    const uint32_t words[4] = {in.x, in.y, in.z, in.w};
-    uint32_t out[8];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      out[2 * w] = Fp8x2ToHalf2<TC>(static_cast<uint16_t>(words[w] & 0xFFFFu));
-      out[2 * w + 1] = Fp8x2ToHalf2<TC>(static_cast<uint16_t>(words[w] >> 16));
-    }
-    uint4* dst =
-        reinterpret_cast<uint4*>(tiles + which * Tl::kTileElems + row * Tl::kStride + col * 16);
-    dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-    dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+__device__ __forceinline__ void Fp8x4ToHalf2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (CacheKind<TC>::kInterpretation == __NV_E4M3) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(four));
+  } else {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e5m2x2 %0, l;\n"
+        " cvt.rn.f16x2.e5m2x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(four));
   }
+#else
+  const __half2 l(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four & 0xFFFFu),
+                                             CacheKind<TC>::kInterpretation));
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four >> 16),
+                                             CacheKind<TC>::kInterpretation));
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+#endif
 }
 
-// Rewrites the block's bf16 query rows in place as f16 times 2^-e, e >= 0 the least that keeps
-// the largest |q| within f16's range (e = 0 unless some |q| > 65504), and returns `scale` times
-// 2^e, so that f16 logits times it are the logits. bf16 to f16 is exact for every value f16
-// holds as a normal number; values under 2^-14 keep f16's subnormal precision (an error under
-// 2^-25 of the element, far below bf16's own rounding of the products' sum). `scratch` holds
-// kWarps floats. REQUIRES: the rows landed and are visible to all; a barrier before they are
-// read again.
-template <int kHeadDim, int kWarps>
-__device__ __forceinline__ BlockScale QToHalf(void* q_s, float* scratch, BlockScale scale) {
+template <typename T>
+__device__ __forceinline__ float ToFloat(T x);
+template <>
+__device__ __forceinline__ float ToFloat<__half>(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+// The fp8 path's order of the head dims within each k16 step of Q K^T. An ldmatrix of an fp8 K
+// tile (its bytes read as 16-bit pairs) gives a thread the 4 bytes 4l .. 4l + 3 (l = lane % 4)
+// of a token's 16-byte slice, which convert to the B fragment of k indices 2l, 2l + 1 (the low
+// pair) and 2l + 8, 2l + 9 (the high pair): k index 2l + j stands for head dim 4l + j and
+// 2l + 8 + j for 4l + 2 + j. The query rows are stored in that order (QToHalfForFp8): word l of
+// each 16-element group is the input's word 2l, word 4 + l its word 2l + 1.
+
+// Rewrites the block's query rows in place for the fp8 path: as f16 in the head-dim order above,
+// bf16 rows times 2^-e, e >= 0 the least that keeps the largest |q| within f16's range (e = 0
+// unless some |q| > 65504). Returns `scale` times 2^e, so that f16 logits times it are the
+// logits. bf16 to f16 is exact for every value f16 holds as a normal number; values under
+// 2^-14 keep f16's subnormal precision (an error under 2^-25 of the element, far below bf16's
+// own rounding of the products' sum). `scratch` holds kWarps floats.
+// REQUIRES: the rows landed and are visible to all; a barrier before they are read again.
+template <typename T, int kHeadDim, int kWarps>
+__device__ __forceinline__ BlockScale QToHalfForFp8(void* q_s, float* scratch, BlockScale scale) {
   using Tl = Tiling<kHeadDim, kWarps>;
-  auto* q = static_cast<__nv_bfloat16*>(q_s);
-  float largest = 0.0f;
-  for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
-    const __nv_bfloat16* x = q + (c / Tl::kChunks) * Tl::kStride + (c % Tl::kChunks) * 8;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) largest = fmaxf(largest, fabsf(__bfloat162float(x[j])));
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = largest;
-  __syncthreads();
-  for (int w = 0; w < kWarps; ++w) largest = fmaxf(largest, scratch[w]);
+  constexpr int kGroups = kHeadDim / 16;  // 16-element groups of a row
+  auto* q = static_cast<T*>(q_s);
   int e = 0;
-  if (largest > 65504.0f && largest <= FLT_MAX) frexpf(largest / 65504.0f, &e);
-  const float down = ldexpf(1.0f, -e);
-  for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
-    __nv_bfloat16* x = q + (c / Tl::kChunks) * Tl::kStride + (c % Tl::kChunks) * 8;
-    alignas(16) __half h[8];
+  if constexpr (!std::is_same_v<T, __half>) {
+    float largest = 0.0f;
+    for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
+      const T* x = q + (c / Tl::kChunks) * Tl::kStride + (c % Tl::kChunks) * 8;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(__bfloat162float(x[j]) * down);
-    *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(h);
+      for (int j = 0; j < 8; ++j) largest = fmaxf(largest, fabsf(ToFloat(x[j])));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    }
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = largest;
+    __syncthreads();
+    for (int w = 0; w < kWarps; ++w) largest = fmaxf(largest, scratch[w]);
+    if (largest > 65504.0f && largest <= FLT_MAX) frexpf(largest / 65504.0f, &e);
+  }
+  const float down = ldexpf(1.0f, -e);
+  for (int c = threadIdx.x; c < kRows * kGroups; c += Tl::kThreads) {
+    auto* x = reinterpret_cast<uint4*>(q + (c / kGroups) * Tl::kStride + (c % kGroups) * 16);
+    alignas(16) T in[16];
+    reinterpret_cast<uint4*>(in)[0] = x[0];
+    reinterpret_cast<uint4*>(in)[1] = x[1];
+    uint32_t w[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      w[j] = Mma<__half>::Pack(ToFloat(in[2 * j]) * down, ToFloat(in[2 * j + 1]) * down);
+    }
+    x[0] = make_uint4(w[0], w[2], w[4], w[6]);
+    x[1] = make_uint4(w[1], w[3], w[5], w[7]);
   }
   const float up = ldexpf(1.0f, e);
   return {scale.scale * up, scale.scale_log2 * up};
@@ -415,35 +451,17 @@ struct WarpState {
   float row_sum[2];  // this thread's columns only; summed over the quad at the end
 };
 
-// One tile: K at k_s, V kTileElems elements after it; T the operand type of both products (q's
-// type, or f16 for fp8 caches).
-// `masked` false: every real row sees every token of the tile (TileNeedsMask), so the per-element
-// mask is skipped; padding rows past p.rows then hold finite values that are never stored.
-template <typename T, int kHeadDim, int kWarps>
-__device__ __forceinline__ void ComputeTile(const AttentionParams& p, const BlockScale& scale,
+// Scale, soft cap, mask and the online softmax of a warp's logits `s` (Q K^T's accumulators over
+// its 16 tokens of the tile from `first`: token (lane % 4) * 2 + e + 8 * nt of them), which
+// become P. `masked` false: every real row sees every token of the tile (TileNeedsMask), so the
+// per-element mask is skipped; padding rows past p.rows then hold finite values never stored.
+template <int kHeadDim>
+__device__ __forceinline__ void SoftmaxTile(const AttentionParams& p, const BlockScale& scale,
                                             const RowInfo (&rows)[2], int first, int len,
-                                            bool masked, const T* q_s, const T* k_s,
+                                            bool masked, float (&s)[2][4],
                                             WarpState<kHeadDim>& st) {
-  using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const T* v_s = k_s + Tl::kTileElems;
-  k_s += warp * kWarpTokens * Tl::kStride;
-  v_s += warp * kWarpTokens * Tl::kStride;
-
-  // S = Q K^T for the warp's 16 tokens: two n8 tiles.
-  float s[2][4] = {};
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    uint32_t a[4];
-    LdMatrixX4(a, q_s + (lane % 16) * Tl::kStride + kk * 16 + (lane / 16) * 8);
-    uint32_t bk[4];
-    LdMatrixX4(bk,
-               k_s + ((lane % 8) + (lane / 16) * 8) * Tl::kStride + kk * 16 + ((lane / 8) % 2) * 8);
-    Mma<T>::Run(s[0], a, bk[0], bk[1]);
-    Mma<T>::Run(s[1], a, bk[2], bk[3]);
-  }
-
   // Scale, soft cap, mask; in base 2 so that exp2 does the softmax.
   const int t0 = first + warp * kWarpTokens + (lane % 4) * 2;
 #pragma unroll
@@ -459,7 +477,6 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
       s[nt][e] = masked && !Sees(p, rows[e / 2], t0 + nt * 8 + (e % 2), len) ? -INFINITY : x;
     }
   }
-
   // Online softmax, per row h.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -492,10 +509,47 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
       }
     }
   }
+}
 
-  // O += P V: P's accumulator layout is the A operand's (k = the warp's 16 tokens).
-  const uint32_t a[4] = {Mma<T>::Pack(s[0][0], s[0][1]), Mma<T>::Pack(s[0][2], s[0][3]),
-                         Mma<T>::Pack(s[1][0], s[1][1]), Mma<T>::Pack(s[1][2], s[1][3])};
+// P (SoftmaxTile's result) as the A operand of P V: k = the warp's 16 tokens.
+template <typename T>
+__device__ __forceinline__ void PackP(const float (&s)[2][4], uint32_t (&a)[4]) {
+  a[0] = Mma<T>::Pack(s[0][0], s[0][1]);
+  a[1] = Mma<T>::Pack(s[0][2], s[0][3]);
+  a[2] = Mma<T>::Pack(s[1][0], s[1][1]);
+  a[3] = Mma<T>::Pack(s[1][2], s[1][3]);
+}
+
+// One tile of a 16-bit cache: K at k_s, V kTileN rows after it (the ring stage).
+template <typename T, int kHeadDim, int kWarps>
+__device__ __forceinline__ void ComputeTile(const AttentionParams& p, const BlockScale& scale,
+                                            const RowInfo (&rows)[2], int first, int len,
+                                            bool masked, const T* q_s, const T* k_s,
+                                            WarpState<kHeadDim>& st) {
+  using Tl = Tiling<kHeadDim, kWarps>;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const T* v_s = k_s + Tl::kTileN * Tl::kStride;
+  k_s += warp * kWarpTokens * Tl::kStride;
+  v_s += warp * kWarpTokens * Tl::kStride;
+
+  // S = Q K^T for the warp's 16 tokens: two n8 tiles.
+  float s[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t a[4];
+    LdMatrixX4(a, q_s + (lane % 16) * Tl::kStride + kk * 16 + (lane / 16) * 8);
+    uint32_t bk[4];
+    LdMatrixX4(bk,
+               k_s + ((lane % 8) + (lane / 16) * 8) * Tl::kStride + kk * 16 + ((lane / 8) % 2) * 8);
+    Mma<T>::Run(s[0], a, bk[0], bk[1]);
+    Mma<T>::Run(s[1], a, bk[2], bk[3]);
+  }
+  SoftmaxTile(p, scale, rows, first, len, masked, s, st);
+
+  // O += P V.
+  uint32_t a[4];
+  PackP<T>(s, a);
 #pragma unroll
   for (int dn = 0; dn < kHeadDim / 16; ++dn) {
     uint32_t bv[4];
@@ -506,10 +560,81 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
   }
 }
 
+// One tile of an fp8 cache, in f16 on the tensor cores: the fp8 K and V of the ring stage at
+// `stage` are loaded by ldmatrix as pairs of bytes and converted in registers; q_s holds the
+// rows QToHalfForFp8 wrote. Each x4 ldmatrix takes 32 bytes of the warp's 16 tokens: matrices
+// 0-3 are tokens 0-7 and 8-15 at bytes 0-15, then tokens 0-7 and 8-15 at bytes 16-31.
+// O's head dims come out in the order FragmentColumn<true> gives.
+template <typename TC, int kHeadDim, int kWarps>
+__device__ __forceinline__ void ComputeTileFp8(const AttentionParams& p, const BlockScale& scale,
+                                               const RowInfo (&rows)[2], int first, int len,
+                                               bool masked, const __half* q_s,
+                                               const unsigned char* stage,
+                                               WarpState<kHeadDim>& st) {
+  using Tl = Tiling<kHeadDim, kWarps, 1>;
+  const int lane = threadIdx.x % 32;
+  const int token = threadIdx.x / 32 * kWarpTokens + lane % 8 + ((lane / 8) % 2) * 8;
+  const unsigned char* k_s = stage + token * Tl::kRingStride + (lane / 16) * 16;
+  const unsigned char* v_s = k_s + Tl::kRingTileBytes;
+
+  // S = Q K^T: a register of K holds bytes 4l .. 4l + 3 of the thread's token (lane / 4) in
+  // its slice, the B fragment of one n8 tile in one k16 step.
+  float s[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 32; ++kk) {
+    uint32_t bk[4];
+    LdMatrixX4(bk, k_s + kk * 32);
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      uint32_t a[4];
+      LdMatrixX4(a, q_s + (lane % 16) * Tl::kStride + (2 * kk + step) * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        uint32_t b0, b1;
+        Fp8x4ToHalf2x2<TC>(bk[2 * step + nt], b0, b1);
+        Mma<__half>::Run(s[nt], a, b0, b1);
+      }
+    }
+  }
+  SoftmaxTile(p, scale, rows, first, len, masked, s, st);
+
+  // O += P V: transposed, a register of V holds bytes 2c, 2c + 1 (c = lane / 4) of tokens 2l
+  // (low half) and 2l + 1 (high half); regrouped by byte, the low half is (2l, 2l + 1) of byte
+  // 2c and the high half of byte 2c + 1: the B fragments of two n8 tiles, head dims 2c and
+  // 2c + 1 of the slice.
+  uint32_t a[4];
+  PackP<__half>(s, a);
+#pragma unroll
+  for (int dn = 0; dn < kHeadDim / 32; ++dn) {
+    uint32_t bv[4];
+    LdMatrixX4Trans(bv, v_s + dn * 32);
+#pragma unroll
+    for (int slice = 0; slice < 2; ++slice) {
+      uint32_t even[2], odd[2];  // [tokens 0-7, tokens 8-15] of bytes 2c, and of 2c + 1
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        Fp8x4ToHalf2x2<TC>(__byte_perm(bv[2 * slice + half], 0, 0x3120), even[half], odd[half]);
+      }
+      Mma<__half>::Run(st.o[4 * dn + 2 * slice], a, even[0], even[1]);
+      Mma<__half>::Run(st.o[4 * dn + 2 * slice + 1], a, odd[0], odd[1]);
+    }
+  }
+}
+
+// The head dim of O's accumulators st.o[dt][e] (e = 0, 1; e + 2 the same of row + 8) for this
+// lane: dt * 8 + 2 (lane % 4) + e on the 16-bit path; on the fp8 path n8 tile dt is head dims
+// 2c + dt % 2 of the 16-byte slice (dt / 2) (ComputeTileFp8), c = its column 2 (lane % 4) + e.
+template <bool kFp8>
+__device__ __forceinline__ int FragmentColumn(int dt, int lane, int e) {
+  if constexpr (kFp8) return (dt / 2) * 16 + 4 * (lane % 4) + 2 * e + dt % 2;
+  return dt * 8 + 2 * (lane % 4) + e;
+}
+
 // Merges the warps' states through shared memory and writes the block's rows: out and lse
 // directly (one split) or the split's partial output and lse.
-// `v_scale` multiplies the output (its kv head's v_scale: 1 but for fp8 caches).
-template <typename T, int kHeadDim, int kWarps>
+// `v_scale` multiplies the output (its kv head's v_scale: 1 but for fp8 caches); kFp8: the
+// accumulators' head dims are in the fp8 path's order (FragmentColumn).
+template <typename T, int kHeadDim, int kWarps, bool kFp8>
 __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int split, int b,
                                               int kv_head, int row_group, float v_scale,
                                               WarpState<kHeadDim>& st, unsigned char* merge) {
@@ -549,12 +674,11 @@ __device__ __forceinline__ void MergeAndStore(const AttentionParams& p, int spli
     float mx = -INFINITY;
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, max_s[w * kRows + r]);
     const float factor = st.row_max[h] == -INFINITY ? 0.0f : exp2f(st.row_max[h] - mx);
+    float* dst = o_s + (warp * kRows + r) * kHeadDim;
 #pragma unroll
     for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      const int d = dt * 8 + (lane % 4) * 2;
-      float* dst = o_s + (warp * kRows + r) * kHeadDim + d;
-      dst[0] = st.o[dt][2 * h] * factor;
-      dst[1] = st.o[dt][2 * h + 1] * factor;
+      dst[FragmentColumn<kFp8>(dt, lane, 0)] = st.o[dt][2 * h] * factor;
+      dst[FragmentColumn<kFp8>(dt, lane, 1)] = st.o[dt][2 * h + 1] * factor;
     }
   }
   __syncthreads();
@@ -632,12 +756,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
   unsigned char* ring = smem + Tl::kQBytes;
-  // fp8: the converted f16 tiles the compute reads (else it reads the ring stage itself), then
-  // QToHalf's scratch.
-  __half* converted = reinterpret_cast<__half*>(ring + Tl::kRingBytes);
-  float* scratch = reinterpret_cast<float*>(converted + 2 * Tl::kTileElems);
-  // The operand type of Q K^T and of P V: q's, or f16 for fp8 caches.
-  using TK = std::conditional_t<Tl::kFp8, __half, T>;
+  float* scratch = reinterpret_cast<float*>(ring + Tl::kRingBytes);  // fp8: QToHalfForFp8's
   auto stage = [&](int i) { return ring + (i % Tl::kStages) * 2 * Tl::kRingTileBytes; };
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / p.row_groups;
@@ -686,8 +805,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       WaitCopies<Tl::kStages - 2>();
-      // The tile is visible to all, and the slot loaded next (and, fp8, the converted tile) was
-      // read by all last iteration.
+      // The tile is visible to all, and the slot loaded next was read by all last iteration.
       __syncthreads();
       if (issue < tile_end) {
         if constexpr (!Tl::kPrefetchPages) {
@@ -701,28 +819,27 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
       CommitCopies();
-      const TK* tile_s;
-      if constexpr (Tl::kFp8) {
-        if constexpr (!std::is_same_v<T, __half>) {
-          if (tile == tile_begin) scale = QToHalf<kHeadDim, kWarps>(q_s, scratch, scale);
-        }
-        ConvertTile<TC, kHeadDim, kWarps>(stage(tile - tile_begin), converted);
-        __syncthreads();
-        tile_s = converted;
-      } else {
-        tile_s = reinterpret_cast<const TK*>(stage(tile - tile_begin));
-      }
       const int tile_first = first + tile * Tl::kTileN;
-      ComputeTile<TK, kHeadDim, kWarps>(p, scale, rows, tile_first, len,
-                                        TileNeedsMask(p, tile_first, Tl::kTileN, len),
-                                        reinterpret_cast<const TK*>(q_s), tile_s, st);
+      const bool masked = TileNeedsMask(p, tile_first, Tl::kTileN, len);
+      if constexpr (Tl::kFp8) {
+        if (tile == tile_begin) {
+          scale = QToHalfForFp8<T, kHeadDim, kWarps>(q_s, scratch, scale);
+          __syncthreads();
+        }
+        ComputeTileFp8<TC, kHeadDim, kWarps>(p, scale, rows, tile_first, len, masked,
+                                             reinterpret_cast<const __half*>(q_s),
+                                             stage(tile - tile_begin), st);
+      } else {
+        ComputeTile<T, kHeadDim, kWarps>(p, scale, rows, tile_first, len, masked, q_s,
+                                         reinterpret_cast<const T*>(stage(tile - tile_begin)), st);
+      }
     }
     WaitCopies<0>();
   }
   // The combine pass may take SM slots as this block's last stores go.
   AllowNextGrid();
   __syncthreads();  // the pipeline's memory becomes the merge's
-  MergeAndStore<T, kHeadDim, kWarps>(p, split, b, kv_head, row_group, v_scale, st,
+  MergeAndStore<T, kHeadDim, kWarps, Tl::kFp8>(p, split, b, kv_head, row_group, v_scale, st,
                                      smem + Tl::kQBytes);
 }
 
@@ -820,9 +937,18 @@ inline int ClampWindow(int64_t w) {
   return w > INT_MAX / 2 ? INT_MAX / 2 : static_cast<int>(w);
 }
 
-inline bool ValidArgs(const PagedDeviceArgs& a, int num_splits, const void* workspace) {
+// `head_bytes`: bytes of one kv head's row in the caches (D x the element size). The kernel
+// numbers token slots and measures a slot's bytes in 32 bits (LoadTileOf): 2^32 slots of at
+// least 64 bytes would be 256 GiB of cache.
+inline bool ValidArgs(const PagedDeviceArgs& a, int64_t head_bytes, int num_splits,
+                      const void* workspace) {
   if (a.batch < 0 || a.seq_len_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q <= 0 ||
-      a.num_heads_q % a.num_heads_kv != 0 || a.page_size <= 0 || a.max_pages < 0) {
+      a.num_heads_q % a.num_heads_kv != 0 || a.page_size <= 0 || a.max_pages < 0 ||
+      a.num_pages < 0) {
+    return false;
+  }
+  if (a.num_pages > int64_t{UINT32_MAX} / a.page_size ||
+      a.num_heads_kv > int64_t{UINT32_MAX} / head_bytes) {
     return false;
   }
   if (num_splits < 1 || num_splits > kPagedMaxSplits) return false;
@@ -874,7 +1000,9 @@ template <typename T, typename TC, int kHeadDim, int kWarps>
 cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, void* workspace,
                                  cudaStream_t stream) {
   using Tl = paged::Tiling<kHeadDim, kWarps, sizeof(TC)>;
-  if (!paged::ValidArgs(args, num_splits, workspace)) return cudaErrorInvalidValue;
+  if (!paged::ValidArgs(args, int64_t{kHeadDim} * sizeof(TC), num_splits, workspace)) {
+    return cudaErrorInvalidValue;
+  }
   if (args.batch == 0) return cudaSuccess;
   paged::AttentionParams p;
   p.args = args;

@@ -39,10 +39,9 @@ inline constexpr int kPagedTokensPerWarp = 16;
 // deeper rings: with three stages and two blocks per SM the kernel read 59-63% of the copy
 // bandwidth at D 128, with two stages and three blocks 73-83% (H200, 2026-11-28); a four-stage
 // ring with one block per SM for small batches was no faster than two stages with more splits
-// (H100, 2026-11-28; docs/PERFORMANCE_LOG.md). fp8 caches take no more (their ring is half the
-// bytes, plus one converted tile); a four-stage fp8 ring at two blocks per SM (D 128) was slower
-// than two stages at three (H100, 2026-11-28): the fp8 path is bound by its instructions per
-// tile, not by the bytes in flight.
+// (H100, 2026-11-28; docs/PERFORMANCE_LOG.md). fp8 caches take less (their ring is half the
+// bytes); a four-stage fp8 ring at two blocks per SM (D 128) was slower than two stages at three
+// (H100, 2026-11-28, when the tiles were still converted in shared memory).
 constexpr int PagedBlocksPerSm(int64_t head_dim) {
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }

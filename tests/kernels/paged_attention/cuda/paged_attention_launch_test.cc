@@ -651,7 +651,7 @@ TEST_F(PagedAttentionLaunchTest, MatchesTheReferenceFp8Caches) {
 }
 
 // bf16 q beyond f16's range over fp8 caches: the kernel computes in f16 and scales q down by a
-// power of two (QToHalf), so the logits come out as the reference's.
+// power of two (QToHalfForFp8), so the logits come out as the reference's.
 TEST_F(PagedAttentionLaunchTest, Fp8CachesTakeBf16QueriesBeyondF16Range) {
   uint64_t seed = 3000;
   for (DType cache : {DType::kF8E4M3, DType::kF8E5M2}) {
@@ -729,6 +729,12 @@ TEST_F(PagedAttentionLaunchTest, RefusesBadArguments) {
   EXPECT_EQ((*launch)(args, kPagedMaxSplits + 1, nullptr, nullptr), cudaErrorInvalidValue);
   args.batch = 0;
   EXPECT_EQ((*launch)(args, 1, nullptr, nullptr), cudaSuccess);  // nothing to do
+  // The kernel numbers token slots in 32 bits: caches of 2^32 slots are refused (checked before
+  // the empty batch returns), a page fewer is not.
+  args.num_pages = (int64_t{1} << 32) / 16;
+  EXPECT_EQ((*launch)(args, 1, nullptr, nullptr), cudaErrorInvalidValue);
+  args.num_pages -= 1;
+  EXPECT_EQ((*launch)(args, 1, nullptr, nullptr), cudaSuccess);
 }
 
 // ---- dispatch: no GPU needed ----
