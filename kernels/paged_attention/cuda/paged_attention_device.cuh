@@ -117,7 +117,7 @@ struct Tiling {
                 "a thread copies one fixed column of every row");
   static_assert(kHeadDim % 16 == 0, "head dim is a whole number of k16 steps");
   // The heuristic counts on this many blocks per SM (228 KiB, 1 KiB of it reserved per block).
-  static_assert(PagedBlocksPerSm(kHeadDim) * (kSmemBytes + 1024) <= 228 * 1024,
+  static_assert(PagedBlocksPerSm(kHeadDim, kFp8) * (kSmemBytes + 1024) <= 228 * 1024,
                 "the shared memory of a block outgrew PagedBlocksPerSm");
 };
 
@@ -749,8 +749,9 @@ __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, int firs
 }
 
 // grid (splits, Hkv * row_groups, B).
+// The registers of a thread are held to what PagedBlocksPerSm blocks leave it.
 template <typename T, typename TC, int kHeadDim, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, PagedBlocksPerSm(kHeadDim, sizeof(TC) == 1))
     PagedAttentionKernel(const __grid_constant__ AttentionParams p) {
   using Tl = Tiling<kHeadDim, kWarps, sizeof(TC)>;
   extern __shared__ __align__(16) unsigned char smem[];

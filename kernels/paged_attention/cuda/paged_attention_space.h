@@ -34,15 +34,17 @@ inline constexpr int kPagedRowsPerBlock = 16;
 inline constexpr int kPagedTokensPerWarp = 16;
 
 // Attention blocks resident on one SM (paged_attention_device.cuh checks its shared memory
-// against this): a two-stage ring of about 40 KiB (D 64), 75 KiB (D 128) and 143 KiB (D 256)
-// per block in the 228 KiB of an SM, D 64 held to 4 by registers. More resident blocks beat
-// deeper rings: with three stages and two blocks per SM the kernel read 59-63% of the copy
-// bandwidth at D 128, with two stages and three blocks 73-83% (H200, 2026-11-28); a four-stage
-// ring with one block per SM for small batches was no faster than two stages with more splits
-// (H100, 2026-11-28; docs/PERFORMANCE_LOG.md). fp8 caches take less (their ring is half the
-// bytes); a four-stage fp8 ring at two blocks per SM (D 128) was slower than two stages at three
-// (H100, 2026-11-28, when the tiles were still converted in shared memory).
-constexpr int PagedBlocksPerSm(int64_t head_dim) {
+// against this and holds the kernel's registers to it): a two-stage ring of about 40 KiB (D 64),
+// 75 KiB (D 128) and 143 KiB (D 256) per block in the 228 KiB of an SM with 16-bit caches, about
+// half with fp8 caches (42 KiB at D 128, 4 blocks by registers; 78 KiB at D 256). More resident
+// blocks beat deeper rings: with three stages and two blocks per SM the kernel read 59-63% of
+// the copy bandwidth at D 128, with two stages and three blocks 73-83% (H200, 2026-11-28); a
+// four-stage ring with one block per SM for small batches was no faster than two stages with
+// more splits (H100, 2026-11-28; docs/PERFORMANCE_LOG.md). With fp8 caches at D 128 the
+// fastest split counts on an H200 were those that fill four blocks per SM (1 x 64k/128k: 64
+// splits, 8 x 16k: 8, 32 x 4k/16k: 2; 2026-11-28).
+constexpr int PagedBlocksPerSm(int64_t head_dim, bool fp8_cache) {
+  if (fp8_cache) return head_dim >= 256 ? 2 : 4;
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }
 
@@ -59,14 +61,14 @@ inline constexpr double kPagedFillAllSlotsBandwidthPerSm = 30e9;
 // gave the fastest counts at 1 x 16k/64k/128k, 8 x 4k/16k and 32 x 1k/4k (up to 14% faster
 // than three); on an H200 (4.8 TB/s by its clock and bus, 36 GB/s each; 2026-11-28, after)
 // three gave them at 1 x 16k/64k/128k, 8 x 1k/4k/16k and 32 x 4k/16k (up to 30% faster than
-// two). fp8 caches issue more per byte and fill three on both (on the H100, two took 12-25%
-// longer). Unknown bandwidth counts as an H100's.
+// two). fp8 caches (half the bytes a token) fill every slot on both. Unknown bandwidth counts
+// as an H100's.
 constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, double bandwidth_per_sm) {
   if (head_dim >= 128 && head_dim < 256 && !fp8_cache &&
       bandwidth_per_sm < kPagedFillAllSlotsBandwidthPerSm) {
     return 2;
   }
-  return PagedBlocksPerSm(head_dim);
+  return PagedBlocksPerSm(head_dim, fp8_cache);
 }
 
 }  // namespace kernelserve::cuda

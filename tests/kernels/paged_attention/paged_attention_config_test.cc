@@ -108,7 +108,7 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepATileEach) {
       const int splits = Splits(shape, gpu);
       ASSERT_GE(splits, 1);
       const int fill = PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, bandwidth / 132);
-      ASSERT_LE(fill, PagedBlocksPerSm(shape.head_dim))
+      ASSERT_LE(fill, PagedBlocksPerSm(shape.head_dim, shape.fp8_cache))
           << "the heuristic fills no more blocks than fit";
       const int64_t slots = 132 * fill;
       const int64_t row_groups = (shape.rows_per_kv_head + 15) / 16;
@@ -136,16 +136,16 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH100) {
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 4096, 128}, h100), 32);
   // 128k tokens: 32 splits again; 48 would start a second round two thirds empty.
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128}, h100), 32);
-  // fp8 caches fill 3 per SM: 48 splits take 384 of 396 slots.
-  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100), 48);
+  // fp8 caches fill 4 per SM: 64 splits take 512 of 528 slots.
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100), 64);
   // Batch 64 x 8 kv heads = 512 blocks: 97% of two rounds already.
   EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h100), 1);
   // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots.
   EXPECT_EQ(Splits({DType::kBF16, 16, 8, 4, 4096, 128}, h100), 2);
-  // Batch 32 x 8 kv heads = 256 blocks already fill 2 per SM: one split (3 with fp8 caches,
-  // 768 of 792 slots over two rounds).
+  // Batch 32 x 8 kv heads = 256 blocks already fill 2 per SM: one split (2 with fp8 caches,
+  // 512 of 528 slots).
   EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h100), 1);
-  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128, true}, h100), 3);
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128, true}, h100), 2);
   // D 256: one block per SM, 132 slots: 128 blocks already fill them.
   EXPECT_EQ(Splits({DType::kBF16, 16, 8, 4, 4096, 256}, h100), 1);
   // A short sequence (5 tiles) on its own: 3 splits give three blocks tiles, as 4 would.
@@ -167,6 +167,10 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH200) {
   EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h200), 3);    // 768 of 792
   EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h200), 3);    // 1536 of 1584
   EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 1);   // 1024: the batch fills
+  // fp8 caches, 4 per SM (528 slots).
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 65536, 128, true}, h200), 64);   // 512 of 528
+  EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 16384, 128, true}, h200), 8);    // 512 of 528
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 16384, 128, true}, h200), 2);   // 512 of 528
 }
 
 TEST(PagedAttentionConfigTest, ShapeOfPacksGqaRowsAndBoundsTheLength) {
