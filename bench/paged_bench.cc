@@ -176,9 +176,11 @@ constexpr int64_t kHeadsQ = 32;
 // the choice matters most) every listed count that leaves each split a tile, else the listed
 // counts up to twice the heuristic's (and up to 4 at least).
 std::vector<int> SplitsToTime(const BenchShape& s, int heuristic) {
+  // Tokens per tile of the kernel the bench runs (kPagedNumWarps[0] warps).
+  constexpr int64_t kTile = int64_t{kPagedTokensPerWarp} * kPagedNumWarps[0];
   std::vector<int> list = {heuristic};
   for (int sp : kPagedSplits) {
-    const bool wanted = s.batch <= 8 ? sp * 64 <= s.tokens : sp <= std::max(4, 2 * heuristic);
+    const bool wanted = s.batch <= 8 ? sp * kTile <= s.tokens : sp <= std::max(4, 2 * heuristic);
     if (sp != heuristic && wanted) list.push_back(sp);
   }
   return list;

@@ -956,25 +956,42 @@ inline bool ValidArgs(const PagedDeviceArgs& a, int64_t head_bytes, int num_spli
   return num_splits == 1 || workspace != nullptr;
 }
 
+// A set of device ordinals, those below 64 (others are never members): what one kernel instance
+// has already asked or set up per device, held in a function-local static so that a decode step
+// makes no driver call for it. Thread-safe: a lost race only repeats the caller's idempotent
+// work; a member added after another (Add's release, Has's acquire) is seen with it.
+class DeviceSet {
+ public:
+  bool Has(int device) const {
+    return (bits_.load(std::memory_order_acquire) & Bit(device)) != 0;
+  }
+  void Add(int device) { bits_.fetch_or(Bit(device), std::memory_order_release); }
+
+ private:
+  static uint64_t Bit(int device) {
+    return device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  }
+  std::atomic<uint64_t> bits_{0};
+};
+
 // Whether `kernel`, as it runs on the current device `device`, was compiled for sm_90 or later
 // (its PTX version), so that its WaitForPriorGrid waits and it may be a dependent launch: not
 // in an sm_80 build, nor where the driver compiles the sm_80 PTX for a newer GPU (launched
 // early there, it would read what the kernel before it has not written yet). Asked once per
-// kernel and device ordinal below 64 (a lost race only asks again).
+// kernel and device.
 template <typename Kernel>
 cudaError_t WaitsForPriorGrid(Kernel* kernel, int device, bool* waits) {
-  static std::atomic<uint64_t> known{0};
-  static std::atomic<uint64_t> yes{0};
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (known.load(std::memory_order_acquire) & bit) != 0) {
-    *waits = (yes.load(std::memory_order_relaxed) & bit) != 0;
+  static DeviceSet known;
+  static DeviceSet yes;
+  if (known.Has(device)) {
+    *waits = yes.Has(device);
     return cudaSuccess;
   }
   cudaFuncAttributes attributes{};
   KS_PAGED_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, kernel));
   *waits = attributes.ptxVersion >= 90;
-  if (*waits) yes.fetch_or(bit, std::memory_order_relaxed);
-  known.fetch_or(bit, std::memory_order_release);
+  if (*waits) yes.Add(device);
+  known.Add(device);
   return cudaSuccess;
 }
 
@@ -1027,17 +1044,14 @@ cudaError_t LaunchPagedAttention(const PagedDeviceArgs& args, int num_splits, vo
   const int64_t grid_y = args.num_heads_kv * p.row_groups;
   if (grid_y > 65535 || args.batch > 65535) return cudaErrorInvalidConfiguration;
   auto* kernel = &paged::PagedAttentionKernel<T, TC, kHeadDim, kWarps>;
-  // The shared-memory limit is a per-device property of the function: raising it on every launch
-  // costs a driver call per decode step, so each instance remembers (one bit per device ordinal)
-  // the devices it has already been raised on. A lost race only repeats the idempotent call.
-  static std::atomic<uint64_t> smem_set_on_devices{0};
+  // The shared-memory limit is a per-device property of the function, raised once per device.
+  static paged::DeviceSet smem_raised;
   int device = 0;
   KS_PAGED_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (smem_set_on_devices.load(std::memory_order_acquire) & bit) == 0) {
+  if (!smem_raised.Has(device)) {
     KS_PAGED_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Tl::kSmemBytes)));
-    smem_set_on_devices.fetch_or(bit, std::memory_order_release);
+    smem_raised.Add(device);
   }
   // Not a dependent launch itself: the blocks of a launch that waits would take SM slots as the
   // kernel before it drains, unevenly (back to back, one split at 32 x 4k-16k took 3-4% longer
