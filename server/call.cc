@@ -20,6 +20,12 @@ absl::StatusOr<std::optional<absl::Duration>> TimeBudgetOf(int64_t time_budget_m
   return absl::Milliseconds(time_budget_ms);
 }
 
+int64_t BudgetMillis(const AutotunePolicy& policy) {
+  return policy.time_budget == absl::InfiniteDuration()
+             ? 0
+             : absl::ToInt64Milliseconds(policy.time_budget);
+}
+
 absl::StatusOr<CallPlan> PlanCall(const Executor& executor, const WorkerPool& pool,
                                   const CallParams& params, ExecuteOptions options) {
   options.platform = params.platform;

@@ -38,6 +38,8 @@ struct CallParams {
 // The tuning budget a request's time_budget_ms asks for: none for 0 (the server's applies),
 // InvalidArgument naming the field when negative.
 absl::StatusOr<std::optional<absl::Duration>> TimeBudgetOf(int64_t time_budget_ms);
+// The other way: a policy's budget in milliseconds for a response, 0 for none.
+int64_t BudgetMillis(const AutotunePolicy& policy);
 
 // The CallParams of ExecuteRequest, ExecuteBatchRequest, AutotuneRequest, PutConfigRequest.
 // InvalidArgument for bad params or input specs, naming them, a config setting a retired field

@@ -26,13 +26,6 @@ bool AllHaveData(const google::protobuf::Map<std::string, v1::Tensor>& inputs) {
   return !inputs.empty();
 }
 
-// The budget of `policy` in milliseconds for the response; 0 = none.
-int64_t BudgetMillis(const AutotunePolicy& policy) {
-  return policy.time_budget == absl::InfiniteDuration()
-             ? 0
-             : absl::ToInt64Milliseconds(policy.time_budget);
-}
-
 // `asked_ms`: the request's time_budget_ms (0 = none asked).
 void FillAutotune(const AutotuneResult& result, const CallPlan& plan, int64_t asked_ms,
                   v1::AutotuneResponse* response) {

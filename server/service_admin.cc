@@ -101,6 +101,7 @@ grpc::ServerUnaryReactor* KernelServiceImpl::GetServerInfo(grpc::CallbackServerC
         response->set_allow_autotune(policy.allow_autotune);
         response->set_allow_heuristics(policy.allow_heuristics);
         response->set_persist(policy.persist);
+        response->set_autotune_budget_ms(BudgetMillis(policy));
         response->set_max_message_bytes(deps_.options->max_message_bytes);
         response->set_max_queue(deps_.options->max_queue);
         response->set_max_inflight_bytes(deps_.options->max_inflight_bytes);

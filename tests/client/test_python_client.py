@@ -62,6 +62,7 @@ class PythonClientTest(unittest.TestCase):
         self.assertGreaterEqual(len(info.devices), 1)
         self.assertTrue(all(isinstance(d, kernelserve.DeviceInfo) for d in info.devices))
         self.assertIn(-1, [d.device for d in info.devices])  # this server runs on the CPU
+        self.assertEqual(info.autotune_budget, 30.0)  # --autotune-budget's default, in seconds
         kernels = {k.name: k for k in self.client.kernels()}
         self.assertTrue({"mean_pooling", "flash_attention"} <= set(kernels), kernels)
         pool = kernels["mean_pooling"]

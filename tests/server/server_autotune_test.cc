@@ -224,6 +224,10 @@ TEST(AutotuneBudgetFlagTest, ServerBudgetCapsTheCallsAndWarns) {
   EXPECT_EQ(response.time_budget_ms(), 60000);
   EXPECT_FALSE(response.budget_reached());
   EXPECT_THAT(response.warnings(), ::testing::Contains(HasSubstr("--autotune-budget")));
+  v1::ServerInfo info;
+  grpc::ClientContext info_context;
+  ASSERT_TRUE(stub->GetServerInfo(&info_context, {}, &info).ok());
+  EXPECT_EQ(info.autotune_budget_ms(), 60000);
   absl::StatusOr<int> code = server.Stop();
   EXPECT_TRUE(code.ok() && *code == 0) << code.status();
 

@@ -432,6 +432,7 @@ TEST_F(ServerTest, ListsKernelsAndDescribesItself) {
   EXPECT_GT(info.devices(0).memory_total_bytes(), 0);
   EXPECT_EQ(info.store(), "memory (none)");
   EXPECT_EQ(info.max_message_bytes(), int64_t{1} << 30);
+  EXPECT_EQ(info.autotune_budget_ms(), 30000);  // --autotune-budget's default
   // cuDNN as this process finds it (the server loads it the same way); flash_attention and
   // flash_attention_bwd list the cudnn platform exactly when it is loaded.
   EXPECT_EQ(info.cudnn_version(), LoadedCudnnVersion());

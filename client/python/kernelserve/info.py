@@ -51,6 +51,9 @@ class ServerInfo:
     resident_bytes: int = 0
     resident_tensors: int = 0
     started_unix_ms: int = 0  # resident tensors live in memory only: a restart loses them
+    # --autotune-budget (seconds): the time one tuning may take, the default and the most a
+    # tune call's time_budget gets; None = no limit.
+    autotune_budget: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -160,7 +163,8 @@ def server_info_of(info: pb.ServerInfo) -> ServerInfo:
         resident_ttl_seconds=info.resident_ttl_seconds,
         max_resident_ttl_seconds=info.max_resident_ttl_seconds,
         resident_bytes=info.resident_bytes, resident_tensors=info.resident_tensors,
-        started_unix_ms=info.started_unix_ms)
+        started_unix_ms=info.started_unix_ms,
+        autotune_budget=info.autotune_budget_ms / 1e3 if info.autotune_budget_ms > 0 else None)
 
 
 def kernel_schema_of(kernel: pb.KernelInfo) -> KernelSchema:
