@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "kernels/paged_attention/cuda/paged_attention_device.cuh"
@@ -30,46 +31,64 @@ struct AppendVec {
       return in;
     } else {
       const T* x = reinterpret_cast<const T*>(&in);
-      alignas(8) __nv_fp8_storage_t q[kVec];
+      if constexpr (kVec % 2 == 0) {
+        // Two values a conversion (one instruction from sm_89 on), the same rounding.
+        alignas(8) __nv_fp8x2_storage_t q[kVec / 2];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        q[j] = __nv_cvt_float_to_fp8(__fdiv_rn(static_cast<float>(x[j]), scale), __NV_SATFINITE,
+        for (int j = 0; j < kVec / 2; ++j) {
+          const float2 pair = make_float2(__fdiv_rn(static_cast<float>(x[2 * j]), scale),
+                                          __fdiv_rn(static_cast<float>(x[2 * j + 1]), scale));
+          q[j] = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, CacheKind<TC>::kInterpretation);
+        }
+        return *reinterpret_cast<const Out*>(q);
+      } else {
+        return __nv_cvt_float_to_fp8(__fdiv_rn(static_cast<float>(x[0]), scale), __NV_SATFINITE,
                                      CacheKind<TC>::kInterpretation);
       }
-      return *reinterpret_cast<const Out*>(q);
     }
   }
 };
 
 // One vector of kVec elements (16 bytes, or 1 element when D is not a multiple of 8) of new k
 // and v per step; `vectors` = B * Sq * Hkv * D / kVec. Writes are to distinct slots (positions
-// L - Sq .. L - 1 of each sequence), so no two threads touch the same element.
-template <typename T, typename TC, int kVec>
+// L - Sq .. L - 1 of each sequence), so no two threads touch the same element. Index: the type
+// that splits a vector's index into (b, i, h, column), uint32_t where `vectors` fits in it (a
+// 64-bit division is a long software sequence, several per vector: most of the kernel's
+// instructions); the destination is always computed in 64 bits.
+template <typename T, typename TC, int kVec, typename Index>
 __global__ void __launch_bounds__(kAppendThreads)
-    PagedAppendKernel(const __grid_constant__ PagedAppendArgs a, int64_t vectors) {
+    PagedAppendKernel(const __grid_constant__ PagedAppendArgs a, Index vectors) {
   using Vec = AppendVec<T, TC, kVec>;
-  const int64_t per_row = a.head_dim / kVec;
-  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
-       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t col = v % per_row;
-    const int64_t row = v / per_row;  // (b * Sq + i) * Hkv + h
-    const int64_t h = row % a.num_heads_kv;
-    const int64_t bi = row / a.num_heads_kv;
-    const int64_t i = bi % a.seq_len_q;
-    const int64_t b = bi / a.seq_len_q;
-    const int64_t len = a.cache_seqlens[b];
-    const int64_t pos = len - a.seq_len_q + i;
-    if (len == 0 || pos < 0) continue;  // no new tokens for an empty sequence
-    const int64_t page = a.block_table[b * a.max_pages + pos / a.page_size];
-    const int64_t slot = page * a.page_size + pos % a.page_size;
-    const int64_t dst = (slot * a.num_heads_kv + h) * per_row + col;
-    const int64_t src = row * per_row + col;
-    const float k_scale = a.k_scale != nullptr ? a.k_scale[h] : 1.0f;
-    const float v_scale = a.v_scale != nullptr ? a.v_scale[h] : 1.0f;
+  const auto per_row = static_cast<Index>(a.head_dim / kVec);
+  const auto heads = static_cast<Index>(a.num_heads_kv);
+  const auto sq = static_cast<Index>(a.seq_len_q);
+  const auto page_size = static_cast<uint32_t>(a.page_size);
+  for (Index v = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
+       v += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index col = v % per_row;
+    const Index row = v / per_row;  // (b * Sq + i) * Hkv + h
+    const Index h = row % heads;
+    const Index bi = row / heads;
+    const Index i = bi % sq;
+    const Index b = bi / sq;
+    // The new values and scales first: their loads do not wait on the length and the page
+    // table's, which each wait on the one before.
     using In = typename Vec::In;
     using Out = typename Vec::Out;
-    static_cast<Out*>(a.k_cache)[dst] = Vec::Convert(static_cast<const In*>(a.k)[src], k_scale);
-    static_cast<Out*>(a.v_cache)[dst] = Vec::Convert(static_cast<const In*>(a.v)[src], v_scale);
+    const int64_t src = static_cast<int64_t>(row) * per_row + col;
+    const In k_in = static_cast<const In*>(a.k)[src];
+    const In v_in = static_cast<const In*>(a.v)[src];
+    const float k_scale = a.k_scale != nullptr ? a.k_scale[h] : 1.0f;
+    const float v_scale = a.v_scale != nullptr ? a.v_scale[h] : 1.0f;
+    const int len = a.cache_seqlens[b];
+    const int pos = len - static_cast<int>(sq) + static_cast<int>(i);
+    if (len == 0 || pos < 0) continue;  // no new tokens for an empty sequence
+    const auto at = static_cast<uint32_t>(pos);
+    const int64_t page = a.block_table[static_cast<int64_t>(b) * a.max_pages + at / page_size];
+    const int64_t slot = page * a.page_size + at % page_size;
+    const int64_t dst = (slot * a.num_heads_kv + h) * static_cast<int64_t>(per_row) + col;
+    static_cast<Out*>(a.k_cache)[dst] = Vec::Convert(k_in, k_scale);
+    static_cast<Out*>(a.v_cache)[dst] = Vec::Convert(v_in, v_scale);
   }
 }
 
@@ -79,8 +98,14 @@ cudaError_t LaunchAppend(const PagedAppendArgs& args, cudaStream_t stream) {
   if (vectors == 0) return cudaSuccess;
   const int64_t blocks =
       std::min<int64_t>(kAppendMaxBlocks, (vectors + kAppendThreads - 1) / kAppendThreads);
-  PagedAppendKernel<T, TC, kVec>
-      <<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(args, vectors);
+  // The 32-bit loop's last stride must not wrap: vectors + the grid's threads < 2^32.
+  if (vectors + blocks * kAppendThreads <= int64_t{UINT32_MAX}) {
+    PagedAppendKernel<T, TC, kVec, uint32_t><<<static_cast<unsigned>(blocks), kAppendThreads, 0,
+                                               stream>>>(args, static_cast<uint32_t>(vectors));
+  } else {
+    PagedAppendKernel<T, TC, kVec, int64_t>
+        <<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(args, vectors);
+  }
   return cudaGetLastError();
 }
 
@@ -97,7 +122,7 @@ size_t PagedWorkspaceBytes(const PagedDeviceArgs& args, int head_dim, int num_sp
 template <typename T, typename TC>
 cudaError_t LaunchPagedAppend(const PagedAppendArgs& args, cudaStream_t stream) {
   if (args.batch < 0 || args.seq_len_q < 0 || args.num_heads_kv < 0 || args.head_dim < 0 ||
-      args.page_size <= 0 || args.max_pages < 0) {
+      args.page_size <= 0 || args.page_size > INT32_MAX || args.max_pages < 0) {
     return cudaErrorInvalidValue;
   }
   // 16-byte vectors need every row to start 16-byte aligned: D a multiple of 8.
