@@ -44,11 +44,15 @@ KernelConfig MakeConfig(int num_warps, int splits) {
   return config;
 }
 
+// The 16-row groups of one kv head's query rows, each a block.
+int64_t RowGroups(const PagedAttentionShape& shape) {
+  return CeilDiv(std::max<int64_t>(shape.rows_per_kv_head, 1), kPagedRowsPerBlock);
+}
+
 // Blocks one split of the shape launches: (kv head, 16-row group, sequence).
 int64_t BlocksPerSplit(const PagedAttentionShape& shape) {
-  const int64_t row_groups =
-      CeilDiv(std::max<int64_t>(shape.rows_per_kv_head, 1), kPagedRowsPerBlock);
-  return std::max<int64_t>(shape.batch, 1) * std::max<int64_t>(shape.num_heads_kv, 1) * row_groups;
+  return std::max<int64_t>(shape.batch, 1) * std::max<int64_t>(shape.num_heads_kv, 1) *
+         RowGroups(shape);
 }
 
 // The largest split count the sequence length supports: a tile each.
@@ -118,7 +122,7 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 // Decode batches are often too small to fill 132 SMs with one block per (kv head, sequence), and
 // a block's pages stream at the speed of one SM, so the tokens are split. Among the listed split
 // counts that leave each split a tile of the longest sequence and make at most kMaxRounds rounds
-// of blocks (PagedSplitBlocksPerSm per SM, from the device's bandwidth per SM), the heuristic
+// of blocks (PagedSplitBlocksPerSm per SM), the heuristic
 // takes the one whose rounds keep the most block slots busy (B * Hkv * row_groups * the splits
 // that get tiles close to a whole number of rounds, so that no half-empty last round doubles
 // the time), the smallest within kUtilizationSlack of the best (relative: a batch that fills a
@@ -128,9 +132,8 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
       device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
-  const double bandwidth_per_sm = device.memory_bandwidth / static_cast<double>(sms);
   const int64_t slots =
-      sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, bandwidth_per_sm);
+      sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, RowGroups(shape));
   const int64_t blocks = BlocksPerSplit(shape);
   const int64_t tiles = Tiles(shape);
   const int64_t most =

@@ -48,26 +48,19 @@ constexpr int PagedBlocksPerSm(int64_t head_dim, bool fp8_cache) {
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }
 
-// DRAM bandwidth per SM (bytes per second) from which the split heuristic fills every block slot
-// at D 128 with 16-bit caches; below it, two of the three.
-inline constexpr double kPagedFillAllSlotsBandwidthPerSm = 30e9;
-
-// The blocks per SM the split heuristic fills (paged_attention_config.cc), given the device's
-// DRAM bandwidth per SM (`bandwidth_per_sm`, bytes per second; 0 unknown). An SM keeps about
-// (its share of the bandwidth x the memory latency) bytes in flight, and each block holds a
-// tile or two: a device with more bandwidth per SM needs more blocks. Timed for every split
-// count at batches of 8 and less: on an H100 SXM (3.35 TB/s over 132 SMs, 25 GB/s each;
-// 2026-11-28, before the combine pass was made parallel) two per SM at D 128 with 16-bit caches
-// gave the fastest counts at 1 x 16k/64k/128k, 8 x 4k/16k and 32 x 1k/4k (up to 14% faster
-// than three); on an H200 (4.8 TB/s by its clock and bus, 36 GB/s each; 2026-11-28, after)
-// three gave them at 1 x 16k/64k/128k, 8 x 1k/4k/16k and 32 x 4k/16k (up to 30% faster than
-// two). fp8 caches (half the bytes a token) fill every slot on both. Unknown bandwidth counts
-// as an H100's.
-constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, double bandwidth_per_sm) {
-  if (head_dim >= 128 && head_dim < 256 && !fp8_cache &&
-      bandwidth_per_sm < kPagedFillAllSlotsBandwidthPerSm) {
-    return 2;
-  }
+// The blocks per SM the split heuristic fills (paged_attention_config.cc) for blocks of
+// `row_groups` 16-row groups per kv head. An SM keeps about (its share of the bandwidth x the
+// memory latency) bytes in flight, and each block holds two tiles: at D 128 with 16-bit caches
+// two blocks (128 KiB in flight) are enough, and a third only adds blocks that contend for the
+// same SM. Timed for every split count: on an H200 (4.8 TB/s, 36 GB/s per SM; 2026-11-28, the
+// kernel of c43c05b) two gave the fastest counts at 1 x 16k/64k/128k, 8 x 1k/4k/16k and 32 x
+// 1k/4k (1 x 64k 86.2 -> 74.8 us, 32 x 1k 46.4 -> 39.7 us against three), within 1% of them at
+// 32 x 16k; on an H100 (25 GB/s per SM; the kernel before) the same. Blocks of two or more row
+// groups read the same pages, all but the first from L2, so they fill every slot (32 x 32k with
+// one kv head: 209.7 us filling three, 241.7 filling two). fp8 caches (half the bytes a token)
+// fill every slot too (their fastest counts on the H200), D 64 and D 256 as well.
+constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, int64_t row_groups) {
+  if (head_dim >= 128 && head_dim < 256 && !fp8_cache && row_groups <= 1) return 2;
   return PagedBlocksPerSm(head_dim, fp8_cache);
 }
 
