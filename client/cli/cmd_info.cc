@@ -147,10 +147,10 @@ absl::Status CmdInfo(const CommandContext& ctx) {
   summary.AddRow({"store", info.store()});
   summary.AddRow({"policy", absl::StrCat("autotune=", info.allow_autotune(), " heuristics=",
                                          info.allow_heuristics(), " persist=", info.persist())});
-  summary.AddRow({"autotune budget",
-                  info.autotune_budget_ms() > 0
-                      ? absl::FormatDuration(absl::Milliseconds(info.autotune_budget_ms()))
-                      : std::string("no limit")});
+  summary.AddRow(
+      {"autotune budget", info.autotune_budget_ms() > 0
+                              ? absl::FormatDuration(absl::Milliseconds(info.autotune_budget_ms()))
+                              : std::string("no limit")});
   summary.AddRow({"max message", Bytes(info.max_message_bytes())});
   summary.AddRow({"max queue", absl::StrCat(info.max_queue())});
   summary.AddRow({"max in-flight", Bytes(info.max_inflight_bytes())});

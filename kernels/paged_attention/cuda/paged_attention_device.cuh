@@ -841,7 +841,7 @@ __global__ void __launch_bounds__(kWarps * 32, PagedBlocksPerSm(kHeadDim, sizeof
   AllowNextGrid();
   __syncthreads();  // the pipeline's memory becomes the merge's
   MergeAndStore<T, kHeadDim, kWarps, Tl::kFp8>(p, split, b, kv_head, row_group, v_scale, st,
-                                     smem + Tl::kQBytes);
+                                               smem + Tl::kQBytes);
 }
 
 // The combine pass: one block per output row (b, hq, i) merges the splits' partial outputs by
@@ -962,15 +962,11 @@ inline bool ValidArgs(const PagedDeviceArgs& a, int64_t head_bytes, int num_spli
 // work; a member added after another (Add's release, Has's acquire) is seen with it.
 class DeviceSet {
  public:
-  bool Has(int device) const {
-    return (bits_.load(std::memory_order_acquire) & Bit(device)) != 0;
-  }
+  bool Has(int device) const { return (bits_.load(std::memory_order_acquire) & Bit(device)) != 0; }
   void Add(int device) { bits_.fetch_or(Bit(device), std::memory_order_release); }
 
  private:
-  static uint64_t Bit(int device) {
-    return device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  }
+  static uint64_t Bit(int device) { return device >= 0 && device < 64 ? uint64_t{1} << device : 0; }
   std::atomic<uint64_t> bits_{0};
 };
 

@@ -100,8 +100,9 @@ cudaError_t LaunchAppend(const PagedAppendArgs& args, cudaStream_t stream) {
       std::min<int64_t>(kAppendMaxBlocks, (vectors + kAppendThreads - 1) / kAppendThreads);
   // The 32-bit loop's last stride must not wrap: vectors + the grid's threads < 2^32.
   if (vectors + blocks * kAppendThreads <= int64_t{UINT32_MAX}) {
-    PagedAppendKernel<T, TC, kVec, uint32_t><<<static_cast<unsigned>(blocks), kAppendThreads, 0,
-                                               stream>>>(args, static_cast<uint32_t>(vectors));
+    PagedAppendKernel<T, TC, kVec, uint32_t>
+        <<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(
+            args, static_cast<uint32_t>(vectors));
   } else {
     PagedAppendKernel<T, TC, kVec, int64_t>
         <<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(args, vectors);

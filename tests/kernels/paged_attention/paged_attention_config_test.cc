@@ -160,16 +160,16 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH100) {
 // caches and one row group, every slot otherwise) reaches them.
 TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH200) {
   const DeviceInfo h200 = Gpu(132, kH200Bandwidth);
-  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 1024, 128}, h200), 16);    // a tile a split
-  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 4096, 128}, h200), 32);    // 256 of 264 slots
-  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 16384, 128}, h200), 32);   // 256 of 264
-  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 65536, 128}, h200), 32);   // 256 of 264
-  EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 4096, 128}, h200), 4);     // 256 of 264
-  EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 16384, 128}, h200), 4);    // 256 of 264
-  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 1024, 128}, h200), 1);    // 256 of 264
-  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h200), 1);    // 256 of 264
-  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 16, 4096, 128}, h200), 1);   // Sq 4: one row group
-  EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 1);   // 1024: the batch fills
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 1024, 128}, h200), 16);   // a tile a split
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 4096, 128}, h200), 32);   // 256 of 264 slots
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 16384, 128}, h200), 32);  // 256 of 264
+  EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 65536, 128}, h200), 32);  // 256 of 264
+  EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 4096, 128}, h200), 4);    // 256 of 264
+  EXPECT_EQ(Splits({DType::kBF16, 8, 8, 4, 16384, 128}, h200), 4);   // 256 of 264
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 1024, 128}, h200), 1);   // 256 of 264
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h200), 1);   // 256 of 264
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 16, 4096, 128}, h200), 1);  // Sq 4: one row group
+  EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 1);  // 1024: the batch fills
   // One kv head, 32 query rows: two row groups reading the same pages fill every slot (396).
   EXPECT_EQ(Splits({DType::kBF16, 32, 1, 32, 32768, 128}, h200), 6);  // 384 of 396
   // fp8 caches, 4 per SM (528 slots).
