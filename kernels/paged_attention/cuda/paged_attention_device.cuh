@@ -354,17 +354,6 @@ __device__ __forceinline__ void Fp8x4ToHalf2x2(uint32_t four, uint32_t& lo, uint
 #endif
 }
 
-template <typename T>
-__device__ __forceinline__ float ToFloat(T x);
-template <>
-__device__ __forceinline__ float ToFloat<__half>(__half x) {
-  return __half2float(x);
-}
-template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
 // The fp8 path's order of the head dims within each k16 step of Q K^T. An ldmatrix of an fp8 K
 // tile (its bytes read as 16-bit pairs) gives a thread the 4 bytes 4l .. 4l + 3 (l = lane % 4)
 // of a token's 16-byte slice, which convert to the B fragment of k indices 2l, 2l + 1 (the low
@@ -390,7 +379,7 @@ __device__ __forceinline__ BlockScale QToHalfForFp8(void* q_s, float* scratch, B
     for (int c = threadIdx.x; c < kRows * Tl::kChunks; c += Tl::kThreads) {
       const T* x = q + (c / Tl::kChunks) * Tl::kStride + (c % Tl::kChunks) * 8;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) largest = fmaxf(largest, fabsf(ToFloat(x[j])));
+      for (int j = 0; j < 8; ++j) largest = fmaxf(largest, fabsf(static_cast<float>(x[j])));
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -410,7 +399,8 @@ __device__ __forceinline__ BlockScale QToHalfForFp8(void* q_s, float* scratch, B
     uint32_t w[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      w[j] = Mma<__half>::Pack(ToFloat(in[2 * j]) * down, ToFloat(in[2 * j + 1]) * down);
+      w[j] = Mma<__half>::Pack(static_cast<float>(in[2 * j]) * down,
+                               static_cast<float>(in[2 * j + 1]) * down);
     }
     x[0] = make_uint4(w[0], w[2], w[4], w[6]);
     x[1] = make_uint4(w[1], w[3], w[5], w[7]);

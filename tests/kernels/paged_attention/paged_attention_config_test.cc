@@ -111,8 +111,10 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepATileEach) {
       const int fill = PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, row_groups);
       ASSERT_LE(fill, PagedBlocksPerSm(shape.head_dim, shape.fp8_cache))
           << "the heuristic fills no more blocks than fit";
-      const int64_t slots = 132 * fill;
       const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
+      // A batch past the lighter fill's slots is counted in every slot an SM holds.
+      const int64_t slots =
+          132 * (blocks > 132 * fill ? PagedBlocksPerSm(shape.head_dim, shape.fp8_cache) : fill);
       if (splits > 1) {
         EXPECT_LE(splits, (shape.max_seq_len + 63) / 64) << "a tile (64 tokens) a split at least";
         // At most four rounds of resident blocks.
@@ -138,8 +140,9 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH100) {
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128}, h100), 32);
   // fp8 caches fill 4 per SM: 64 splits take 512 of 528 slots.
   EXPECT_EQ(Splits({DType::kBF16, 1, 8, 4, 131072, 128, true}, h100), 64);
-  // Batch 64 x 8 kv heads = 512 blocks: 97% of two rounds already.
-  EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h100), 1);
+  // Batch 64 x 8 kv heads = 512 blocks, past the 264 slots of two per SM: counted in all 396
+  // slots, one split leaves a second round two thirds empty; three fill 1536 of 1584.
+  EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h100), 3);
   // Batch 16 x 8 kv heads = 128 blocks: 2 splits fill 256 of 264 slots.
   EXPECT_EQ(Splits({DType::kBF16, 16, 8, 4, 4096, 128}, h100), 2);
   // Batch 32 x 8 kv heads = 256 blocks already fill 2 per SM: one split (2 with fp8 caches,
@@ -169,6 +172,7 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH200) {
   EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 1024, 128}, h200), 1);   // 256 of 264
   EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 128}, h200), 1);   // 256 of 264
   EXPECT_EQ(Splits({DType::kBF16, 32, 8, 16, 4096, 128}, h200), 1);  // Sq 4: one row group
+  EXPECT_EQ(Splits({DType::kBF16, 64, 8, 4, 4096, 128}, h200), 3);   // 1536 of 1584 (all 396)
   EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 1);  // 1024: the batch fills
   // One kv head, 32 query rows: two row groups reading the same pages fill every slot (396).
   EXPECT_EQ(Splits({DType::kBF16, 32, 1, 32, 32768, 128}, h200), 6);  // 384 of 396
