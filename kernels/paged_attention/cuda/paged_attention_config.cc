@@ -122,21 +122,18 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 // Decode batches are often too small to fill 132 SMs with one block per (kv head, sequence), and
 // a block's pages stream at the speed of one SM, so the tokens are split. Among the listed split
 // counts that leave each split a tile of the longest sequence and make at most kMaxRounds rounds
-// of blocks (PagedSplitBlocksPerSm per SM), the heuristic
-// takes the one whose rounds keep the most block slots busy (B * Hkv * row_groups * the splits
-// that get tiles close to a whole number of rounds, so that no half-empty last round doubles
-// the time), the smallest within kUtilizationSlack of the best (relative: a batch that fills a
-// few slots at most must not take one split because every option's share is small): fewer
-// splits mean less partial output to combine. One split when the batch alone takes over
-// kMaxRounds / 2 rounds.
+// of blocks (PagedSplitBlocksPerSm per SM), the heuristic takes the one whose rounds keep the most
+// block slots busy (B * Hkv * row_groups * the splits that get tiles close to a whole number of
+// rounds, so that no half-empty last round doubles the time), the smallest within kUtilizationSlack
+// of the best (relative: a batch that fills a few slots at most must not take one split because
+// every option's share is small): fewer splits mean less partial output to combine. One split when
+// the batch alone takes over kMaxRounds / 2 rounds.
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
       device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
   const int64_t blocks = BlocksPerSplit(shape);
-  int64_t slots = sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, RowGroups(shape));
-  // A batch that alone passes those slots is packed into every slot an SM holds, so its rounds
-  // are counted in them (64 x 4k at D 128 on an H200: one split 341.3 us, three 285-290 us).
-  if (blocks > slots) slots = sms * PagedBlocksPerSm(shape.head_dim, shape.fp8_cache);
+  const int64_t slots =
+      sms * PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, RowGroups(shape), blocks, sms);
   const int64_t tiles = Tiles(shape);
   const int64_t most =
       std::min(MaxUsefulSplits(shape), std::max<int64_t>(1, kMaxRounds * slots / blocks));

@@ -48,20 +48,23 @@ constexpr int PagedBlocksPerSm(int64_t head_dim, bool fp8_cache) {
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
 }
 
-// The blocks per SM the split heuristic fills (paged_attention_config.cc) for blocks of
-// `row_groups` 16-row groups per kv head. An SM keeps about (its share of the bandwidth x the
-// memory latency) bytes in flight, and each block holds two tiles: at D 128 with 16-bit caches
-// two blocks (128 KiB in flight) are enough, and a third only adds blocks that contend for the
-// same SM. Timed for every split count: on an H200 (4.8 TB/s, 36 GB/s per SM; 2026-11-28, the
-// kernel of c43c05b) two gave the fastest counts at 1 x 16k/64k/128k, 8 x 1k/4k/16k and 32 x
-// 1k/4k (1 x 64k 86.2 -> 74.8 us, 32 x 1k 46.4 -> 39.7 us against three), within 1% of them at
-// 32 x 16k; on an H100 (25 GB/s per SM; the kernel before) the same. Blocks of two or more row
-// groups read the same pages, all but the first from L2, so they fill every slot (32 x 32k with
+// The blocks per SM the split heuristic fills (paged_attention_config.cc) for a split of
+// `blocks` blocks of `row_groups` 16-row groups per kv head on `sms` SMs. An SM keeps about (its
+// share of the bandwidth x the memory latency) bytes in flight, and each block holds two tiles: at
+// D 128 with 16-bit caches two blocks (128 KiB in flight) are enough, and a third only adds blocks
+// that contend for the same SM. Timed for every split count: on an H200 (4.8 TB/s, 36 GB/s per SM;
+// 2026-11-28, the kernel of c43c05b) two gave the fastest counts at 1 x 16k/64k/128k, 8 x 1k/4k/16k
+// and 32 x 1k/4k (1 x 64k 86.2 -> 74.8 us, 32 x 1k 46.4 -> 39.7 us against three), within 1% of
+// them at 32 x 16k; on an H100 (25 GB/s per SM; the kernel before) the same. Blocks of two or more
+// row groups read the same pages, all but the first from L2, so they fill every slot (32 x 32k with
 // one kv head: 209.7 us filling three, 241.7 filling two). fp8 caches (half the bytes a token)
-// fill every slot too (their fastest counts on the H200), D 64 and D 256 as well.
-constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, int64_t row_groups) {
-  if (head_dim >= 128 && head_dim < 256 && !fp8_cache && row_groups <= 1) return 2;
-  return PagedBlocksPerSm(head_dim, fp8_cache);
+// fill every slot too (their fastest counts on the H200), D 64 and D 256 as well. A batch that
+// alone passes two per SM is packed into every slot an SM holds, so its rounds are counted in
+// them (64 x 4k at D 128 on an H200: one split 341.4 us, three 276.2 us).
+constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, int64_t row_groups,
+                                    int64_t blocks, int64_t sms) {
+  const bool two_fill = head_dim >= 128 && head_dim < 256 && !fp8_cache && row_groups <= 1;
+  return two_fill && blocks <= 2 * sms ? 2 : PagedBlocksPerSm(head_dim, fp8_cache);
 }
 
 }  // namespace kernelserve::cuda

@@ -108,13 +108,12 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepATileEach) {
       const int splits = Splits(shape, gpu);
       ASSERT_GE(splits, 1);
       const int64_t row_groups = (shape.rows_per_kv_head + 15) / 16;
-      const int fill = PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, row_groups);
+      const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
+      const int fill =
+          PagedSplitBlocksPerSm(shape.head_dim, shape.fp8_cache, row_groups, blocks, 132);
       ASSERT_LE(fill, PagedBlocksPerSm(shape.head_dim, shape.fp8_cache))
           << "the heuristic fills no more blocks than fit";
-      const int64_t blocks = shape.batch * shape.num_heads_kv * row_groups;
-      // A batch past the lighter fill's slots is counted in every slot an SM holds.
-      const int64_t slots =
-          132 * (blocks > 132 * fill ? PagedBlocksPerSm(shape.head_dim, shape.fp8_cache) : fill);
+      const int64_t slots = 132 * fill;
       if (splits > 1) {
         EXPECT_LE(splits, (shape.max_seq_len + 63) / 64) << "a tile (64 tokens) a split at least";
         // At most four rounds of resident blocks.
