@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -245,7 +246,10 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
 }
 
 absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& context) const {
-  return Authenticate(context.client_metadata(), context.peer(), context.auth_context().get());
+  // The auth context is built on request (a shared_ptr and a lookup): only certificates need it.
+  std::shared_ptr<const grpc::AuthContext> auth;
+  if (options_.client_certificates) auth = context.auth_context();
+  return Authenticate(context.client_metadata(), context.peer(), auth.get());
 }
 
 std::vector<std::string> Authenticator::TokenIdentities() const {

@@ -254,32 +254,21 @@ absl::StatusOr<int> Metrics::Serve(const std::string& address, const std::string
 
 void Metrics::Request(std::string_view kernel, std::string_view platform, std::string_view code,
                       double seconds) {
-  requests_.Add({{"kernel", S(kernel)}, {"platform", S(platform)}, {"code", S(code)}}).Increment();
-  request_duration_.Add({{"kernel", S(kernel)}}, LatencyBuckets()).Observe(seconds);
+  request_series_.Get({kernel, platform, code}).Increment();
+  request_duration_series_.Get({kernel}, LatencyBuckets()).Observe(seconds);
 }
 
 void Metrics::InferenceProtocolCall(std::string_view method, std::string_view code) {
-  std::string key = absl::StrCat(Sv(method), " ", Sv(code));
-  prometheus::Counter* counter = nullptr;
-  {
-    absl::MutexLock lock(&kserve_calls_mu_);
-    prometheus::Counter*& cached = kserve_call_counters_[key];
-    if (cached == nullptr) cached = &kserve_calls_.Add({{"method", S(method)}, {"code", S(code)}});
-    counter = cached;
-  }
-  counter->Increment();
+  kserve_call_series_.Get({method, code}).Increment();
 }
 
 void Metrics::KernelRun(std::string_view kernel, std::string_view platform, std::string_view device,
                         double seconds) {
-  kernel_duration_
-      .Add({{"kernel", S(kernel)}, {"platform", S(platform)}, {"device", S(device)}},
-           LatencyBuckets())
-      .Observe(seconds);
+  kernel_duration_series_.Get({kernel, platform, device}, LatencyBuckets()).Observe(seconds);
 }
 
 void Metrics::IdentityRequest(std::string_view identity, std::string_view code) {
-  identity_requests_.Add({{"identity", S(identity)}, {"code", S(code)}}).Increment();
+  identity_series_.Get({identity, code}).Increment();
 }
 
 void Metrics::QuotaRefusal(std::string_view identity, std::string_view quota) {
@@ -287,7 +276,7 @@ void Metrics::QuotaRefusal(std::string_view identity, std::string_view quota) {
 }
 
 void Metrics::ConfigSelection(std::string_view kernel, std::string_view source) {
-  selections_.Add({{"kernel", S(kernel)}, {"source", S(source)}}).Increment();
+  selection_series_.Get({kernel, source}).Increment();
 }
 
 void Metrics::AutotuneRun(std::string_view kernel, std::string_view outcome, double seconds) {
@@ -296,7 +285,7 @@ void Metrics::AutotuneRun(std::string_view kernel, std::string_view outcome, dou
 }
 
 void Metrics::QueueDepth(std::string_view device, int depth) {
-  queue_depth_.Add({{"device", S(device)}}).Set(depth);
+  queue_depth_series_.Get({device}).Set(depth);
 }
 
 void Metrics::InflightRequestsAdd(int64_t delta) {
@@ -304,7 +293,7 @@ void Metrics::InflightRequestsAdd(int64_t delta) {
 }
 
 void Metrics::QueueWait(std::string_view device, double seconds) {
-  queue_wait_.Add({{"device", S(device)}}, LatencyBuckets()).Observe(seconds);
+  queue_wait_series_.Get({device}, LatencyBuckets()).Observe(seconds);
 }
 
 void Metrics::ExportKnownSeries(const KnownSeries& known) {

@@ -9,15 +9,13 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/metric_series.h"
 
 namespace kernelserve::server {
 
@@ -99,11 +97,6 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Family<prometheus::Counter>& kserve_calls_;
-  // kserve_calls_'s counters by "method code", so that a call finds its counter without
-  // building a label map.
-  absl::Mutex kserve_calls_mu_;
-  absl::flat_hash_map<std::string, prometheus::Counter*> kserve_call_counters_
-      ABSL_GUARDED_BY(kserve_calls_mu_);
   prometheus::Family<prometheus::Histogram>& kernel_duration_;
   prometheus::Family<prometheus::Counter>& selections_;
   prometheus::Family<prometheus::Counter>& identity_requests_;
@@ -127,6 +120,17 @@ class Metrics {
   prometheus::Counter& resident_created_;
   prometheus::Counter& resident_expired_;
   prometheus::Family<prometheus::Counter>& resident_refusals_;
+  // The series updated on every call, found without building label maps (declared after the
+  // families they refer to).
+  SeriesCache<prometheus::Counter, 3> request_series_{requests_, {"kernel", "platform", "code"}};
+  SeriesCache<prometheus::Histogram, 1> request_duration_series_{request_duration_, {"kernel"}};
+  SeriesCache<prometheus::Counter, 2> kserve_call_series_{kserve_calls_, {"method", "code"}};
+  SeriesCache<prometheus::Histogram, 3> kernel_duration_series_{kernel_duration_,
+                                                                {"kernel", "platform", "device"}};
+  SeriesCache<prometheus::Counter, 2> selection_series_{selections_, {"kernel", "source"}};
+  SeriesCache<prometheus::Counter, 2> identity_series_{identity_requests_, {"identity", "code"}};
+  SeriesCache<prometheus::Gauge, 1> queue_depth_series_{queue_depth_, {"device"}};
+  SeriesCache<prometheus::Histogram, 1> queue_wait_series_{queue_wait_, {"device"}};
 };
 
 }  // namespace kernelserve::server
