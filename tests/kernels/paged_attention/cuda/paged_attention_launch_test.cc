@@ -82,6 +82,10 @@ struct HostTensor {
 uint8_t ToFp8(DType cache, float x) {
   return cache == DType::kF8E4M3 ? FloatToF8E4M3(x) : FloatToF8E5M2(x);
 }
+bool IsFp8NaN(DType cache, uint8_t code) {
+  if (cache == DType::kF8E4M3) return (code & 0x7F) == 0x7F;
+  return (code & 0x7C) == 0x7C && (code & 0x03) != 0;
+}
 float FromFp8(DType cache, uint8_t code) {
   return cache == DType::kF8E4M3 ? F8E4M3ToFloat(code) : F8E5M2ToFloat(code);
 }
@@ -708,6 +712,93 @@ TEST_F(PagedAttentionLaunchTest, AppendSkipsEmptySequencesAndD8Unaligned) {
       const Scales scales = {k_scale, v_scale, static_cast<const float*>(k_scale_d.get()),
                              static_cast<const float*>(v_scale_d.get())};
       Append(c, paging, rng, scales, k, v, k_d, v_d, table_d, lens_d);
+    }
+  }
+}
+
+TEST_F(PagedAttentionLaunchTest, AppendQuantizesEveryInputAsTheHostDivisionRoundsIt) {
+  // Every 16-bit pattern but NaNs (infinities, subnormals and both zeros among them), divided by
+  // eight scales per cache: ordinary ones, the ends of the range the kernel multiplies by a
+  // reciprocal (2^-60, 2^60), and ones it divides by element by element (0, a subnormal,
+  // negative, 2^+-70). The fp8 codes equal the host's fp8(float(x) / scale) bit for bit (NaNs,
+  // from 0 / 0, as NaNs).
+  constexpr int64_t kHeads = 8, kD = 128, kPage = 16;
+  constexpr int64_t kTokens = 65536 / kD;  // every pattern once per head
+  const std::vector<float> k_scale = {1.0f, 0.37f, 3.1e-3f, 1.7e4f, 0x1p-70f, 0x1p70f, 0.0f, -0.5f};
+  const std::vector<float> v_scale = {0x1p-60f, 0x1p60f, 0.7f,           2.5f,
+                                      1e-45f,   448.0f,  0x1.fffffep-1f, 3.0f};
+  std::vector<int32_t> table(kTokens / kPage);
+  for (size_t p = 0; p < table.size(); ++p) table[p] = static_cast<int32_t>(table.size() - 1 - p);
+  const std::vector<int32_t> lens = {static_cast<int32_t>(kTokens)};
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    // New k: pattern (t * D + e) in every head; new v: the patterns in reverse.
+    std::vector<uint16_t> k_new(kTokens * kHeads * kD), v_new(k_new.size());
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        for (int64_t e = 0; e < kD; ++e) {
+          const auto pattern = static_cast<uint16_t>(t * kD + e);
+          const size_t at = (t * kHeads + h) * kD + e;
+          k_new[at] = std::isnan(FromBits(dtype, pattern)) ? 0 : pattern;
+          const auto reversed = static_cast<uint16_t>(0xFFFF - pattern);
+          v_new[at] = std::isnan(FromBits(dtype, reversed)) ? 0x8000 : reversed;
+        }
+      }
+    }
+    for (DType cache : {DType::kF8E4M3, DType::kF8E5M2}) {
+      SCOPED_TRACE(absl::StrCat(Sv(DTypeName(dtype)), " into ", Sv(DTypeName(cache))));
+      DeviceBuffer k_new_d(k_new.size() * 2), v_new_d(v_new.size() * 2);
+      DeviceBuffer k_d(k_new.size()), v_d(v_new.size()), table_d(table.size() * 4), lens_d(4);
+      DeviceBuffer k_scale_d(kHeads * 4), v_scale_d(kHeads * 4);
+      k_new_d.Upload(k_new);
+      v_new_d.Upload(v_new);
+      table_d.Upload(table);
+      lens_d.Upload(lens);
+      k_scale_d.Upload(k_scale);
+      v_scale_d.Upload(v_scale);
+      k_d.Poison();
+      v_d.Poison();
+      PagedAppendArgs a;
+      a.k = k_new_d.get();
+      a.v = v_new_d.get();
+      a.k_cache = k_d.get();
+      a.v_cache = v_d.get();
+      a.block_table = static_cast<const int32_t*>(table_d.get());
+      a.cache_seqlens = static_cast<const int32_t*>(lens_d.get());
+      a.k_scale = static_cast<const float*>(k_scale_d.get());
+      a.v_scale = static_cast<const float*>(v_scale_d.get());
+      a.batch = 1;
+      a.seq_len_q = kTokens;
+      a.num_heads_kv = kHeads;
+      a.head_dim = kD;
+      a.page_size = kPage;
+      a.max_pages = static_cast<int64_t>(table.size());
+      absl::StatusOr<PagedAppendLaunchFn> append = SelectPagedAppendLaunch(dtype, cache);
+      ASSERT_TRUE(append.ok()) << append.status();
+      ASSERT_EQ((*append)(a, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint8_t> k_got = k_d.Download<uint8_t>(), v_got = v_d.Download<uint8_t>();
+      int64_t wrong = 0;
+      std::string first;
+      for (int64_t t = 0; t < kTokens; ++t) {
+        const int64_t slot = table[t / kPage] * kPage + t % kPage;
+        for (int64_t h = 0; h < kHeads; ++h) {
+          for (int64_t e = 0; e < kD; ++e) {
+            const size_t from = (t * kHeads + h) * kD + e;
+            const size_t to = (slot * kHeads + h) * kD + e;
+            for (const auto& [x, scale, got] : {std::tuple{k_new[from], k_scale[h], k_got[to]},
+                                                std::tuple{v_new[from], v_scale[h], v_got[to]}}) {
+              const uint8_t want = ToFp8(cache, FromBits(dtype, x) / scale);
+              // 0 / 0: a NaN either way, whose sign IEEE leaves open (x86's is negative).
+              if (got == want || (IsFp8NaN(cache, got) && IsFp8NaN(cache, want))) continue;
+              if (wrong++ == 0) {
+                first = absl::StrCat("x = ", FromBits(dtype, x), " / ", scale, ": got 0x",
+                                     absl::Hex(got), ", want 0x", absl::Hex(want));
+              }
+            }
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "first: " << first;
     }
   }
 }
