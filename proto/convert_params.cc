@@ -4,8 +4,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/const_init.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
 #include "core/utils/elide.h"
 #include "core/utils/string_view.h"
@@ -64,23 +67,53 @@ bool Given(const Message& message, const FieldDescriptor& field) {
       *value);
 }
 
+// The request fields ParamsFromProto reads. A value type.
+struct RequestFields {
+  const google::protobuf::OneofDescriptor* params = nullptr;  // the typed params member
+  const FieldDescriptor* kernel = nullptr;
+  const FieldDescriptor* parameters = nullptr;  // the map
+};
+
+RequestFields LookUpFields(const google::protobuf::Descriptor& type) {
+  return {type.FindOneofByName("params"), type.FindFieldByName("kernel"),
+          type.FindFieldByName("parameters")};
+}
+
+// The fields of `type`, looked up by name once per generated request type (descriptors of the
+// generated pool live as long as the program; a lookup by name is a hash of the name on every
+// call otherwise).
+RequestFields FieldsOf(const google::protobuf::Descriptor* type) {
+  if (type->file()->pool() != google::protobuf::DescriptorPool::generated_pool()) {
+    return LookUpFields(*type);
+  }
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* const known =
+      new absl::flat_hash_map<const google::protobuf::Descriptor*, RequestFields>();
+  {
+    absl::ReaderMutexLock lock(&mu);
+    auto it = known->find(type);
+    if (it != known->end()) return it->second;
+  }
+  const RequestFields fields = LookUpFields(*type);
+  absl::MutexLock lock(&mu);
+  known->emplace(type, fields);
+  return fields;
+}
+
 // The kernel name of a request without its "@vN".
-std::string KernelBaseName(const Message& request) {
-  const FieldDescriptor* field = request.GetDescriptor()->FindFieldByName("kernel");
+std::string KernelBaseName(const Message& request, const FieldDescriptor* field) {
   if (field == nullptr) return "";
   const std::string name = request.GetReflection()->GetString(request, field);
   return name.substr(0, name.find('@'));
 }
 
 // The set fields of the request's typed `params` member, into `params`.
-absl::Status TypedParams(const Message& request, Attributes& params) {
-  const google::protobuf::OneofDescriptor* oneof =
-      request.GetDescriptor()->FindOneofByName("params");
-  if (oneof == nullptr) return absl::OkStatus();
+absl::Status TypedParams(const Message& request, const RequestFields& fields, Attributes& params) {
+  if (fields.params == nullptr) return absl::OkStatus();
   const Reflection& r = *request.GetReflection();
-  const FieldDescriptor* member = r.GetOneofFieldDescriptor(request, oneof);
+  const FieldDescriptor* member = r.GetOneofFieldDescriptor(request, fields.params);
   if (member == nullptr) return absl::OkStatus();
-  const std::string kernel = KernelBaseName(request);
+  const std::string kernel = KernelBaseName(request, fields.kernel);
   if (member->name() != kernel) {
     return absl::InvalidArgumentError(absl::StrCat("params: ", member->name(),
                                                    " params given for kernel '", Elide(kernel),
@@ -126,11 +159,13 @@ v1::ParamValue ToProto(const AttrValue& value) {
 
 absl::StatusOr<Attributes> ParamsFromProto(const Message& request) {
   Attributes params;
-  KS_RETURN_IF_ERROR(TypedParams(request, params));
-  const FieldDescriptor* map = request.GetDescriptor()->FindFieldByName("parameters");
+  const RequestFields fields = FieldsOf(request.GetDescriptor());
+  KS_RETURN_IF_ERROR(TypedParams(request, fields, params));
+  const FieldDescriptor* map = fields.parameters;
   if (map == nullptr) return params;
   const Reflection& r = *request.GetReflection();
-  for (int i = 0; i < r.FieldSize(request, map); ++i) {
+  const int entries = r.FieldSize(request, map);
+  for (int i = 0; i < entries; ++i) {
     // A map entry is a message {key = 1, value = 2} of each request's own entry type.
     const Message& entry = r.GetRepeatedMessage(request, map, i);
     const Reflection& er = *entry.GetReflection();
@@ -172,8 +207,7 @@ void ToProto(const KernelSchema& schema, v1::KernelInfo* info) {
     arg->set_required(input.required);
     arg->set_doc(absl::StrCat(absl::StrJoin(dtypes, "|"), " ", input.shape,
                               input.shape_only ? " (shape only: data may be empty)" : "",
-                              input.updated ? " (updated in place)" : "", "; ",
-                              input.doc));
+                              input.updated ? " (updated in place)" : "", "; ", input.doc));
   }
   for (const OutputSchema& output : schema.outputs) {
     v1::OutputInfo* out = info->add_output_schema();
