@@ -55,6 +55,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kRows = kPagedRowsPerBlock;
 constexpr int kWarpTokens = kPagedTokensPerWarp;
 constexpr int kCombineThreads = 128;
+// Partial outputs a combine thread loads before its weights are known (32 registers; a batch of
+// one at 32 splits takes 8 a thread at D 128).
+constexpr int kCombinePreload = 8;
 constexpr size_t kWorkspaceAlign = 256;
 
 inline size_t AlignUp(size_t n) {
@@ -837,10 +840,11 @@ __global__ void __launch_bounds__(kWarps * 32, PagedBlocksPerSm(kHeadDim, sizeof
 // The combine pass: one block per output row (b, hq, i) merges the splits' partial outputs by
 // their lse. Every split block writes its rows (zeros and lse -inf when it saw nothing), so
 // every partial is read without a test. The loads are issued side by side, not one split
-// after another: the splits' lse by the block's threads at once, then the partial outputs
-// with kSlices threads a column, each summing every kSlices-th split (a loop over splits with
-// one load waiting on the last took a round trip to L2 per split: about 5 us at 16 splits, the
-// larger part of a small batch's step).
+// after another: the partial outputs with kSlices threads a column, each summing every
+// kSlices-th split (the first kCombinePreload of them issued before the weights), beside the
+// splits' lse by the block's threads at once (a loop over splits with one load waiting on the
+// last took a round trip to L2 per split: about 5 us at 16 splits, the larger part of a small
+// batch's step).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kCombineThreads)
     PagedCombineKernel(const __grid_constant__ AttentionParams p) {
@@ -854,7 +858,19 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t rows = p.args.batch * p.args.num_heads_q * sq;
   const int64_t row = blockIdx.x;
   const int splits = p.num_splits;
+  const int col = threadIdx.x % kColumns;
+  const int slice = threadIdx.x / kColumns;
+  auto partial = [&](int s) {
+    return reinterpret_cast<const float4*>(p.partial_out + (s * rows + row) * kHeadDim)[col];
+  };
   WaitForPriorGrid();  // the attention kernel's partials
+  // The first kCombinePreload partial outputs this thread sums are loaded before the weights
+  // are known: their round trip to L2 overlaps the lse's, not follows it.
+  float4 early[kCombinePreload];
+#pragma unroll
+  for (int j = 0; j < kCombinePreload; ++j) {
+    if (slice + j * kSlices < splits) early[j] = partial(slice + j * kSlices);
+  }
   for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
     weight_s[s] = p.partial_lse[s * rows + row];
   }
@@ -883,13 +899,21 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
   }
   __syncthreads();
-  const int col = threadIdx.x % kColumns;
-  const int slice = threadIdx.x / kColumns;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kCombinePreload; ++j) {
+    const int s = slice + j * kSlices;
+    if (s < splits) {
+      const float w = weight_s[s];
+      acc.x += w * early[j].x;
+      acc.y += w * early[j].y;
+      acc.z += w * early[j].z;
+      acc.w += w * early[j].w;
+    }
+  }
 #pragma unroll 4
-  for (int s = slice; s < splits; s += kSlices) {
-    const float4 x =
-        reinterpret_cast<const float4*>(p.partial_out + (s * rows + row) * kHeadDim)[col];
+  for (int s = slice + kCombinePreload * kSlices; s < splits; s += kSlices) {
+    const float4 x = partial(s);
     const float w = weight_s[s];
     acc.x += w * x.x;
     acc.y += w * x.y;
