@@ -4,7 +4,7 @@
 // (D 64 and 256 at one size), pages of 16 / 64 / 256 tokens in shuffled block tables, batch 1 /
 // 8 / 32 / 128 at 1k, 4k and 16k tokens, batch 1 at 64k and 128k, Sq 1 and 4 (causal).
 //
-//   kernelserve-paged-bench [--quick] [--json=FILE]
+//   kernelserve-paged-bench [--quick] [--only=BxTOKENS] [--json=FILE]
 //
 // Each shape runs with the heuristic's split count and its neighbours (batches of 8 and less:
 // every split count), and fp8 (e4m3) caches at the larger shapes beside their bf16 rows; a set
@@ -40,6 +40,9 @@
 
 ABSL_FLAG(bool, quick, false, "a few shapes only");
 ABSL_FLAG(std::string, json, "", "also write the results to this file");
+ABSL_FLAG(std::string, only, "",
+          "time only the attention shapes of this batch and token count, as BxTOKENS (e.g. "
+          "128x4096: every page size, dtype and head dim of it); empty = all");
 
 namespace {
 
@@ -383,7 +386,9 @@ int main(int argc, char** argv) {
               devices[0].fingerprint.sm_count, devices[0].memory_bandwidth * 1e-9);
   result["dram_GBs_by_clock"] = devices[0].memory_bandwidth * 1e-9;
   std::mt19937_64 rng(9);
+  const std::string only = absl::GetFlag(FLAGS_only);
   for (const BenchShape& s : Shapes(absl::GetFlag(FLAGS_quick))) {
+    if (!only.empty() && only != absl::StrCat(s.batch, "x", s.tokens)) continue;
     if (RunShape(s, copy_bw, devices[0], rng, result["attention"]) != 0) return 1;
   }
   const std::vector<std::pair<int64_t, int64_t>> appends = {{16, 1}, {16, 4096}, {1, 65536}};
