@@ -160,8 +160,10 @@ KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const Dev
   // work over the slots plus the tail of its last blocks, which halves with blocks half as long
   // (H200, 2026-11-28, bf16 D 128: 128 x 4k and 128 x 16k read 86.3-88.7% of copy with one split,
   // 94.1-95.1% with two, at pages of 16, 64 and 256). Not for fp8 caches, whose blocks carry half
-  // the bytes (128 x 16k: 79.0% with one split, 76.0% with two).
-  if (chosen == 1 && !shape.fp8_cache && blocks > slots && tiles >= 2 * kMinTilesPerHalf) {
+  // the bytes (128 x 16k: 79.0% with one split, 76.0% with two), nor at D 256, one block per SM
+  // (32 x 4k: 81.8% with one split, 80.4% with two); D 64 was not measured past a round.
+  if (chosen == 1 && !shape.fp8_cache && shape.head_dim == 128 && blocks > slots &&
+      tiles >= 2 * kMinTilesPerHalf) {
     chosen = 2;
   }
   return MakeConfig(kHeuristicWarps, chosen);

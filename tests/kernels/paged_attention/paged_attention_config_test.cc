@@ -114,8 +114,10 @@ TEST(PagedAttentionConfigTest, SplitsFillTheDeviceButKeepATileEach) {
       ASSERT_LE(fill, PagedBlocksPerSm(shape.head_dim, shape.fp8_cache))
           << "the heuristic fills no more blocks than fit";
       const int64_t slots = 132 * fill;
-      // A 16-bit cache's batch of more than a round of blocks with 32 tiles or more: halved.
-      const bool halved = !shape.fp8_cache && blocks > slots && (shape.max_seq_len + 63) / 64 >= 32;
+      // A 16-bit cache's batch at D 128 of more than a round of blocks with 32 tiles or more:
+      // halved.
+      const bool halved = !shape.fp8_cache && shape.head_dim == 128 && blocks > slots &&
+                          (shape.max_seq_len + 63) / 64 >= 32;
       if (splits > 1) {
         EXPECT_LE(splits, (shape.max_seq_len + 63) / 64) << "a tile (64 tokens) a split at least";
         // At most four rounds of resident blocks, but for a halved batch.
@@ -183,6 +185,8 @@ TEST(PagedAttentionConfigTest, TypicalDecodeShapesOnAnH200) {
   EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 4096, 128}, h200), 2);
   EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 16384, 128}, h200), 2);
   EXPECT_EQ(Splits({DType::kBF16, 128, 8, 4, 16384, 128, true}, h200), 1);
+  // D 256, one block per SM: 256 blocks take two rounds of 132, and one split read faster.
+  EXPECT_EQ(Splits({DType::kBF16, 32, 8, 4, 4096, 256}, h200), 1);
   // One kv head, 32 query rows: two row groups reading the same pages fill every slot (396).
   EXPECT_EQ(Splits({DType::kBF16, 32, 1, 32, 32768, 128}, h200), 6);  // 384 of 396
   // fp8 caches, 4 per SM (528 slots).
