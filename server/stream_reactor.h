@@ -155,7 +155,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       KS_RETURN_IF_ERROR(tracker->Hold(bytes, "request"));
       v1::ExecuteRequest request;
       wire::TensorBuffers request_buffers;
-      CallRequest parsed{.request = &request, .buffers = &request_buffers};
+      CallRequest parsed{
+          .request = &request, .buffers = &request_buffers, .regions = {}, .outputs = {}};
       const auto parse_started = std::chrono::steady_clock::now();
       KS_RETURN_IF_ERROR(Protocol::Parse(*deps_, caller_, &read_, &parsed, &reply));
       const int64_t recv_us = std::chrono::duration_cast<std::chrono::microseconds>(

@@ -187,7 +187,9 @@ TEST_F(AutotuneBudgetTest, StreamSaysHowFarItIsAndItsLastMessageCarriesTheResult
     EXPECT_GE(m.candidates_done(), done) << i;
     EXPECT_LE(m.candidates_done(), m.candidates_total()) << i;
     EXPECT_GE(m.elapsed_seconds(), elapsed) << i;
-    if (m.candidates_done() > 0) EXPECT_GT(m.best_us(), 0.0) << i;
+    if (m.candidates_done() > 0) {
+      EXPECT_GT(m.best_us(), 0.0) << i;
+    }
     done = m.candidates_done();
     elapsed = m.elapsed_seconds();
   }
