@@ -176,6 +176,20 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// An append's device pointers: new k and v, the caches, the block table and the lengths.
+PagedAppendArgs AppendPointers(const DeviceBuffer& k_new, const DeviceBuffer& v_new,
+                               const DeviceBuffer& k_cache, const DeviceBuffer& v_cache,
+                               const DeviceBuffer& table, const DeviceBuffer& lens) {
+  PagedAppendArgs a;
+  a.k = k_new.get();
+  a.v = v_new.get();
+  a.k_cache = k_cache.get();
+  a.v_cache = v_cache.get();
+  a.block_table = static_cast<const int32_t*>(table.get());
+  a.cache_seqlens = static_cast<const int32_t*>(lens.get());
+  return a;
+}
+
 // ---- the cases ----
 
 struct Case {
@@ -492,13 +506,7 @@ class PagedAttentionLaunchTest : public ::testing::Test {
     DeviceBuffer k_new_d(new_elems * 2), v_new_d(new_elems * 2);
     k_new_d.Upload(k_new.bits);
     v_new_d.Upload(v_new.bits);
-    PagedAppendArgs a;
-    a.k = k_new_d.get();
-    a.v = v_new_d.get();
-    a.k_cache = k_d.get();
-    a.v_cache = v_d.get();
-    a.block_table = static_cast<const int32_t*>(table_d.get());
-    a.cache_seqlens = static_cast<const int32_t*>(lens_d.get());
+    PagedAppendArgs a = AppendPointers(k_new_d, v_new_d, k_d, v_d, table_d, lens_d);
     a.batch = c.batch();
     a.seq_len_q = c.seq_len_q;
     a.num_heads_kv = c.hkv;
@@ -757,13 +765,7 @@ TEST_F(PagedAttentionLaunchTest, AppendQuantizesEveryInputAsTheHostDivisionRound
       v_scale_d.Upload(v_scale);
       k_d.Poison();
       v_d.Poison();
-      PagedAppendArgs a;
-      a.k = k_new_d.get();
-      a.v = v_new_d.get();
-      a.k_cache = k_d.get();
-      a.v_cache = v_d.get();
-      a.block_table = static_cast<const int32_t*>(table_d.get());
-      a.cache_seqlens = static_cast<const int32_t*>(lens_d.get());
+      PagedAppendArgs a = AppendPointers(k_new_d, v_new_d, k_d, v_d, table_d, lens_d);
       a.k_scale = static_cast<const float*>(k_scale_d.get());
       a.v_scale = static_cast<const float*>(v_scale_d.get());
       a.batch = 1;
