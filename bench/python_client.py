@@ -10,7 +10,8 @@ and in this order:
 
 - cli: `kernelserve bench mean_pooling --requests N` (--shared-memory none; p50 of N calls; the CLI
   sends the same serialized request each time, without copying its bytes);
-- native: the Python client with kernelserve._native (the default where it is built);
+- native: the Python client with kernelserve._native (the default where it is built; a tiny
+  call's request from kernelserve.plain's cached pieces, its Result built when read);
 - grpcio: the Python client with native=False (the pure-Python fallback);
 - protobuf: native=False with every input put into the message by protobuf, as the client did
   before kernelserve.wire (a620dce and earlier);
@@ -19,8 +20,8 @@ and in this order:
 - auto: the Python client as a local user gets it by default (native, and its own shared memory,
   kernelserve.autoshm; inputs copied into the region, outputs copied out, every call);
 
-the paths that take shared memory need a server that serves it (as root: --server-args
---shared-memory-as-root); 
+the paths that take shared memory need a server that serves it (as root:
+--server-args=--shared-memory-as-root, or leave them out: --paths cli,native,grpcio,protobuf); 
 each Python path timed as the median of N calls after one warm-up, on the same array. Prints,
 per size, the median over rounds of each path's p50 and its ratio to the CLI's, with the range
 over rounds. Needs the Python package importable (the build's pyenv: BUILD/pyenv/bin/python).

@@ -189,6 +189,37 @@ class PythonClientTest(unittest.TestCase):
         out, _ = references.attention(q, k, v, window_left=4, window_right=2)
         np.testing.assert_allclose(r.out.astype(np.float32), out, rtol=1e-3, atol=1e-4)
 
+    def test_tiny_calls_in_a_row_with_other_params_shapes_and_dtypes(self):
+        # Tiny calls take kernelserve.plain's cached request pieces (with the native transport):
+        # no call may carry another's params, shapes, dtypes or bytes.
+        q, k, v = (uniform(self.rng, (1, 12, 2, 8)) for _ in range(3))
+        x, y = uniform(self.rng, (2, 7, 16)), uniform(self.rng, (3, 5, 8))
+        mask = self.rng.integers(0, 2, size=(2, 7)).astype(bool)
+        with kernelserve.Client(self.server.target) as client:
+            make_pieces = client._plain.pieces
+            taken = []  # what kernelserve.plain made of each call: its pieces, or None
+            client._plain.pieces = lambda *args: taken.append(make_pieces(*args)) or taken[-1]
+            for _ in range(2):
+                for causal in (True, False, True):
+                    r = client.flash_attention(q, k, v, causal=causal, request_id=f"c{causal}")
+                    self.assertEqual(r.request_id, f"c{causal}")
+                    out, _ = references.attention(q, k, v, causal=causal)
+                    np.testing.assert_allclose(r.out, out, rtol=1e-4, atol=1e-5)
+                for args, kwargs, want in (
+                        ((x,), {}, references.mean_pooling(x)),
+                        ((x,), dict(mask=mask), references.mean_pooling(x, mask=mask)),
+                        ((y,), dict(chunk_size=8), references.mean_pooling(y)),
+                        ((x + 1,), {}, references.mean_pooling(x + 1)),
+                        ((y.astype(np.float16),), {}, references.mean_pooling(
+                            y.astype(np.float16)))):
+                    r = client.mean_pooling(*args, **kwargs)
+                    self.assertEqual(r.out.dtype, args[0].dtype)
+                    np.testing.assert_allclose(r.out, want, rtol=1e-3, atol=1e-3)
+                    self.assertEqual(r.request_id, "")
+        # Every one of them took the plain path; without the native transport, none.
+        self.assertEqual(len(taken), 16 if client._native is not None else 0)
+        self.assertNotIn(None, taken)
+
     def test_explicit_config_is_an_override(self):
         x = uniform(self.rng, (2, 64, 8))
         r = self.client.mean_pooling(x, config={"block_size": 16, "threads": 1})

@@ -40,8 +40,8 @@ from server_fixture import free_port
 SOURCE = Path(os.environ.get("KERNELSERVE_SOURCE_DIR", Path(__file__).parents[2]))
 PACKAGE_SOURCE = SOURCE / "client" / "python"
 MODULES = ["__init__.py", "aio.py", "autoshm.py", "calls.py", "client.py", "cuda.py", "errors.py", "health.py",
-           "info.py", "resident.py", "results.py", "shm.py", "tensors.py", "transport.py",
-           "wire.py"]
+           "info.py", "plain.py", "resident.py", "results.py", "shm.py", "tensors.py",
+           "transport.py", "wire.py"]
 STUBS = ["kernel_service_pb2.py", "kernel_service_pb2.pyi", "kernel_service_pb2_grpc.py"]
 # The clients' type stubs, with their kernel methods (client/python/scripts/gen_stubs.py).
 TYPE_STUBS = ["aio.pyi", "client.pyi"]

@@ -4,8 +4,9 @@
 // grpcio takes a request as one bytes object and copies it again into its own buffers; here a
 // request is a list of buffers (kernelserve.wire's pieces: protobuf's bytes of the small parts,
 // the arrays' own memory for the tensors), each handed to gRPC as a slice that points at it, so
-// no byte of a tensor is copied before the socket. The answer is kept as gRPC's slices until
-// Python asks for it: `head` for the first bytes (where the answer's first tensor starts) and
+// no byte of a tensor is copied before the socket. A small answer comes back as one bytes object
+// (a tiny call's, for protobuf to parse); a larger one is kept as gRPC's slices until Python asks
+// for it: `head` for the first bytes (where the answer's first tensor starts) and
 // `take` for the whole message in one 64-byte-aligned block, copied once, at an offset that
 // Python chooses so that the first tensor's bytes are aligned.
 //
@@ -142,9 +143,11 @@ class Channel {
 
   // One unary call of `method` ("/package.Service/Method") whose request is the pieces (bytes,
   // memoryviews, contiguous arrays) concatenated; they must not change until it returns.
-  // timeout: seconds, None = none. Returns (status code, message, the answer or None).
+  // timeout: seconds, None = none. Returns (status code, message, the answer or None); an
+  // answer of fewer than `bytes_below` bytes comes as bytes (one copy, no Answer to ask).
   nb::tuple Call(const std::string& method, const nb::list& pieces, std::optional<double> timeout,
-                 const std::vector<std::pair<std::string, std::string>>& metadata) {
+                 const std::vector<std::pair<std::string, std::string>>& metadata,
+                 size_t bytes_below) {
     std::shared_ptr<grpc::Channel> channel = std::atomic_load(&channel_);
     if (channel == nullptr) return nb::make_tuple(14, "the client is closed", nb::none());
     auto* held = new HeldBuffers(nb::len(pieces));
@@ -181,8 +184,26 @@ class Channel {
     }
     held->Unref();
     nb::object result = nb::none();
-    if (answer.has_value()) result = nb::cast(Answer(std::move(*answer)));
+    if (answer.has_value() && answer->Length() < bytes_below) {
+      result = BytesOf(*answer);
+    } else if (answer.has_value()) {
+      result = nb::cast(Answer(std::move(*answer)));
+    }
     return nb::make_tuple(static_cast<int>(status.error_code()), status.error_message(), result);
+  }
+
+  // The message as one bytes object (REQUIRES: the GIL).
+  static nb::object BytesOf(const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> slices;
+    (void)buffer.Dump(&slices);
+    PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(buffer.Length()));
+    if (bytes == nullptr) throw nb::python_error();
+    char* out = PyBytes_AS_STRING(bytes);
+    for (const grpc::Slice& slice : slices) {
+      std::memcpy(out, slice.begin(), slice.size());
+      out += slice.size();
+    }
+    return nb::steal(bytes);
   }
 
   // Lets go of the channel: its connection closes once calls in flight end (a server that
@@ -192,6 +213,52 @@ class Channel {
  private:
   std::shared_ptr<grpc::Channel> channel_;  // null once closed; read and written atomically
 };
+
+// Reads the varint at `p` (before `end`) into `value`, moving `p` past it; false when it runs
+// past `end` or is longer than 10 bytes.
+bool ReadVarint(const uint8_t*& p, const uint8_t* end, uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 70 && p < end; shift += 7) {
+    const uint8_t byte = *p++;
+    value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if (byte < 0x80) return true;
+  }
+  return false;
+}
+
+// Whether the serialized message `message` has the top-level field `number`, read from its tags
+// alone (a tiny call's answer is parsed only when it carries an in-band status). True also for
+// bytes that are not well formed at the top level: the caller's parse then says what is wrong.
+bool HasField(const nb::bytes& message, uint32_t number) {
+  const auto* p = reinterpret_cast<const uint8_t*>(message.c_str());
+  const uint8_t* end = p + message.size();
+  while (p < end) {
+    uint64_t tag = 0;
+    uint64_t size = 0;
+    if (!ReadVarint(p, end, tag) || (tag >> 3) == 0 || (tag >> 3) == number) return true;
+    switch (tag & 7) {
+      case 0:  // varint
+        if (!ReadVarint(p, end, size)) return true;
+        break;
+      case 1:  // 64-bit
+        size = 8;
+        break;
+      case 2:  // length-delimited
+        if (!ReadVarint(p, end, size)) return true;
+        break;
+      case 5:  // 32-bit
+        size = 4;
+        break;
+      default:  // groups: not in these messages
+        return true;
+    }
+    if ((tag & 7) != 0) {
+      if (size > static_cast<uint64_t>(end - p)) return true;
+      p += size;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -208,7 +275,8 @@ NB_MODULE(_native, m) {
       .def(nb::init<const std::string&, int64_t>(), nb::arg("target"),
            nb::arg("max_message_bytes"))
       .def("call", &Channel::Call, nb::arg("method"), nb::arg("pieces"), nb::arg("timeout").none(),
-           nb::arg("metadata"))
+           nb::arg("metadata"), nb::arg("bytes_below") = 0)
       .def("close", &Channel::Close);
+  m.def("has_field", &HasField, nb::arg("message"), nb::arg("number"));
   m.attr("GRPC_VERSION") = grpc::Version();
 }

@@ -304,34 +304,53 @@ def split_call(schema: KernelSchema, args: Sequence[Any], kwargs: Mapping[str, A
     inputs in schema order may be positional. ArgumentError (a TypeError) for a name the kernel
     does not have (naming the closest one and every one it takes), a missing input or too many
     positional ones."""
-    required = [i.name for i in schema.inputs if i.required]
-    if len(args) > len(required):
-        raise ArgumentError(f"{schema.name}() takes {len(required)} positional inputs "
-                        f"({', '.join(required)}), got {len(args)}")
-    inputs: dict[str, TensorLike] = dict(zip(required, args))
-    input_names = {i.name for i in schema.inputs}
-    param_names = {p.name for p in schema.params}
-    params: dict[str, ParamValue] = {}
-    run: dict[str, Any] = {}
-    for name, value in kwargs.items():
-        if name in RUN_OPTIONS:
-            run[name] = value
-        elif name in input_names:
-            if name in inputs:
-                raise ArgumentError(f"{schema.name}() got input {name!r} twice")
-            if value is not None:
-                inputs[name] = value
-        elif name in param_names:
-            params[name] = value
-        else:
-            known = sorted(input_names | param_names) + list(RUN_OPTIONS)
-            raise ArgumentError(f"{schema.name}() got an unexpected keyword argument {name!r}; "
-                                f"{_hint(name, known)}{schema.name} takes {accepted(schema)}")
-    missing = [name for name in required if name not in inputs]
-    if missing:
-        raise ArgumentError(f"{schema.name}() missing input(s): {', '.join(missing)}; "
-                            f"{schema.name} takes {accepted(schema)}")
-    return inputs, params, run
+    return CallSplitter(schema).split(args, kwargs)
+
+
+class CallSplitter:
+    """split_call of one kernel, the names of its schema gathered once (a kernel method's)."""
+
+    def __init__(self, schema: KernelSchema) -> None:
+        self.schema = schema
+        self._required = [i.name for i in schema.inputs if i.required]
+        self._input_names = frozenset(i.name for i in schema.inputs)
+        self._param_names = frozenset(p.name for p in schema.params)
+
+    def split(self, args: Sequence[Any], kwargs: Mapping[str, Any]
+              ) -> tuple[dict[str, TensorLike], dict[str, ParamValue], dict[str, Any]]:
+        """split_call(self.schema, args, kwargs)."""
+        schema, required = self.schema, self._required
+        if len(args) > len(required):
+            raise ArgumentError(f"{schema.name}() takes {len(required)} positional inputs "
+                                f"({', '.join(required)}), got {len(args)}")
+        inputs: dict[str, TensorLike] = dict(zip(required, args))
+        params: dict[str, ParamValue] = {}
+        run: dict[str, Any] = {}
+        for name, value in kwargs.items():
+            if name in RUN_OPTIONS:
+                run[name] = value
+            elif name in self._input_names:
+                if name in inputs:
+                    raise ArgumentError(f"{schema.name}() got input {name!r} twice")
+                if value is not None:
+                    inputs[name] = value
+            elif name in self._param_names:
+                params[name] = value
+            else:
+                raise self._unexpected(name)
+        missing = ([name for name in required if name not in inputs]
+                   if len(args) < len(required) else None)  # all positional: none missing
+        if missing:
+            raise ArgumentError(f"{schema.name}() missing input(s): {', '.join(missing)}; "
+                                f"{schema.name} takes {accepted(schema)}")
+        return inputs, params, run
+
+    def _unexpected(self, name: str) -> ArgumentError:
+        """The error for a keyword argument the kernel does not take."""
+        known = sorted(self._input_names | self._param_names) + list(RUN_OPTIONS)
+        return ArgumentError(f"{self.schema.name}() got an unexpected keyword argument "
+                             f"{name!r}; {_hint(name, known)}{self.schema.name} takes "
+                             f"{accepted(self.schema)}")
 
 
 def method_signature(schema: KernelSchema) -> Optional[inspect.Signature]:

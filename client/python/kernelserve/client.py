@@ -33,7 +33,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import autoshm, calls, resident, results, shm, tensors, transport, wire
+from kernelserve import (autoshm, calls, plain, resident, results, shm, tensors, transport,
+                         wire)
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error
@@ -83,13 +84,14 @@ class Client:
         self._native = (transport.NativeTransport(target, max_message_bytes)
                         if transport.use_native(native, credentials is not None) else None)
         self._grpcio = transport.GrpcioTransport(self._channel, target)
-        self._methods: dict[str, Callable[..., results.Result]] = {}  # kernel methods made
+        self._plain = plain.PlainRequests()  # the cached pieces of tiny calls' requests
         # Regions the client takes by itself for large calls to a server on this host.
         self._auto = autoshm.AutoRegions() if autoshm.wanted(local_shm, target) else None
         self._health = health_wire.check_method(self._channel)
         self._metadata = calls.call_metadata(token)
         self._target = target
         self._timeout = timeout
+        self._plain_timeout = calls.call_timeout(None, timeout)  # a call's without its own
         self._max_message_bytes = max_message_bytes
         self._server_max_message_bytes: Optional[int] = None  # from info(), when needed
         self._schemas: Optional[dict[str, KernelSchema]] = None  # from ListKernels
@@ -134,6 +136,17 @@ class Client:
         server to write that output into; the result's output is then that view. A large call
         to a server on this host may go through shared memory of the client's own (the
         Client's local_shm); its outputs are then arrays of their own."""
+        if (self._native is not None and config is None and outputs is None
+                and self._regions.empty()):  # a tiny call's lean path (kernelserve.plain)
+            pieces = self._plain.pieces(kernel, inputs, params, platform, device,
+                                        allow_autotune, request_id)
+            if pieces is not None:  # through the native transport, the answer read lazily
+                answer = self._native.execute_lazily(
+                    pieces, self._plain_timeout if not timeout else
+                    calls.call_timeout(timeout, None), self._metadata)
+                if type(answer) is bytes:
+                    return results.lazy_result(answer)
+                return results.result_of(answer[0], None, answer[1])
         run: dict[str, Any] = dict(config=config, platform=platform, device=device,
                                    allow_autotune=allow_autotune, request_id=request_id,
                                    timeout=timeout)
@@ -249,18 +262,17 @@ class Client:
         """client.<kernel>(...) for every kernel the server lists: see call()."""
         if name.startswith("_"):
             raise AttributeError(name)
-        made = self._methods.get(name)
-        if made is not None:
-            return made
         schema = self.schema(name)  # UnknownKernelError, an AttributeError
+        split = calls.CallSplitter(schema).split
 
         def method(*args: Any, **kwargs: Any) -> results.Result:
-            return self.call(name, *args, **kwargs)
+            inputs, params, run = split(args, kwargs)  # call(), the schema's names kept
+            return self.execute(name, inputs, params, **run)
 
         method.__name__ = method.__qualname__ = name
         method.__doc__ = calls.method_doc(schema)
         method.__signature__ = calls.method_signature(schema)  # type: ignore[attr-defined]
-        self._methods[name] = method
+        self.__dict__[name] = method  # found without __getattr__ from now on
         return method
 
     def health(self, service: str = "") -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
@@ -19,9 +20,15 @@ _TIMINGS = ("recv_us", "queue_us", "select_us", "h2d_us", "launch_us", "kernel_u
             "total_us")
 
 
+# Taken while a lazily built Result sets its fields (Result._build).
+_BUILD_LOCK = threading.Lock()
+
+
 @dataclasses.dataclass
 class Result:
-    """The answer to one kernel call."""
+    """The answer to one kernel call. execute() returns it before reading the answer's fields:
+    they are made from the answer's message the first time one of them is read (all at once;
+    their values are those the answer has)."""
 
     # name -> array (bf16 as ml_dtypes.bfloat16): read-only, sharing the response's bytes, or
     # for an output placed in shared memory (outputs=) the writable view the server wrote; for
@@ -51,13 +58,54 @@ class Result:
 
     def __getattr__(self, name: str) -> Any:
         """Any other output by name: r.dx (mean_pooling_bwd), r.dq, r.dk, r.dv, r.dbias
-        (flash_attention_bwd). AttributeError naming the outputs there are otherwise."""
+        (flash_attention_bwd). AttributeError naming the outputs there are otherwise. (The
+        fields of a Result not built yet come here too: see _build.)"""
+        if not name.startswith("_") and "_answer" in self.__dict__:
+            self._build()
+            return getattr(self, name)
         outputs = self.__dict__.get("outputs")
         if name.startswith("_") or outputs is None or name not in outputs:
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; outputs: "
                                  f"{sorted(outputs or {})}")
         return outputs[name]
 
+    def _build(self) -> None:
+        """Sets the fields of a Result made without them (result_of, lazy_result) from its
+        answer, but those set already (assigned by the caller); once, whichever thread comes
+        first."""
+        with _BUILD_LOCK:
+            answer = self.__dict__.get("_answer")
+            if answer is None:
+                return
+            response, places, datas = answer
+            if isinstance(response, bytes):  # (lazy_result's) INTERNAL when it does not parse
+                response = parsed_response(response)
+            for name, value in fields_of(response, places, datas).items():
+                self.__dict__.setdefault(name, value)
+            del self.__dict__["_answer"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields (built first), for pickle and copy."""
+        self._build()
+        return dict(self.__dict__)
+
+
+class _BuiltDefault:
+    """The class attribute of a Result field with a default (request_id): its default, but read
+    from a Result whose fields are not built yet (no value of its own), the answer's value."""
+
+    def __init__(self, name: str, default: Any) -> None:
+        self._name = name
+        self._default = default
+
+    def __get__(self, result: Optional[Result], owner: Any = None) -> Any:
+        if result is None or "_answer" not in result.__dict__:
+            return self._default
+        result._build()
+        return result.__dict__[self._name]
+
+
+Result.request_id = _BuiltDefault("request_id", "")  # type: ignore[assignment]
 
 # One item of execute_batch or execute_stream: its result, or the error of that item alone.
 ItemResult = Union[Result, KernelserveError]
@@ -218,8 +266,14 @@ def item_of(response: pb.ExecuteResponse, places: Optional[Places] = None,
     error = error_of(response.status)
     if error is not None:
         return error
+    return Result(**fields_of(response, places, datas))
+
+
+def fields_of(response: pb.ExecuteResponse, places: Optional[Places] = None,
+              datas: Optional[Mapping[str, memoryview]] = None) -> dict[str, Any]:
+    """The fields of the Result of a successful pb.ExecuteResponse, by name (see item_of)."""
     datas = datas or {}
-    return Result(
+    return dict(
         outputs={name: output_of(name, t, places, datas.get(name))
                  for name, t in response.outputs.items()},
         timings={name: getattr(response.timing, name) for name in _TIMINGS},
@@ -236,11 +290,38 @@ def item_of(response: pb.ExecuteResponse, places: Optional[Places] = None,
 
 def result_of(response: pb.ExecuteResponse, places: Optional[Places] = None,
               datas: Optional[Mapping[str, memoryview]] = None) -> Result:
-    """The Result of a pb.ExecuteResponse; raises its in-band error. datas: as for item_of."""
-    item = item_of(response, places, datas)
-    if isinstance(item, KernelserveError):
-        raise item
-    return item
+    """The Result of a pb.ExecuteResponse; raises its in-band error. datas: as for item_of.
+    With outputs placed (places), the Result is built now (a place that does not fit is an
+    error of the call); otherwise on first use (lazy_result)."""
+    if response.HasField("status"):  # (without a Python object of its own when not there)
+        error = error_of(response.status)
+        if error is not None:
+            raise error
+    if places:
+        return Result(**fields_of(response, places, datas))
+    result: Result = _new_result(Result)  # lazy: see Result._build
+    result.__dict__["_answer"] = (response, None, datas)
+    return result
+
+
+def lazy_result(message: bytes) -> Result:
+    """The Result of an ExecuteResponse's bytes that carry no in-band status (outputs inline),
+    parsed when its fields are first read (an answer that does not parse is INTERNAL then)."""
+    result: Result = _new_result(Result)
+    result.__dict__["_answer"] = (message, None, None)
+    return result
+
+
+def parsed_response(message: bytes) -> pb.ExecuteResponse:
+    """The ExecuteResponse of an answer's bytes; INTERNAL when they do not parse."""
+    try:
+        return pb.ExecuteResponse.FromString(message)
+    except Exception as error:  # protobuf's DecodeError
+        raise KernelserveError(grpc.StatusCode.INTERNAL,
+                               f"Execute's answer does not parse: {error}") from None
+
+
+_new_result = object.__new__  # a Result without its fields (Result._build makes them)
 
 
 def tune_result_of(response: pb.AutotuneResponse) -> TuneResult:

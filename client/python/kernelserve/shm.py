@@ -459,6 +459,12 @@ class Regions:
             region._unregister = None
         return taken
 
+    def empty(self) -> bool:
+        """Whether there is no region (none registered, or all closed); a dropped one whose
+        removal is still pending counts as there. (`data`, the dict under the weak one: its
+        len() is a Python call.)"""
+        return not self._regions.data
+
     def __iter__(self) -> Iterator[AnyRegion]:
         with self._lock:
             return iter(list(self._regions.values()))

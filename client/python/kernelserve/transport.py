@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import grpc
 import numpy as np
 
-from kernelserve import wire
+from kernelserve import results, wire
 from kernelserve.errors import ArgumentError, KernelserveError, from_rpc_error, from_status
 from kernelserve.v1 import kernel_service_pb2 as pb
 
@@ -36,6 +36,7 @@ except ImportError as error:  # not built (no compiler, nanobind or gRPC headers
     _native = None
     _IMPORT_ERROR = str(error)
 
+_STATUS = pb.ExecuteResponse.DESCRIPTOR.fields_by_name["status"].number
 # The answer's first bytes read to find where its first tensor starts (its map key, dtype and
 # shape come before; the server writes the outputs first).
 _HEAD_BYTES = 4096
@@ -95,20 +96,32 @@ class NativeTransport:
                 metadata: Metadata) -> Answer:
         """Sends the message; raises KernelserveError for a failed call. Releases the GIL while
         the call is in flight."""
-        code, message, answer = self._channel.call(wire.EXECUTE_METHOD, spliced.pieces, timeout,
-                                                   list(metadata))
+        answer = self.execute_lazily(spliced.pieces, timeout, metadata)
+        return (results.parsed_response(answer), {}) if type(answer) is bytes else answer
+
+    def execute_lazily(self, pieces: list[wire.Piece], timeout: Optional[float],
+                       metadata: Metadata) -> Union[bytes, Answer]:
+        """execute() of a message as its pieces (wire.Spliced.pieces), but a small answer
+        without an in-band status comes back as its bytes, not parsed (results.lazy_result
+        parses them when its fields are read)."""
+        code, message, answer = self._channel.call(wire.EXECUTE_METHOD, pieces, timeout,
+                                                   metadata, wire.LARGE_TENSOR_BYTES)
         if code != 0:
             raise from_status(code, message, self._target, timeout)
-        if answer.size < wire.LARGE_TENSOR_BYTES:  # small: protobuf's parse is the fastest
-            try:
-                return pb.ExecuteResponse.FromString(answer.head(answer.size)), {}
-            except Exception as error:  # protobuf's DecodeError
-                raise KernelserveError(grpc.StatusCode.INTERNAL,
-                                       f"Execute's answer does not parse: {error}") from None
-        offset = wire.first_data_offset(answer.head(_HEAD_BYTES))
-        pad = (-offset) % 64 if offset is not None else 0
-        block: np.ndarray = answer.take(pad)
-        return answer_of(memoryview(block)[pad:])
+        if type(answer) is not bytes:  # large: its outputs read in place
+            return _read_in_place(answer)
+        if _native.has_field(answer, _STATUS):  # an in-band error, likely: parsed to raise it
+            return results.parsed_response(answer), {}
+        return answer
+
+
+def _read_in_place(answer: Any) -> Answer:
+    """The Answer of a large native answer (kernelserve._native.Answer): copied once into an
+    aligned block where its first output's bytes start 64-byte aligned, read in place."""
+    offset = wire.first_data_offset(answer.head(_HEAD_BYTES))
+    pad = (-offset) % 64 if offset is not None else 0
+    block: np.ndarray = answer.take(pad)
+    return answer_of(memoryview(block)[pad:])
 
 
 class GrpcioTransport:

@@ -82,18 +82,30 @@ def splice(header: bytes, aside: Mapping[str, tuple[pb.Tensor, np.ndarray]]) -> 
     pieces: list[Piece] = [header]
     total = len(header)
     for name, (tensor, array) in aside.items():
-        key = name.encode()
         # As bytes: bfloat16 arrays export no buffer of their own dtype.
         data = memoryview(array.reshape(-1).view(np.uint8))
-        meta = tensor.SerializeToString()
-        value_size = len(meta) + len(_length_prefix(_DATA, data.nbytes)) + data.nbytes
-        value = _length_prefix(_MAP_VALUE, value_size)
-        entry_size = len(_length_prefix(_MAP_KEY, len(key))) + len(key) + len(value) + value_size
-        prefix = b"".join([_length_prefix(_INPUTS, entry_size), _length_prefix(_MAP_KEY, len(key)),
-                           key, value, meta, _length_prefix(_DATA, data.nbytes)])
+        prefix = input_prefix(name, tensor.SerializeToString(), data.nbytes)
         pieces += [prefix, data]
         total += len(prefix) + data.nbytes
     return Spliced(pieces, total)
+
+
+def input_prefix(name: str, meta: bytes, nbytes: int) -> bytes:
+    """The bytes of an ExecuteRequest's `inputs` map entry for input `name` up to its tensor's
+    data: `meta` is the serialized Tensor without data (dtype and shape), `nbytes` the size of
+    the data that follows."""
+    key = name.encode()
+    value_size = len(meta) + len(_length_prefix(_DATA, nbytes)) + nbytes
+    value = _length_prefix(_MAP_VALUE, value_size)
+    entry_size = len(_length_prefix(_MAP_KEY, len(key))) + len(key) + len(value) + value_size
+    return b"".join([_length_prefix(_INPUTS, entry_size), _length_prefix(_MAP_KEY, len(key)),
+                     key, value, meta, _length_prefix(_DATA, nbytes)])
+
+
+def string_field(field: int, text: str) -> bytes:
+    """The bytes of a string field `field` of value `text` (for a message that is pieces)."""
+    value = text.encode()
+    return _length_prefix(field, len(value)) + value
 
 
 class WireError(ValueError):
