@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -38,14 +39,16 @@ class SeriesCache {
   // is new.
   template <typename... Args>
   T& Get(const std::array<std::string_view, kLabels>& values, Args&&... args) {
-    // The values joined by a separator no label value of ours contains (names, codes, devices).
+    // Each value after its length, so that no two combinations share a key whatever bytes the
+    // values hold.
     std::string key;
-    size_t size = kLabels;
+    size_t size = kLabels * sizeof(uint32_t);
     for (std::string_view v : values) size += v.size();
     key.reserve(size);
     for (std::string_view v : values) {
+      const auto length = static_cast<uint32_t>(v.size());
+      key.append(reinterpret_cast<const char*>(&length), sizeof(length));
       key.append(v);
-      key.push_back('\x1f');
     }
     {
       absl::ReaderMutexLock lock(&mu_);
