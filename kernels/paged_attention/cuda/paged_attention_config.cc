@@ -131,7 +131,8 @@ const std::vector<KernelConfig>& PagedAttentionCompiledConfigs() {
 // rounds, so that no half-empty last round doubles the time), the smallest within kUtilizationSlack
 // of the best (relative: a batch that fills a few slots at most must not take one split because
 // every option's share is small): fewer splits mean less partial output to combine. One split when
-// the batch alone takes over kMaxRounds / 2 rounds, or two with 16-bit caches (see the end).
+// the batch alone takes over kMaxRounds / 2 rounds, or two with 16-bit caches at D 128 (see the
+// end).
 KernelConfig PagedAttentionHeuristic(const PagedAttentionShape& shape, const DeviceInfo& device) {
   const int64_t sms =
       device.fingerprint.sm_count > 0 ? device.fingerprint.sm_count : kDefaultSmCount;
