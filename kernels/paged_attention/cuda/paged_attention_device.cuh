@@ -448,31 +448,38 @@ struct WarpState {
 // its 16 tokens of the tile from `first`: token (lane % 4) * 2 + e + 8 * nt of them), which
 // become P. `masked` false: every real row sees every token of the tile (TileNeedsMask), so the
 // per-element mask is skipped; padding rows past p.rows then hold finite values never stored.
+// `upper` false: rows 8-15 of the block are all padding (a decode step of up to 8 query heads a
+// kv head fills half the m16 tile or less), so their half of the work is skipped and their P is
+// zero (O's rows 8-15 stay zero, their max -inf).
 template <int kHeadDim>
 __device__ __forceinline__ void SoftmaxTile(const AttentionParams& p, const BlockScale& scale,
-                                            const RowInfo (&rows)[2], int first, int len,
-                                            bool masked, float (&s)[2][4],
+                                            const RowInfo (&rows)[2], bool upper, int first,
+                                            int len, bool masked, float (&s)[2][4],
                                             WarpState<kHeadDim>& st) {
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  // Scale, soft cap, mask; in base 2 so that exp2 does the softmax.
   const int t0 = first + warp * kWarpTokens + (lane % 4) * 2;
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float x = s[nt][e];
-      if (p.args.softcap > 0.0f) {
-        x = p.args.softcap * tanhf(x * scale.scale / p.args.softcap) * kLog2e;
-      } else {
-        x *= scale.scale_log2;
-      }
-      s[nt][e] = masked && !Sees(p, rows[e / 2], t0 + nt * 8 + (e % 2), len) ? -INFINITY : x;
-    }
-  }
-  // Online softmax, per row h.
-#pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if (h == 1 && !upper) {
+      s[0][2] = s[0][3] = s[1][2] = s[1][3] = 0.0f;
+      break;
+    }
+    // Scale, soft cap, mask; in base 2 so that exp2 does the softmax.
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        float x = s[nt][e];
+        if (p.args.softcap > 0.0f) {
+          x = p.args.softcap * tanhf(x * scale.scale / p.args.softcap) * kLog2e;
+        } else {
+          x *= scale.scale_log2;
+        }
+        s[nt][e] = masked && !Sees(p, rows[h], t0 + nt * 8 + (e % 2), len) ? -INFINITY : x;
+      }
+    }
+    // Online softmax of row h.
     float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -516,8 +523,8 @@ __device__ __forceinline__ void PackP(const float (&s)[2][4], uint32_t (&a)[4]) 
 // One tile of a 16-bit cache: K at k_s, V kTileN rows after it (the ring stage).
 template <typename T, int kHeadDim, int kWarps>
 __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const BlockScale& scale,
-                                            const RowInfo (&rows)[2], int first, int len,
-                                            bool masked, const T* q_s, const T* k_s,
+                                            const RowInfo (&rows)[2], bool upper, int first,
+                                            int len, bool masked, const T* q_s, const T* k_s,
                                             WarpState<kHeadDim>& st) {
   using Tl = Tiling<kHeadDim, kWarps>;
   const int lane = threadIdx.x % 32;
@@ -538,7 +545,7 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
     Mma<T>::Run(s[0], a, bk[0], bk[1]);
     Mma<T>::Run(s[1], a, bk[2], bk[3]);
   }
-  SoftmaxTile(p, scale, rows, first, len, masked, s, st);
+  SoftmaxTile(p, scale, rows, upper, first, len, masked, s, st);
 
   // O += P V.
   uint32_t a[4];
@@ -560,8 +567,8 @@ __device__ __forceinline__ void ComputeTile(const AttentionParams& p, const Bloc
 // O's head dims come out in the order FragmentColumn<true> gives.
 template <typename TC, int kHeadDim, int kWarps>
 __device__ __forceinline__ void ComputeTileFp8(const AttentionParams& p, const BlockScale& scale,
-                                               const RowInfo (&rows)[2], int first, int len,
-                                               bool masked, const __half* q_s,
+                                               const RowInfo (&rows)[2], bool upper, int first,
+                                               int len, bool masked, const __half* q_s,
                                                const unsigned char* stage,
                                                WarpState<kHeadDim>& st) {
   using Tl = Tiling<kHeadDim, kWarps, 1>;
@@ -589,7 +596,7 @@ __device__ __forceinline__ void ComputeTileFp8(const AttentionParams& p, const B
       }
     }
   }
-  SoftmaxTile(p, scale, rows, first, len, masked, s, st);
+  SoftmaxTile(p, scale, rows, upper, first, len, masked, s, st);
 
   // O += P V: transposed, a register of V holds bytes 2c, 2c + 1 (c = lane / 4) of tokens 2l
   // (low half) and 2l + 1 (high half); regrouped by byte, the low half is (2l, 2l + 1) of byte
@@ -771,6 +778,7 @@ __global__ void __launch_bounds__(kWarps * 32, PagedBlocksPerSm(kHeadDim, sizeof
 
   const RowInfo rows[2] = {RowOf(p, row_group, lane / 4, len),
                            RowOf(p, row_group, lane / 4 + 8, len)};
+  const bool upper = row_group * kRows + 8 < p.rows;  // rows 8-15 hold a real row
   WarpState<kHeadDim> st;
 #pragma unroll
   for (int dt = 0; dt < kHeadDim / 8; ++dt) {
@@ -820,11 +828,11 @@ __global__ void __launch_bounds__(kWarps * 32, PagedBlocksPerSm(kHeadDim, sizeof
           scale = QToHalfForFp8<T, kHeadDim, kWarps>(q_s, scratch, scale);
           __syncthreads();
         }
-        ComputeTileFp8<TC, kHeadDim, kWarps>(p, scale, rows, tile_first, len, masked,
+        ComputeTileFp8<TC, kHeadDim, kWarps>(p, scale, rows, upper, tile_first, len, masked,
                                              reinterpret_cast<const __half*>(q_s),
                                              stage(tile - tile_begin), st);
       } else {
-        ComputeTile<T, kHeadDim, kWarps>(p, scale, rows, tile_first, len, masked, q_s,
+        ComputeTile<T, kHeadDim, kWarps>(p, scale, rows, upper, tile_first, len, masked, q_s,
                                          reinterpret_cast<const T*>(stage(tile - tile_begin)), st);
       }
     }
