@@ -95,8 +95,10 @@ struct Tiling {
   static constexpr int kCacheChunks = kHeadDim * kCacheBytes / 16;
   static constexpr int kRingStride = kHeadDim * kCacheBytes + 16;
   // Two tiles per block (one in flight while the other is computed): a small ring lets more
-  // blocks share an SM (PagedBlocksPerSm), which is what keeps enough copies in flight.
-  static constexpr int kStages = 2;
+  // blocks share an SM (PagedBlocksPerSm), which is what keeps enough copies in flight. D 256
+  // with 16-bit caches runs one block per SM whatever its ring, so it takes three (two tiles
+  // in flight).
+  static constexpr int kStages = kHeadDim >= 256 && !kFp8 ? 3 : 2;
   // The tile rows each thread copies: threadIdx.x / kCacheChunks + j * kRowStep.
   static constexpr int kRowStep = kThreads / kCacheChunks;
   static constexpr int kRowsPerThread = kTileN / kRowStep;

@@ -34,13 +34,16 @@ inline constexpr int kPagedRowsPerBlock = 16;
 inline constexpr int kPagedTokensPerWarp = 16;
 
 // Attention blocks resident on one SM (paged_attention_device.cuh checks its shared memory
-// against this and holds the kernel's registers to it): a two-stage ring of about 40 KiB (D 64),
-// 75 KiB (D 128) and 143 KiB (D 256) per block in the 228 KiB of an SM with 16-bit caches, about
-// half with fp8 caches (42 KiB at D 128, 4 blocks by registers; 78 KiB at D 256). More resident
-// blocks beat deeper rings: with three stages and two blocks per SM the kernel read 59-63% of
-// the copy bandwidth at D 128, with two stages and three blocks 73-83% (H200, 2026-11-28); a
-// four-stage ring with one block per SM for small batches was no faster than two stages with
-// more splits (H100, 2026-11-28; docs/PERFORMANCE_LOG.md). With fp8 caches at D 128 the
+// against this and holds the kernel's registers to it): a two-stage ring of about 40 KiB (D 64)
+// and 75 KiB (D 128) per block in the 228 KiB of an SM with 16-bit caches, and a three-stage one
+// of 206 KiB at D 256 (one block fits with two stages, 143 KiB, as well; its third stage keeps
+// two tiles in flight: 32 x 4k read 84.6% -> 92.8% of the copy bandwidth on an H200,
+// 2026-11-28); about half with fp8 caches (42 KiB at D 128, 4 blocks by registers; 78 KiB at
+// D 256 with two stages). Where more blocks fit, more resident blocks beat deeper rings: with
+// three stages and two blocks per SM the kernel read 59-63% of the copy bandwidth at D 128,
+// with two stages and three blocks 73-83% (H200, 2026-11-28); a four-stage ring with one block
+// per SM for small batches was no faster than two stages with more splits (H100, 2026-11-28;
+// docs/PERFORMANCE_LOG.md). With fp8 caches at D 128 the
 // fastest split counts on an H200 were those that fill four blocks per SM (1 x 64k/128k: 64
 // splits, 8 x 16k: 8, 32 x 4k/16k: 2; 2026-11-28).
 constexpr int PagedBlocksPerSm(int64_t head_dim, bool fp8_cache) {
