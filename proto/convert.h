@@ -62,6 +62,11 @@ v1::ConfigSource ToProto(ConfigSource source);
 // InvalidArgument when the typed member belongs to another kernel than request.kernel, when a
 // param is given in both, or when a value is empty or of a type params cannot have.
 absl::StatusOr<Attributes> ParamsFromProto(const google::protobuf::Message& request);
+// The params of a request whose typed `params` member is unset: its `parameters` map alone, read
+// as the generated map it is (reflection over a map field copies it into a repeated field of
+// entries first: most of ParamsFromProto's time on a tiny call). InvalidArgument as above.
+absl::StatusOr<Attributes> ParamsFromProto(
+    const google::protobuf::Map<std::string, v1::ParamValue>& parameters);
 // One param value; InvalidArgument naming `name` when `proto` holds none.
 absl::StatusOr<AttrValue> FromProto(const v1::ParamValue& proto, const std::string& name);
 v1::ParamValue ToProto(const AttrValue& value);

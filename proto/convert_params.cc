@@ -182,6 +182,15 @@ absl::StatusOr<Attributes> ParamsFromProto(const Message& request) {
   return params;
 }
 
+absl::StatusOr<Attributes> ParamsFromProto(
+    const google::protobuf::Map<std::string, v1::ParamValue>& parameters) {
+  Attributes params;
+  for (const auto& [key, value] : parameters) {
+    KS_ASSIGN_OR_RETURN(params[key], FromProto(value, key));
+  }
+  return params;
+}
+
 void ToProto(const KernelSchema& schema, v1::KernelInfo* info) {
   info->set_name(schema.name);
   info->set_version(schema.version);

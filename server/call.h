@@ -48,7 +48,16 @@ template <typename Request>
 absl::StatusOr<CallParams> ParamsOf(const Request& request) {
   CallParams params;
   params.kernel = request.kernel();
-  KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request));
+  if constexpr (requires { request.params_case(); }) {
+    // The common call names params by the map alone: read as the map, not by reflection.
+    if (request.params_case() == Request::PARAMS_NOT_SET) {
+      KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request.parameters()));
+    } else {
+      KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request));
+    }
+  } else {
+    KS_ASSIGN_OR_RETURN(params.params, ParamsFromProto(request));
+  }
   params.platform = request.platform();
   if constexpr (requires { request.config(); }) {
     KS_RETURN_IF_ERROR(CheckConfigProto(request.config()));  // a retired field (backend) set

@@ -220,7 +220,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(Context* context,
     KS_RETURN_IF_ERROR(AdmitAndParse(deps_, deps_, *call));
     v1::ExecuteRequest native;
     wire::TensorBuffers buffers;  // the raw inputs' parse buffers, under `native`'s tensors
-    CallRequest parsed{.request = &native, .buffers = &buffers};
+    CallRequest parsed{.request = &native, .buffers = &buffers, .regions = {}, .outputs = {}};
     InferReply reply;
     KS_RETURN_IF_ERROR(PrepareInfer(deps_, call->tracker().caller(), &call->request(),
                                     &call->raw_input_buffers(), &parsed, &reply));

@@ -88,7 +88,8 @@ grpc::ServerUnaryReactor* KernelServiceImpl::Execute(grpc::CallbackServerContext
     call->response().set_request_id(call->request().request_id());
     const CallRequest parsed{.request = &call->request(),
                              .buffers = &call->request_buffers(),
-                             .regions = RegionRefsOf(call->request())};
+                             .regions = RegionRefsOf(call->request()),
+                             .outputs = {}};
     KS_ASSIGN_OR_RETURN(PreparedCall prepared, Prepare(deps_, parsed, call->tracker()));
     const bool may_run_inline = MayRunInline(prepared);
     const int worker = prepared.plan.ordinal();

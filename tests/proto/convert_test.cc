@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/support/testing.h"
 
@@ -131,6 +132,23 @@ TEST(ConvertTest, SpecAllowsEmptyDataButChecksNonEmpty) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A map of inputs: specs by name, and an error that names its input as a single check would.
+TEST(ConvertTest, SpecsOfAMapNameTheBadInput) {
+  google::protobuf::Map<std::string, v1::Tensor> inputs;
+  inputs["x"] = MakeProto(v1::DTYPE_F32, {4, 8}, 0);
+  inputs["cu_seqlens"] = MakeProto(v1::DTYPE_I32, {3}, 12);
+  absl::StatusOr<TensorSpecMap> specs = SpecsFromProto(inputs);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ(specs->at("x"), (TensorSpec{DType::kF32, {4, 8}}));
+  EXPECT_EQ(specs->at("cu_seqlens"), (TensorSpec{DType::kI32, {3}}));
+  inputs["bad"] = MakeProto(v1::DTYPE_F32, {2}, 7);
+  specs = SpecsFromProto(inputs);
+  ASSERT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(specs.status().message(),
+            SpecFromProto(inputs["bad"], "input 'bad'").status().message());
+  EXPECT_TRUE(absl::StartsWith(specs.status().message(), "input 'bad': ")) << specs.status();
+}
+
 TEST(ConvertTest, TakeTensorsNamesTheBadInput) {
   google::protobuf::Map<std::string, v1::Tensor> inputs;
   inputs["q"] = MakeProto(v1::DTYPE_F32, {2}, 8);
@@ -243,6 +261,29 @@ TEST(ConvertTest, ParamsGivenWrongAreInvalidArgument) {
   empty.set_kernel("mean_pooling");
   (*empty.mutable_parameters())["chunk_size"];
   EXPECT_EQ(ParamsFromProto(empty).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The map alone (a request without typed params) converts as the whole request does.
+TEST(ConvertTest, ParametersMapAloneEqualsTheRequestsParams) {
+  v1::ExecuteRequest request;
+  request.set_kernel("flash_attention");
+  auto& map = *request.mutable_parameters();
+  map["causal"].set_bool_value(true);
+  map["window_left"].set_int64_value(-3);
+  map["softmax_scale"].set_double_value(0.25);
+  map["note"].set_string_value("n");
+  const Attributes expected = {{"causal", true},
+                               {"window_left", int64_t{-3}},
+                               {"softmax_scale", 0.25},
+                               {"note", std::string("n")}};
+  EXPECT_EQ(*ParamsFromProto(request.parameters()), expected);
+  EXPECT_EQ(*ParamsFromProto(request), expected);
+  EXPECT_TRUE(ParamsFromProto(v1::ExecuteRequest().parameters())->empty());
+  map["empty"];
+  absl::StatusOr<Attributes> bad = ParamsFromProto(request.parameters());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "param 'empty': no value (expected bool, int64, double or string)");
 }
 
 // The schema travels whole: what ListKernels shows is what the server checks.
