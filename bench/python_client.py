@@ -12,6 +12,9 @@ and in this order:
   sends the same serialized request each time, without copying its bytes);
 - native: the Python client with kernelserve._native (the default where it is built; a tiny
   call's request from kernelserve.plain's cached pieces, its Result built when read);
+- aio: kernelserve.aio.Client (asyncio; a tiny call's request from kernelserve.plain's pieces
+  on its grpc.aio channel, larger calls native in the loop's executor where the extension is
+  built), its own event loop a round;
 - grpcio: the Python client with native=False (the pure-Python fallback);
 - protobuf: native=False with every input put into the message by protobuf, as the client did
   before kernelserve.wire (a620dce and earlier);
@@ -29,6 +32,7 @@ over rounds. Needs the Python package importable (the build's pyenv: BUILD/pyenv
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import socket
@@ -40,9 +44,9 @@ import time
 import numpy as np
 
 import kernelserve
-from kernelserve import transport, wire
+from kernelserve import aio, transport, wire
 
-PATHS = ("cli", "native", "grpcio", "protobuf", "cli-shm", "auto")
+PATHS = ("cli", "native", "aio", "grpcio", "protobuf", "cli-shm", "auto")
 
 
 def free_port() -> int:
@@ -94,6 +98,19 @@ def python_p50(client: kernelserve.Client, x: np.ndarray, reps: int, platform: s
         wire.LARGE_TENSOR_BYTES = saved
 
 
+def aio_p50(target: str, x: np.ndarray, reps: int, platform: str, limit: int) -> float:
+    async def run() -> float:
+        async with aio.Client(target, timeout=600, max_message_bytes=limit,
+                              local_shm=False) as client:
+            times = []
+            for _ in range(reps + 1):  # the first call opens the channel's connection
+                start = time.perf_counter()
+                await client.mean_pooling(x, platform=platform)
+                times.append((time.perf_counter() - start) * 1e3)
+            return statistics.median(times[1:])
+    return asyncio.run(run())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,7 +149,9 @@ def main() -> int:
             runs = results.setdefault(mb, {p: [] for p in paths})
             for _ in range(opts.rounds):
                 for path in paths:
-                    if path.startswith("cli"):
+                    if path == "aio":
+                        runs[path].append(aio_p50(target, x, reps, opts.platform, limit))
+                    elif path.startswith("cli"):
                         shm = "system" if path == "cli-shm" else "none"
                         runs[path].append(cli_p50(opts.build, target, mb, reps, opts.platform,
                                                   shm))

@@ -812,6 +812,41 @@ class AsyncClientTest(AsyncServerTest):
         r = await self.client.execute("mean_pooling", {"x": x}, {"chunk_size": 4})
         np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
 
+    async def test_tiny_calls_in_a_row_with_other_params_shapes_and_dtypes(self):
+        # Tiny calls take kernelserve.plain's cached request pieces on the grpc.aio channel,
+        # with the native transport or without: no call may carry another's params, shapes,
+        # dtypes, request id or bytes.
+        q = uniform(self.rng, (1, 12, 2, 8))
+        x, y = uniform(self.rng, (2, 7, 16)), uniform(self.rng, (3, 5, 8))
+        mask = self.rng.integers(0, 2, size=(2, 7)).astype(bool)
+        for native in (None, False):
+            async with kernelserve.aio.Client(self.server.target, native=native) as client:
+                make_pieces = client._plain.pieces
+                taken = []  # what kernelserve.plain made of each call: its pieces, or None
+                client._plain.pieces = lambda *args: taken.append(make_pieces(*args)) or taken[-1]
+                for causal in (True, False, True):
+                    r = await client.flash_attention(q, q + 1, q - 1, causal=causal,
+                                                     request_id=f"c{causal}")
+                    self.assertEqual(r.request_id, f"c{causal}")
+                    out, _ = references.attention(q, q + 1, q - 1, causal=causal)
+                    np.testing.assert_allclose(r.out, out, rtol=1e-4, atol=1e-5)
+                for args, kwargs, want in (
+                        ((x,), {}, references.mean_pooling(x)),
+                        ((x,), dict(mask=mask), references.mean_pooling(x, mask=mask)),
+                        ((y,), dict(chunk_size=8), references.mean_pooling(y)),
+                        ((y.astype(np.float16),), {}, references.mean_pooling(
+                            y.astype(np.float16)))):
+                    r = await client.mean_pooling(*args, **kwargs)
+                    self.assertEqual(r.out.dtype, args[0].dtype)
+                    np.testing.assert_allclose(r.out, want, rtol=1e-3, atol=1e-3)
+                    self.assertEqual(r.request_id, "")
+                    self.assertEqual(r.platform, "cpu")
+                with self.assertRaises(kernelserve.KernelserveError) as raised:
+                    await client.mean_pooling(uniform(self.rng, (2, 3)))
+                self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(len(taken), 8)
+            self.assertNotIn(None, taken)
+
     async def test_autotune_progress_and_time_budget(self):
         spec = {"x": kernelserve.TensorSpec((4, 512, 128), np.float32)}
         told = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import grpc
 import numpy as np
@@ -138,6 +138,21 @@ class GrpcioTransport:
             return answer_of(self._method(spliced.join(), timeout=timeout, metadata=metadata))
         except grpc.RpcError as error:
             raise from_rpc_error(error, self._target, timeout) from None
+
+    async def execute_lazily_async(self, pieces: list[wire.Piece], timeout: Optional[float],
+                                   metadata: Metadata) -> Union[bytes, Answer]:
+        """A grpc.aio channel's call of a message as its pieces (kernelserve.plain's): a small
+        answer without an in-band status comes back as its bytes, not parsed (as
+        NativeTransport.execute_lazily; parsed at once where the extension, which finds the
+        status without parsing, did not load)."""
+        try:
+            message = await self._method(b"".join(pieces), timeout=timeout, metadata=metadata)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, self._target, timeout) from None
+        if (_native is None or len(message) >= wire.LARGE_TENSOR_BYTES
+                or _native.has_field(message, _STATUS)):
+            return answer_of(message)
+        return cast(bytes, message)
 
     async def execute_async(self, spliced: wire.Spliced, timeout: Optional[float],
                             metadata: Metadata) -> Answer:
