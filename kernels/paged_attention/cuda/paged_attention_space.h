@@ -61,13 +61,20 @@ constexpr int PagedBlocksPerSm(int64_t head_dim, bool fp8_cache) {
 // them at 32 x 16k; on an H100 (25 GB/s per SM; the kernel before) the same. Blocks of two or more
 // row groups read the same pages, all but the first from L2, so they fill every slot (32 x 32k with
 // one kv head: 209.7 us filling three, 241.7 filling two). fp8 caches (half the bytes a token)
-// fill every slot too (their fastest counts on the H200), D 64 and D 256 as well. A batch that
-// alone passes two per SM is packed into every slot an SM holds, so its rounds are counted in
-// them (64 x 4k at D 128 on an H200: one split 341.4 us, three 276.2 us).
+// fill every slot too (their fastest counts on the H200), D 64 and D 256 as well, but at D 128
+// a split of at most half a block per SM (a batch of up to 8 sequences at Hkv 8) fills three of
+// the four: there the fourth only made the splits shorter and the combine longer (H200,
+// 2026-11-28 night, each shape timed alone twice per rule: 1 x 4k 10.5 us with 32 splits
+// against 12.2-12.3 with 64; 1 x 64k, 1 x 128k and 8 x 16k equal or up to 1.5% faster; 16 x 4k
+// keeps 4 splits). A batch that alone passes two per SM is packed into every slot an SM
+// holds, so its rounds are counted in them (64 x 4k at D 128 on an H200: one split 341.4 us,
+// three 276.2 us).
 constexpr int PagedSplitBlocksPerSm(int64_t head_dim, bool fp8_cache, int64_t row_groups,
                                     int64_t blocks, int64_t sms) {
-  const bool two_fill = head_dim >= 128 && head_dim < 256 && !fp8_cache && row_groups <= 1;
-  return two_fill && blocks <= 2 * sms ? 2 : PagedBlocksPerSm(head_dim, fp8_cache);
+  const bool d128 = head_dim >= 128 && head_dim < 256 && row_groups <= 1;
+  if (d128 && !fp8_cache && blocks <= 2 * sms) return 2;
+  if (d128 && fp8_cache && 2 * blocks <= sms) return 3;
+  return PagedBlocksPerSm(head_dim, fp8_cache);
 }
 
 }  // namespace kernelserve::cuda
