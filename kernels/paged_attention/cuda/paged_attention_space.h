@@ -43,9 +43,9 @@ inline constexpr int kPagedTokensPerWarp = 16;
 // three stages and two blocks per SM the kernel read 59-63% of the copy bandwidth at D 128,
 // with two stages and three blocks 73-83% (H200, 2026-11-28); a four-stage ring with one block
 // per SM for small batches was no faster than two stages with more splits (H100, 2026-11-28;
-// docs/PERFORMANCE_LOG.md). With fp8 caches at D 128 the
-// fastest split counts on an H200 were those that fill four blocks per SM (1 x 64k/128k: 64
-// splits, 8 x 16k: 8, 32 x 4k/16k: 2; 2026-11-28).
+// docs/PERFORMANCE_LOG.md). With fp8 caches at D 128 the fastest split counts on an H200 were
+// those that fill four blocks per SM at batch 32 (32 x 4k/16k: 2 splits; 2026-11-28), three
+// for smaller batches (PagedSplitBlocksPerSm).
 constexpr int PagedBlocksPerSm(int64_t head_dim, bool fp8_cache) {
   if (fp8_cache) return head_dim >= 256 ? 2 : 4;
   return head_dim >= 256 ? 1 : (head_dim >= 128 ? 3 : 4);
