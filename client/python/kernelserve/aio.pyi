@@ -29,7 +29,7 @@ import grpc.aio
 import numpy as np
 import numpy.typing as npt
 
-from kernelserve import autoshm, calls, resident, results, shm, tensors, transport, wire
+from kernelserve import autoshm, calls, plain, resident, results, shm, tensors, transport, wire
 from kernelserve import health as health_wire
 from kernelserve.calls import Config, Inputs, Outputs, Params, Request
 from kernelserve.client import health_name
