@@ -40,7 +40,10 @@ for lib in $(readelf -d "$site"/_native*.so 2>/dev/null | sed -n 's/.*NEEDED.*\[
   libs="$libs -l:$lib"
 done
 if [[ -z $libs ]]; then
-  libs="-l:libgrpc++.so.1.51 -l:libgrpc.so.29 -l:libgpr.so.29 -l:libabsl_synchronization.so.20220623"
+  echo "gpu-python-kit: $site has no kernelserve._native linking gRPC (readelf found none), so" \
+       "the libraries to link on the GPU host are unknown; build the package with its extension" \
+       "first (cmake --build $build --target client_pyenv)" >&2
+  exit 1
 fi
 cat >"$kit/build.sh" <<EOF
 #!/usr/bin/env bash

@@ -117,9 +117,7 @@ class Client:
             if pieces is not None:
                 answer = await self._grpcio.execute_lazily_async(
                     pieces, calls.call_timeout(timeout, self._timeout), self._metadata)
-                if isinstance(answer, bytes):
-                    return results.lazy_result(answer)
-                return results.result_of(answer[0], None, answer[1])
+                return results.result_of_answer(answer)
         run: dict[str, Any] = dict(config=config, platform=platform, device=device,
                                    allow_autotune=allow_autotune, request_id=request_id,
                                    timeout=timeout)

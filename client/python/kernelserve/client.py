@@ -144,9 +144,7 @@ class Client:
                 answer = self._native.execute_lazily(
                     pieces, self._plain_timeout if not timeout else
                     calls.call_timeout(timeout, None), self._metadata)
-                if type(answer) is bytes:
-                    return results.lazy_result(answer)
-                return results.result_of(answer[0], None, answer[1])
+                return results.result_of_answer(answer)
         run: dict[str, Any] = dict(config=config, platform=platform, device=device,
                                    allow_autotune=allow_autotune, request_id=request_id,
                                    timeout=timeout)

@@ -312,6 +312,16 @@ def lazy_result(message: bytes) -> Result:
     return result
 
 
+def result_of_answer(answer: Union[bytes, tuple[pb.ExecuteResponse, dict[str, memoryview]]]
+                     ) -> Result:
+    """The Result of a lean call's answer (transport's execute_lazily and
+    execute_lazily_async): lazy for its bytes, else of the parsed response and its outputs'
+    data (raising its in-band error)."""
+    if type(answer) is bytes:
+        return lazy_result(answer)
+    return result_of(answer[0], None, answer[1])  # type: ignore[index]
+
+
 def parsed_response(message: bytes) -> pb.ExecuteResponse:
     """The ExecuteResponse of an answer's bytes; INTERNAL when they do not parse."""
     try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Optional, Union, cast
+from typing import Any, Optional, Union
 
 import grpc
 import numpy as np
@@ -110,9 +110,16 @@ class NativeTransport:
             raise from_status(code, message, self._target, timeout)
         if type(answer) is not bytes:  # large: its outputs read in place
             return _read_in_place(answer)
-        if _native.has_field(answer, _STATUS):  # an in-band error, likely: parsed to raise it
-            return results.parsed_response(answer), {}
-        return answer
+        return _small_answer(answer)
+
+
+def _small_answer(message: bytes) -> Union[bytes, Answer]:
+    """A small answer as its bytes, to be parsed when read (results.lazy_result), or parsed
+    now where it may carry an in-band status (to raise it) or where the extension, which finds
+    the status without parsing, did not load."""
+    if _native is None or _native.has_field(message, _STATUS):
+        return results.parsed_response(message), {}
+    return message
 
 
 def _read_in_place(answer: Any) -> Answer:
@@ -149,10 +156,9 @@ class GrpcioTransport:
             message = await self._method(b"".join(pieces), timeout=timeout, metadata=metadata)
         except grpc.RpcError as error:
             raise from_rpc_error(error, self._target, timeout) from None
-        if (_native is None or len(message) >= wire.LARGE_TENSOR_BYTES
-                or _native.has_field(message, _STATUS)):
+        if len(message) >= wire.LARGE_TENSOR_BYTES:
             return answer_of(message)
-        return cast(bytes, message)
+        return _small_answer(message)
 
     async def execute_async(self, spliced: wire.Spliced, timeout: Optional[float],
                             metadata: Metadata) -> Answer:
