@@ -1590,6 +1590,12 @@ class ResidentTensorTest(unittest.TestCase):
             t = np.arange(lens[b])
             return pool[table[b, t // page_size], t % page_size][None]
 
+        # With the native transport a step takes kernelserve.plain's lean path (the caches go by
+        # name); the answers below are the same either way.
+        make_pieces = self.client._plain.pieces
+        taken = []  # what kernelserve.plain made of each step: its pieces, or None
+        self.client._plain.pieces = lambda *args: taken.append(make_pieces(*args)) or taken[-1]
+        self.addCleanup(delattr, self.client._plain, "pieces")
         for step in range(3):
             lens = np.where(lens > 0, lens + 1, 0).astype(np.int32)
             q = uniform(self.rng, (batch, 1, hq, d))
@@ -1611,6 +1617,8 @@ class ResidentTensorTest(unittest.TestCase):
                 np.testing.assert_allclose(r.out[b:b + 1], want, rtol=1e-5, atol=1e-6,
                                            err_msg=f"step {step} sequence {b}")
                 np.testing.assert_allclose(r.lse[b:b + 1], lse, rtol=1e-5, atol=1e-6)
+        self.assertEqual(len(taken), 3 if self.client._native is not None else 0)
+        self.assertNotIn(None, taken)
         # Inline caches are updated in the call's own copy only: the answer is the same, the
         # caller's arrays stay as they were.
         mine = k_pages.copy()

@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 
 import kernelserve
-from kernelserve import calls, plain, results, tensors, transport, wire
+from kernelserve import calls, plain, resident, results, tensors, transport, wire
 from kernelserve.v1 import kernel_service_pb2 as pb
 
 LARGE = wire.LARGE_TENSOR_BYTES
@@ -225,6 +225,38 @@ class PlainRequestTest(unittest.TestCase):
                 self.check("mean_pooling", inputs, params, **run)
         self.check("flash_attention", {"q": y, "k": y, "v": y}, {"causal": True})
 
+    def test_resident_tensors_go_by_name(self):
+        def resident_tensor(name):
+            info = resident.ResidentTensorInfo(
+                name=name, dtype=np.dtype(np.float32), shape=(64, 16, 8, 128), device=0,
+                byte_size=4 << 20, owner="", created_unix_ms=0, last_used_unix_ms=0, calls=0,
+                ttl_seconds=0)
+            return resident.ResidentTensorBase(None, info)
+
+        q = self.rng.standard_normal((16, 1, 32, 128), dtype=np.float32).astype(
+            kernelserve.bfloat16)
+        table = self.rng.permutation(64).astype(np.int32).reshape(16, 4)
+        for k_name, v_name in (("pages-k", "pages-v"), ("pages-v", "pages-k"), ("a b", "a b")):
+            step = {"q": q, "k_cache": resident_tensor(k_name), "v_cache": resident_tensor(v_name),
+                    "block_table": table, "cache_seqlens": np.full(16, 9, np.int32)}
+            for _ in range(2):  # the second time from the cache
+                self.check("paged_attention", step, request_id="step")
+        self.check("paged_attention", {"k_cache": resident_tensor("pages-k")})
+        self.assertIsNone(plain_request(self.requests, "paged_attention",
+                                        {"k\udc80": resident_tensor("pages-k")}))
+
+    def test_arrays_past_the_wire_threshold_are_sent_from_their_own_memory(self):
+        x = self.rng.standard_normal((16, 32, 128), dtype=np.float32)  # 256 KiB
+        self.assertGreaterEqual(x.nbytes, wire.LARGE_TENSOR_BYTES)
+        for array in (x, x.astype(kernelserve.bfloat16), x.T, x[:, ::2], x[:1]):
+            self.check("mean_pooling", {"x": array})
+        pieces = self.requests.pieces("mean_pooling", {"x": x}, None, "", None, None, "")
+        views = [p for p in pieces if isinstance(p, memoryview)]
+        self.assertEqual(len(views), 1)
+        self.assertTrue(np.shares_memory(np.frombuffer(views[0], np.uint8), x))
+        pieces = self.requests.pieces("mean_pooling", {"x": x.T}, None, "", None, None, "")
+        self.assertFalse(any(isinstance(p, memoryview) for p in pieces))  # copied in C order
+
     def test_calls_that_are_not_plain_take_the_usual_path(self):
         x = np.ones((2, 3), np.float32)
         big = np.ones(plain.MAX_BYTES // 4, np.float32)
@@ -232,7 +264,7 @@ class PlainRequestTest(unittest.TestCase):
                                ({"x": x.astype(">f4")}, None),  # byte-swapped
                                ({"x": x.tolist()}, None),
                                ({"x": kernelserve.TensorSpec((2, 3))}, None),
-                               ({"x": big}, None),  # beside the message
+                               ({"x": big}, None),  # through shared memory, or aside
                                ({"x": big[:len(big) // 2], "y": big[len(big) // 2:]}, None),
                                ({"x": np.ones(3, np.uint8)}, None),  # not sent: an error
                                ({"x": x}, {"chunk_size": [1, 2]}),  # unhashable

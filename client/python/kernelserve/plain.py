@@ -2,15 +2,19 @@
 calls).
 
 Building an ExecuteRequest with protobuf and serializing it on every call is most of a tiny
-call's Python work (bench/python_client.py). A plain call is one whose every input is a small
-NumPy array of a dtype sent as it is (float32, float16, bfloat16, uint16 bf16 bits, int32,
-int64, bool, the fp8 dtypes), with no config, outputs or shared-memory regions. Its message is
-written as pieces: the request without inputs and request_id (serialized by protobuf once per
-kernel, params, platform, device and allow_autotune), then each input's map entry, its head
-(name, dtype, shape, the data's length; made once per name, dtype and shape) followed by the
-array's bytes, then the request_id. Protobuf parses these bytes into the message that
-calls.execute_request builds: fields may come in any order on the wire, and every call's own
-values (its arrays, its request_id) are written afresh, never cached.
+call's Python work (bench/python_client.py). A plain call is one whose every input is a NumPy
+array of a dtype sent as it is (float32, float16, bfloat16, uint16 bf16 bits, int32, int64,
+bool, the fp8 dtypes), under MAX_BYTES in all, or a resident tensor (sent by name), with no
+config, outputs or shared-memory regions: a tiny call, or a decode step that sends its new
+tokens beside caches kept on the server. Its message is written as pieces: the request without
+inputs and request_id (serialized by protobuf once per kernel, params, platform, device and
+allow_autotune), then each input's map entry: for an array its head (name, dtype, shape, the
+data's length; made once per name, dtype and shape) followed by the array's bytes (its own
+memory, not a copy, from wire.LARGE_TENSOR_BYTES up, as wire.splice sends it), for a resident
+tensor the whole entry (made once per name and tensor); then the request_id. Protobuf parses
+these bytes into the message that calls.execute_request builds: fields may come in any order on
+the wire, and every call's own values (its arrays, its request_id) are written afresh, never
+cached.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from kernelserve import calls, tensors, wire
+from kernelserve import autoshm, calls, tensors, wire
 from kernelserve.errors import ArgumentError
+from kernelserve.resident import ResidentTensorBase
 from kernelserve.v1 import kernel_service_pb2 as pb
 
-# Inputs of fewer bytes than this, all together, take the plain path: below wire's and
-# autoshm's thresholds, so that larger calls still go beside the message or through shared
-# memory.
-MAX_BYTES = min(wire.LARGE_TENSOR_BYTES, 1 << 20)
+# Arrays of fewer bytes than this, all together, take the plain path: below autoshm's threshold,
+# so that larger calls to a server on this host still go through shared memory.
+MAX_BYTES = autoshm.MIN_BYTES
 # Entries each cache keeps at most; a full one starts over (calls whose params change every
 # time, say, do not grow it).
 MAX_CACHED = 256
@@ -43,7 +47,7 @@ class PlainRequests:
 
     def __init__(self) -> None:
         self._headers: dict[tuple[Any, ...], bytes] = {}
-        self._inputs: dict[tuple[Any, ...], bytes] = {}
+        self._inputs: dict[tuple[Any, ...], bytes] = {}  # arrays' heads and resident entries
 
     def pieces(self, kernel: str, inputs: Mapping[str, Any], params: Optional[calls.Params],
                platform: str, device: Optional[int], allow_autotune: Optional[bool],
@@ -66,8 +70,16 @@ class PlainRequests:
         total = 0
         heads = self._inputs
         for name, value in inputs.items():
-            if type(value) is not np.ndarray or type(name) is not str:
+            if type(name) is not str:
                 return None
+            if type(value) is not np.ndarray:
+                if not isinstance(value, ResidentTensorBase):
+                    return None
+                entry = self._resident_entry(name, value.name)
+                if not entry:
+                    return None
+                pieces.append(entry)
+                continue
             head_key = (name, value.dtype, value.shape)
             head = heads.get(head_key)
             if head is None:
@@ -75,7 +87,7 @@ class PlainRequests:
             total += value.nbytes
             if not head or total >= MAX_BYTES:
                 return None
-            pieces += (head, value.tobytes())  # C order, whatever the array's strides
+            pieces += (head, _data(value))
         if request_id:
             pieces.append(wire.string_field(_REQUEST_ID, request_id))
         return pieces
@@ -96,6 +108,30 @@ class PlainRequests:
         head = _input_head(name, array)
         _store(self._inputs, key, head)
         return head
+
+
+    def _resident_entry(self, name: str, tensor: str) -> bytes:
+        """The map entry of input `name` sent as resident tensor `tensor`, made and kept;
+        _NOT_PLAIN for names protobuf refuses."""
+        key = (name, ResidentTensorBase, tensor)
+        entry = self._inputs.get(key)
+        if entry is None:
+            try:
+                request = pb.ExecuteRequest()
+                request.inputs[name].ref.tensor = tensor
+                entry = request.SerializeToString()
+            except (TypeError, ValueError):  # protobuf's, for a name that is not UTF-8
+                entry = _NOT_PLAIN
+            _store(self._inputs, key, entry)
+        return entry
+
+
+def _data(array: np.ndarray) -> wire.Piece:
+    """The array's bytes in C order: a view of its own memory when it is large and C-contiguous
+    (the call must end before it changes, as wire.splice's), else a copy."""
+    if array.nbytes >= wire.LARGE_TENSOR_BYTES and array.flags.c_contiguous:
+        return memoryview(array.reshape(-1).view(np.uint8))  # bfloat16 exports no buffer
+    return array.tobytes()
 
 
 def _serialized_header(kernel: str, params: Optional[calls.Params], platform: str,
