@@ -31,11 +31,12 @@ class DeviceThreadResources {
   // The gate of the stream (CudaRun::TimedLaunch holds the stream there while it queues).
   LaunchGate& gate() { return gate_; }
 
-  // Copies `bytes` from `host` to `device` on `stream` and waits until the copy is done: one
-  // DMA from page-locked memory; from pageable memory through the staging buffer, in pieces
-  // (filling one half of the buffer, with the shared host copier's threads, while the other
-  // half is in DMA).
-  // REQUIRES: `device` holds `bytes` bytes on this device.
+  // Queues the copy of `bytes` from `host` to `device` on `stream`, without waiting for it: one
+  // DMA from page-locked memory, which reads `host` after this returns; from pageable memory
+  // through the staging buffer, in pieces (filling one half of the buffer, with the shared host
+  // copier's threads, while the other half is in DMA), `host` read before this returns.
+  // REQUIRES: `device` holds `bytes` bytes on this device; page-locked `host` memory stays as
+  // it is until the stream has passed the copy (the caller synchronizes the stream).
   absl::Status Upload(const void* host, size_t bytes, void* device, cudaStream_t stream);
   // Copies `bytes` from `device` to `host` after the work queued on `stream`, the same way in
   // reverse (one DMA into page-locked memory; else one half in DMA while the other is copied

@@ -14,7 +14,9 @@ CudaRun::CudaRun(int ordinal, DeviceThreadResources* resources)
     : ordinal_(ordinal), resources_(resources) {}
 
 CudaRun::~CudaRun() {
-  // Errors cannot be reported from a destructor.
+  // Errors cannot be reported from a destructor. A run that ends before its launch still waits
+  // for its copies: their page-locked sources are the caller's only while the run lives.
+  if (uploads_pending_) (void)cudaStreamSynchronize(stream());
   if (start_ != nullptr) (void)cudaEventDestroy(start_);
   if (stop_ != nullptr) (void)cudaEventDestroy(stop_);
 }
@@ -43,11 +45,22 @@ absl::StatusOr<DeviceBuffer> CudaRun::Upload(const void* source, size_t bytes) {
         cudaMemcpyAsync(buffer.get(), source, bytes, cudaMemcpyDefault, stream()));
     KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
   } else if (bytes > 0) {
+    uploads_pending_ = true;
     KS_RETURN_IF_ERROR(resources_->Upload(source, bytes, buffer.get(), stream()));
   }
   upload_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return buffer;
+}
+
+absl::Status CudaRun::FinishUploads() {
+  if (!uploads_pending_) return absl::OkStatus();
+  const auto started = std::chrono::steady_clock::now();
+  uploads_pending_ = false;
+  KS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
+  upload_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return absl::OkStatus();
 }
 
 absl::Status CudaRun::AddOutputAt(const std::string& name, DType dtype, const Shape& shape,
@@ -87,6 +100,7 @@ absl::Status CudaRun::BindOutputs(const TensorMap& places) {
 absl::StatusOr<double> CudaRun::TimedLaunch(absl::FunctionRef<cudaError_t(cudaStream_t)> enqueue) {
   launched_ = false;
   KS_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  KS_RETURN_IF_ERROR(FinishUploads());
   {
     // The stream waits at the gate while the host queues the events and the launch: the
     // events then time the kernel, not the host's queuing (launch_seconds).

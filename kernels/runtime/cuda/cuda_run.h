@@ -55,8 +55,10 @@ class CudaRun : public PreparedRun {
   absl::Status InitEvents();
   // A device buffer holding the `bytes` bytes at `source` (empty for 0 bytes): `source` itself
   // when it is memory of this run's GPU (a tensor in a CUDA shared-memory region, read in
-  // place), else a copy (from the host, or from another GPU); the copy's time counts in
-  // upload_seconds.
+  // place), else a copy (from the host, or from another GPU). A copy from the host is queued on
+  // the stream: TimedLaunch waits for all of them before it launches, and that wait counts in
+  // upload_seconds with the queuing. REQUIRES: page-locked `source` memory stays as it is while
+  // the run lives (the run waits for its copies before it ends).
   absl::StatusOr<DeviceBuffer> Upload(const void* source, size_t bytes);
   // Allocates output `name` of `dtype` and `shape` on the device, for Fetch and
   // PoisonOutputs, and stores its address (null for an empty output) in `*address`, where the
@@ -89,6 +91,8 @@ class CudaRun : public PreparedRun {
 
   absl::Status AddOutputAt(const std::string& name, DType dtype, const Shape& shape,
                            std::function<void(void*)> set_address);
+  // Waits for the host copies Upload queued, if any, counting the wait in upload_seconds.
+  absl::Status FinishUploads();
 
   const int ordinal_;
   DeviceThreadResources* const resources_;
@@ -97,6 +101,7 @@ class CudaRun : public PreparedRun {
   std::vector<Output> outputs_;
   bool launched_ = false;
   double upload_seconds_ = 0.0;
+  bool uploads_pending_ = false;  // host copies queued since the last FinishUploads
   double launch_seconds_ = 0.0;
   int64_t input_bytes_ = 0;  // of every Upload, in place or copied (LaunchGated)
   // The inputs read in place (Upload of this GPU's memory): [begin, end) addresses.
