@@ -109,7 +109,6 @@ class PlainRequests:
         _store(self._inputs, key, head)
         return head
 
-
     def _resident_entry(self, name: str, tensor: str) -> bytes:
         """The map entry of input `name` sent as resident tensor `tensor`, made and kept;
         _NOT_PLAIN for names protobuf refuses."""

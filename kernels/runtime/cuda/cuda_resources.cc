@@ -136,8 +136,8 @@ absl::Status DeviceThreadResources::Upload(const void* host, size_t bytes, void*
                                            cudaStream_t stream) {
   if (bytes == 0) return absl::OkStatus();
   // No wait at the end: the kernel that reads `device` follows on the same stream, and a call
-  // of several inputs waits once for all of them (CudaRun), not once per input (a decode step
-  // of five small inputs took 123-131 us here, most of it five round trips to the GPU).
+  // of several inputs waits once for all of them (CudaRun), not once per input (on an H200 host
+  // a decode step's five copies took 124-134 us of h2d with a wait each, 101-106 us with one).
   if (IsPageLocked(host)) {  // one DMA, no staging
     KS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
     return absl::OkStatus();
