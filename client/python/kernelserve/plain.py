@@ -129,7 +129,7 @@ def _data(array: np.ndarray) -> wire.Piece:
     """The array's bytes in C order: a view of its own memory when it is large and C-contiguous
     (the call must end before it changes, as wire.splice's), else a copy."""
     if array.nbytes >= wire.LARGE_TENSOR_BYTES and array.flags.c_contiguous:
-        return memoryview(array.reshape(-1).view(np.uint8))  # bfloat16 exports no buffer
+        return wire.data_view(array)
     return array.tobytes()
 
 

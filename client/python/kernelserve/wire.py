@@ -82,12 +82,17 @@ def splice(header: bytes, aside: Mapping[str, tuple[pb.Tensor, np.ndarray]]) -> 
     pieces: list[Piece] = [header]
     total = len(header)
     for name, (tensor, array) in aside.items():
-        # As bytes: bfloat16 arrays export no buffer of their own dtype.
-        data = memoryview(array.reshape(-1).view(np.uint8))
+        data = data_view(array)
         prefix = input_prefix(name, tensor.SerializeToString(), data.nbytes)
         pieces += [prefix, data]
         total += len(prefix) + data.nbytes
     return Spliced(pieces, total)
+
+
+def data_view(array: np.ndarray) -> memoryview:
+    """A C-contiguous array's bytes as a flat view of its own memory (as bytes: bfloat16 arrays
+    export no buffer of their own dtype)."""
+    return memoryview(array.reshape(-1).view(np.uint8))
 
 
 def input_prefix(name: str, meta: bytes, nbytes: int) -> bytes:
