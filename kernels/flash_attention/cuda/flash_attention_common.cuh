@@ -313,6 +313,38 @@ __device__ __forceinline__ void SoftmaxProbabilities(float (&s)[kSTiles][4], flo
   }
 }
 
+// SoftmaxProbabilities of raw logits s = q.k of a tile with no mask, bias or soft cap, the
+// scale (log2 units) folded into the exponent: exp2(s * scale_log2 - m) is one fused
+// multiply-add an element where MaskLogits' scaling and the subtraction are two.
+// REQUIRES: scale_log2 > 0 (the row maximum of the scaled logits is the scaled maximum).
+template <int kSTiles>
+__device__ __forceinline__ void ScaledSoftmaxProbabilities(float (&s)[kSTiles][4], float scale_log2,
+                                                           float (&m)[2], float (&l)[2],
+                                                           float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+      tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(m[r], tile_max * scale_log2);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = Exp2(m[r] - m_use);
+    m[r] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+      s[n][2 * r] = Exp2(fmaf(s[n][2 * r], scale_log2, -m_use));
+      s[n][2 * r + 1] = Exp2(fmaf(s[n][2 * r + 1], scale_log2, -m_use));
+      sum += s[n][2 * r] + s[n][2 * r + 1];
+    }
+    l[r] = l[r] * alpha[r] + sum;
+  }
+}
+
 // Multiplies the thread's two rows of O by their alpha.
 template <int kOTiles>
 __device__ __forceinline__ void RescaleRows(float (&o)[kOTiles][4], const float (&alpha)[2]) {

@@ -11,7 +11,33 @@
 namespace kernelserve::cuda {
 namespace {
 
-enum Algorithm { kMma, kWgmma };
+enum Algorithm { kMma, kWgmma, kWs, kWsPp };
+
+// KernelConfig::algorithm of each Algorithm.
+std::string_view NameOf(Algorithm algorithm) {
+  switch (algorithm) {
+    case kWgmma:
+      return kFlashWgmmaAlgorithm;
+    case kWs:
+      return kFlashWsAlgorithm;
+    case kWsPp:
+      return kFlashWsPingPongAlgorithm;
+    case kMma:
+      break;
+  }
+  return "";
+}
+
+// The Algorithm named `name`; false for a name no kernel has.
+bool AlgorithmNamed(std::string_view name, Algorithm* algorithm) {
+  for (Algorithm a : {kMma, kWgmma, kWs, kWsPp}) {
+    if (NameOf(a) == name) {
+      *algorithm = a;
+      return true;
+    }
+  }
+  return false;
+}
 
 struct CompiledShape {
   Algorithm algorithm;
@@ -38,7 +64,7 @@ KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k, int num_w
   config.num_warps = num_warps;
   config.num_stages = num_stages;
   config.platform = "cuda";
-  if (algorithm == kWgmma) config.algorithm = std::string(kFlashWgmmaAlgorithm);
+  config.algorithm = std::string(NameOf(algorithm));
   return config;
 }
 
@@ -68,8 +94,12 @@ const ConfigSchema& FlashAttentionCudaConfigSchema() {
       CompiledField("block_k", &CompiledShape::block_k, "key rows per K/V tile"),
       CompiledField("num_warps", &CompiledShape::num_warps, "warps per block"),
       CompiledField("num_stages", &CompiledShape::num_stages, "K/V tiles in flight"),
-      ChoiceConfigField("algorithm", {std::string(kFlashWgmmaAlgorithm)}, "the mma.sync kernel",
-                        "the kernel variant (wgmma: Hopper, compute capability 9.0)"),
+      ChoiceConfigField("algorithm",
+                        {std::string(kFlashWgmmaAlgorithm), std::string(kFlashWsAlgorithm),
+                         std::string(kFlashWsPingPongAlgorithm)},
+                        "the mma.sync kernel",
+                        "the kernel variant (wgmma, wgmma_ws, wgmma_pp: Hopper, compute "
+                        "capability 9.0)"),
   }};
   return *kSchema;
 }
@@ -93,13 +123,14 @@ std::vector<KernelConfig> FlashAttentionCompiledConfigs(int64_t head_dim) {
 }
 
 bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
-  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
+  Algorithm algorithm = kMma;
   if (!(config.platform.empty() || config.platform == "cuda") || config.block_d != 0 ||
-      config.block_size != 0 || !config.named.empty() || !(wgmma || config.algorithm.empty())) {
+      config.block_size != 0 || !config.named.empty() ||
+      !AlgorithmNamed(config.algorithm, &algorithm)) {
     return false;
   }
   for (const CompiledShape& s : kCompiled) {
-    if ((s.algorithm == kWgmma) == wgmma && s.head_dim == head_dim && s.block_q == config.block_q &&
+    if (s.algorithm == algorithm && s.head_dim == head_dim && s.block_q == config.block_q &&
         s.block_k == config.block_k && s.num_warps == config.num_warps &&
         s.num_stages == config.num_stages) {
       return true;
@@ -109,10 +140,15 @@ bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
 }
 
 int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
-  // The wgmma kernel lays rows out in whole 64-element blocks (D = 96 takes 128) and aligns its
-  // tiles to 1024 bytes, asking for that much slack (WgmmaSharedBytes).
-  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
+  // The Hopper kernels lay rows out in whole 64-element blocks (D = 96 takes 128) and align
+  // their tiles to 1024 bytes, asking for that much slack (WgmmaSharedBytes); the
+  // warp-specialized one adds its mbarriers.
   const int d = static_cast<int>(head_dim);
+  if (config.algorithm == kFlashWsAlgorithm || config.algorithm == kFlashWsPingPongAlgorithm) {
+    return static_cast<int64_t>(
+        FlashWsSharedBytes(d, config.block_q, config.block_k, config.num_stages));
+  }
+  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
   return static_cast<int64_t>(FlashSharedBytes(wgmma ? FlashWgmmaWidth(d) : d, config.block_q,
                                                config.block_k, config.num_stages)) +
          (wgmma ? 1024 : 0);
@@ -123,7 +159,7 @@ bool FlashConfigFits(const KernelConfig& config, int64_t head_dim, const DeviceI
                             ? device.shared_memory_per_block_optin
                             : kDefaultSharedOptin;
   return IsFlashConfigCompiled(config, head_dim) &&
-         (config.algorithm != kFlashWgmmaAlgorithm || IsFlashWgmmaDevice(device)) &&
+         (config.algorithm.empty() || IsFlashWgmmaDevice(device)) &&
          FlashConfigSharedBytes(config, head_dim) <= limit;
 }
 
@@ -142,13 +178,13 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device) {
-  // Hopper: the wgmma kernel with key tiles of 128 and 3 stages. Measured on an H100
-  // (docs/PERFORMANCE_LOG.md, the flash attention forward of 2026-11-22): at D = 128 two
-  // warpgroups (128 query rows) beat one by 37%; at D = 64 one warpgroup (two blocks an SM)
-  // beats two by 18%. At D = 256 only one warpgroup with key tiles of 64 fits in shared memory.
-  const KernelConfig hopper = problem.head_dim <= 64    ? MakeConfig(kWgmma, 64, 128, 4, 3)
-                              : problem.head_dim <= 128 ? MakeConfig(kWgmma, 128, 128, 8, 3)
-                                                        : MakeConfig(kWgmma, 64, 64, 4, 3);
+  // Hopper: the persistent warp-specialized kernel with its consumers taking turns (ping-pong),
+  // 128 query rows, key tiles of 128 (64 at D = 256, where larger ones do not fit) and 2
+  // stages. Measured on an H200 (docs/PERFORMANCE_LOG.md, the warp-specialized forward of
+  // 2026-11-29): 1.2-1.6x the wgmma kernel at every head dim from 64 to 256, causal or not,
+  // dense or varlen; the two variants (turns or not) within run-to-run spread of each other,
+  // ping-pong ahead in more cases. D = 32 has no such kernel (a row of 64 bytes): mma.sync.
+  const KernelConfig hopper = MakeConfig(kWsPp, 128, problem.head_dim <= 128 ? 128 : 64, 12, 2);
   if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
   // Other GPUs, measured on an H100 (2026-11-22; in `git show caf8d6d:docs/PERFORMANCE.md`, not
   // in docs/PERFORMANCE_LOG.md): mma.sync with 4 warps x 64 query rows (two blocks per SM) beat

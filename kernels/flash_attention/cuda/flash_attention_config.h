@@ -8,7 +8,8 @@
 //   num_stages  K/V tiles in flight (shared-memory stages).
 //   algorithm   "" for the mma.sync kernel (any sm_80+ GPU), "wgmma" for the Hopper kernel
 //               (compute capability 9.0, compiled when the build targets sm_90a; 64 query
-//               rows per warpgroup of 4 warps).
+//               rows per warpgroup of 4 warps), "wgmma_ws" / "wgmma_pp" for the
+//               warp-specialized Hopper kernel (num_warps counts its producer warpgroup too).
 //   platform    "cuda" (or "" when given by hand); the other fields stay zero or empty.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_CONFIG_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_CONFIG_H_
@@ -27,10 +28,14 @@ namespace kernelserve::cuda {
 
 // KernelConfig::algorithm of the Hopper (wgmma) kernel.
 inline constexpr std::string_view kFlashWgmmaAlgorithm = "wgmma";
+// KernelConfig::algorithm of the warp-specialized Hopper kernel (a TMA producer warpgroup and
+// two consumer warpgroups), and of the same with the consumers taking turns (ping-pong).
+inline constexpr std::string_view kFlashWsAlgorithm = "wgmma_ws";
+inline constexpr std::string_view kFlashWsPingPongAlgorithm = "wgmma_pp";
 
 // The cuda platform's config schema: block_q, block_k, num_warps and num_stages within the
-// bounds of the compiled instances, algorithm "" or "wgmma" (the compiled combinations are
-// checked after it).
+// bounds of the compiled instances, algorithm "", "wgmma", "wgmma_ws" or "wgmma_pp" (the
+// compiled combinations are checked after it).
 const ConfigSchema& FlashAttentionCudaConfigSchema();
 
 // True where the wgmma kernels (forward and backward) run: Hopper, compute capability 9.0. A
@@ -61,8 +66,8 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 // A pure function of problem and device; in FlashAttentionCandidates(problem, device) whenever
 // that is not empty.
-// Hopper with wgmma compiled: wgmma with key tiles of 128 and 3 stages, 8 warps x 128 query
-// rows (4 x 64 at D <= 64).
+// Hopper with wgmma compiled: the warp-specialized kernel with ping-pong ("wgmma_pp"), 12 warps
+// x 128 query rows, key tiles of 128 (64 at D = 256) and 2 stages; at D = 32 mma.sync as below.
 // Otherwise mma.sync with 4 warps x 64 query rows, key tiles of 128 up to D = 64, 64 up to
 // D = 128 and 32 at D = 256,
 // 2 stages; on a device whose shared memory that exceeds, the largest compiled config that fits.

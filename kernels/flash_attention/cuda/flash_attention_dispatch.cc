@@ -11,7 +11,23 @@
 namespace kernelserve::cuda {
 namespace {
 
-enum class Algo { Mma = 0, Wgmma = 1 };
+enum class Algo { Mma = 0, Wgmma = 1, Ws = 2, WsPp = 3 };
+
+// The Algo of KernelConfig::algorithm `name`; false for a name no kernel has.
+bool AlgoNamed(std::string_view name, Algo* algo) {
+  if (name.empty()) {
+    *algo = Algo::Mma;
+  } else if (name == kFlashWgmmaAlgorithm) {
+    *algo = Algo::Wgmma;
+  } else if (name == kFlashWsAlgorithm) {
+    *algo = Algo::Ws;
+  } else if (name == kFlashWsPingPongAlgorithm) {
+    *algo = Algo::WsPp;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 // One integer per (algorithm, dtype, head dim, block_q, block_k, warps, stages), for the switch
 // below. REQUIRES: every field below its bound (checked by the caller).
@@ -25,8 +41,8 @@ constexpr int64_t Key(Algo algo, DType dtype, int64_t d, int64_t bq, int64_t bk,
 
 absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
                                                 const KernelConfig& config) {
-  const bool wgmma = config.algorithm == kFlashWgmmaAlgorithm;
-  const bool in_range = (wgmma || config.algorithm.empty()) && head_dim > 0 && head_dim < 512 &&
+  Algo algo = Algo::Mma;
+  const bool in_range = AlgoNamed(config.algorithm, &algo) && head_dim > 0 && head_dim < 512 &&
                         config.block_q > 0 && config.block_q < 512 && config.block_k > 0 &&
                         config.block_k < 512 && config.num_warps > 0 && config.num_warps < 64 &&
                         config.num_stages > 0 && config.num_stages < 16;
@@ -34,8 +50,8 @@ absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
 #define KS_FLASH_CASE(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES) \
   case Key(Algo::ALGO, DType::DT, D, BQ, BK, WARPS, STAGES):  \
     return &LaunchFlashAttention##ALGO<CT, D, BQ, BK, WARPS, STAGES>;
-    switch (Key(wgmma ? Algo::Wgmma : Algo::Mma, dtype, head_dim, config.block_q, config.block_k,
-                config.num_warps, config.num_stages)) {
+    switch (Key(algo, dtype, head_dim, config.block_q, config.block_k, config.num_warps,
+                config.num_stages)) {
       KS_FOR_EACH_FLASH_INSTANCE(KS_FLASH_CASE)
       default:
         break;
@@ -47,9 +63,9 @@ absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
                    Sv(config.algorithm), "', dtype ", Sv(DTypeName(dtype)), ", head dim ", head_dim,
                    ", block_q ", config.block_q, ", block_k ", config.block_k, ", num_warps ",
                    config.num_warps, ", num_stages ", config.num_stages,
-                   " (compiled: f16/bf16, head dims 32, 64, 96, 128 and 256, algorithm '' or "
-                   "'wgmma' where the build targets "
-                   "sm_90a; see kernels/flash_attention/cuda/flash_attention_config.h)"));
+                   " (compiled: f16/bf16, head dims 32, 64, 96, 128 and 256, algorithm '', or "
+                   "'wgmma', 'wgmma_ws' and 'wgmma_pp' where the build targets sm_90a; see "
+                   "kernels/flash_attention/cuda/flash_attention_config.h)"));
 }
 
 }  // namespace kernelserve::cuda

@@ -2,6 +2,7 @@
 #include "kernels/flash_attention/cuda/flash_attention_device.cuh"
 #include "kernels/flash_attention/cuda/flash_attention_instances.h"
 #include "kernels/flash_attention/cuda/flash_attention_wgmma.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_ws.cuh"
 
 namespace kernelserve::cuda {
 

@@ -4,10 +4,11 @@
 // checks).
 //
 // KS_FLASH_INSTANCES_D<D>(X) calls X(ALGO, DTYPE, CTYPE, D, BLOCK_Q, BLOCK_K, WARPS, STAGES)
-// once per instance: ALGO is Mma (LaunchFlashAttentionMma, any sm_80+ GPU, BLOCK_Q = 16 * WARPS)
-// or Wgmma (LaunchFlashAttentionWgmma, Hopper only, compiled when the build targets sm_90a;
-// BLOCK_Q = 64 query rows per warpgroup of 4 warps); DTYPE a DType enumerator name, CTYPE the
-// CUDA element type.
+// once per instance: ALGO is Mma (LaunchFlashAttentionMma, any sm_80+ GPU, BLOCK_Q = 16 * WARPS),
+// Wgmma (LaunchFlashAttentionWgmma, Hopper only, compiled when the build targets sm_90a;
+// BLOCK_Q = 64 query rows per warpgroup of 4 warps) or Ws / WsPp (the warp-specialized Hopper
+// kernel, BLOCK_Q = 64 per consumer warpgroup, WARPS counting the producer's 4 too); DTYPE a
+// DType enumerator name, CTYPE the CUDA element type.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_INSTANCES_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_INSTANCES_H_
 
@@ -26,16 +27,26 @@
 // D = 128, and two warpgroups with key tiles of 64 (fewer registers). D = 256: one warpgroup
 // with key tiles of 64 and 3 stages, the one shape whose Q, K and V tiles fit a Hopper block's
 // shared memory (225 of 227 KiB).
+//
+// Warp-specialized (Ws, WsPp: a producer warpgroup and two consumer warpgroups, 12 warps x 128
+// query rows): key tiles of 128 and 2 stages up to D = 128 (D = 96 padded to 128), key tiles
+// of 64 at D = 256. Three stages were no faster at D = 128 (H200).
 #if defined(KERNELSERVE_FLASH_WGMMA)
+#define KS_FLASH_WS_(X, DT, CT, D, BK, STAGES) \
+  X(Ws, DT, CT, D, 128, BK, 12, STAGES)        \
+  X(WsPp, DT, CT, D, 128, BK, 12, STAGES)
 #define KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D) \
   X(Wgmma, DT, CT, D, 128, 128, 8, 3)        \
   X(Wgmma, DT, CT, D, 128, 64, 8, 3)         \
   X(Wgmma, DT, CT, D, 128, 64, 8, 4)         \
-  X(Wgmma, DT, CT, D, 64, 128, 4, 3)
+  X(Wgmma, DT, CT, D, 64, 128, 4, 3)         \
+  KS_FLASH_WS_(X, DT, CT, D, 128, 2)
 #define KS_FLASH_WGMMA_D96_(X, DT, CT) \
   X(Wgmma, DT, CT, 96, 128, 128, 8, 3) \
-  X(Wgmma, DT, CT, 96, 128, 64, 8, 3) X(Wgmma, DT, CT, 96, 64, 128, 4, 3)
-#define KS_FLASH_WGMMA_D256_(X, DT, CT) X(Wgmma, DT, CT, 256, 64, 64, 4, 3)
+  X(Wgmma, DT, CT, 96, 128, 64, 8, 3)  \
+  X(Wgmma, DT, CT, 96, 64, 128, 4, 3) KS_FLASH_WS_(X, DT, CT, 96, 128, 2)
+#define KS_FLASH_WGMMA_D256_(X, DT, CT) \
+  X(Wgmma, DT, CT, 256, 64, 64, 4, 3) KS_FLASH_WS_(X, DT, CT, 256, 64, 2)
 #else
 #define KS_FLASH_WGMMA_SHAPES_(X, DT, CT, D)
 #define KS_FLASH_WGMMA_D96_(X, DT, CT)

@@ -73,6 +73,21 @@ cudaError_t LaunchFlashAttentionMma(const FlashDeviceArgs& args, cudaStream_t st
 // the padded head dim + 1024 (alignment).
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
 cudaError_t LaunchFlashAttentionWgmma(const FlashDeviceArgs& args, cudaStream_t stream);
+// Ws / WsPp: the persistent warp-specialized Hopper kernel (flash_attention_ws.cuh), same
+// requirements as Wgmma; kWarps = 12 (a producer warpgroup and two consumer warpgroups of 64
+// query rows), kBlockQ = 128; WsPp has its consumers take turns at the tensor cores. Its
+// shared memory is FlashWsSharedBytes(...).
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionWs(const FlashDeviceArgs& args, cudaStream_t stream);
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionWsPp(const FlashDeviceArgs& args, cudaStream_t stream);
+
+// Shared memory of a warp-specialized block: the tiles at the padded head dim, 1024 bytes of
+// alignment slack and the mbarriers (two for Q, four per stage).
+constexpr size_t FlashWsSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {
+  return FlashSharedBytes(FlashWgmmaWidth(head_dim), block_q, block_k, num_stages) + 1024 +
+         8 * (2 + 4 * static_cast<size_t>(num_stages));
+}
 
 // Varlen rows past the last sequence: writes zeros to out rows [covered_q, total_q) (each
 // Hq*D elements of `item_size` bytes) and -inf to their lse entries (when lse is set).

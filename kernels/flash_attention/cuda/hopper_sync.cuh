@@ -1,7 +1,8 @@
 // Hopper (sm_90a) synchronization and data-movement primitives of the warp-specialized flash
-// attention backward kernel (flash_attention_bwd_wgmma.cuh): acquire/release flags in global
-// memory, named barriers between the roles of a block, register reallocation between
-// warpgroups and the bulk (TMA) reduction of a shared-memory tile into global memory.
+// attention kernels (the backward of flash_attention_bwd_wgmma.cuh, the forward of
+// flash_attention_ws.cuh): acquire/release flags in global memory, named barriers between the
+// roles of a block, register reallocation between warpgroups, mbarriers, tensor (TMA) loads
+// and the bulk reduction of a shared-memory tile into global memory.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_HOPPER_SYNC_CUH_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_HOPPER_SYNC_CUH_
 
@@ -69,6 +70,49 @@ __device__ __forceinline__ void BulkWaitRead() {
 }
 __device__ __forceinline__ void BulkWaitComplete() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// An mbarrier in shared memory (8 bytes at `bar`). BarrierInit sets its arrival count (one
+// thread, before any use; FenceBarrierInit and a block-wide sync make it visible to the other
+// threads and to the tensor memory accelerator). A phase completes when `count` arrivals and
+// every byte announced by BarrierExpectBytes (which counts as one arrival) have landed.
+// BarrierWait(bar, parity) returns once the phase of that parity has completed: a fresh
+// barrier is in phase 0, so waiting for parity 1 returns at once (the "previous" phase).
+__device__ __forceinline__ void BarrierInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void BarrierExpectBytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void BarrierWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Starts a tensor-memory-accelerator copy of one box of the 3-d tensor `map` (a kernel
+// parameter: __grid_constant__) at coordinates (c0, c1, c2), innermost first, into shared
+// memory at `dst`; its bytes count toward the phase of mbarrier `bar`. Out-of-bounds elements
+// land as zeros. REQUIRES: dst aligned as the map's swizzle needs (1024 bytes for 128B).
+__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

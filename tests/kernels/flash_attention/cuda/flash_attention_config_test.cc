@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -40,6 +41,11 @@ DeviceInfo Hopper() {
 }
 
 bool IsWgmma(const KernelConfig& config) { return config.algorithm == kFlashWgmmaAlgorithm; }
+bool IsWarpSpecialized(const KernelConfig& config) {
+  return config.algorithm == kFlashWsAlgorithm || config.algorithm == kFlashWsPingPongAlgorithm;
+}
+// Any of the Hopper-only kernels.
+bool IsHopperOnly(const KernelConfig& config) { return !config.algorithm.empty(); }
 
 FlashAttentionProblem MakeProblem(DType dtype, int64_t b, int64_t s, int64_t hq, int64_t d) {
   FlashAttentionProblem p;
@@ -76,8 +82,10 @@ TEST(FlashAttentionConfigTest, EveryCompiledConfigHasALauncher) {
     std::set<std::string> seen;
     for (const KernelConfig& config : configs) {
       EXPECT_TRUE(IsFlashConfigCompiled(config, d)) << config.DebugString();
-      EXPECT_EQ(config.block_q, 16 * config.num_warps) << config.DebugString();
-      if (IsWgmma(config)) {
+      // 16 query rows a compute warp; the warp-specialized kernel adds a producer warpgroup.
+      const int compute_warps = config.num_warps - (IsWarpSpecialized(config) ? 4 : 0);
+      EXPECT_EQ(config.block_q, 16 * compute_warps) << config.DebugString();
+      if (IsHopperOnly(config)) {
         EXPECT_EQ(config.num_warps % 4, 0) << config.DebugString();
       }
       EXPECT_TRUE(seen.insert(config.ToJson()).second) << "duplicate " << config.DebugString();
@@ -136,49 +144,50 @@ TEST(FlashAttentionConfigTest, HeuristicOffHopperPicksTheMeasuredMmaShape) {
 TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   const FlashAttentionProblem p = MakeProblem(DType::kBF16, 4, 4096, 16, 128);
   for (const KernelConfig& c : FlashAttentionCandidates(p, Gpu(132, 227 * 1024))) {
-    EXPECT_FALSE(IsWgmma(c)) << c.DebugString();
+    EXPECT_FALSE(IsHopperOnly(c)) << c.DebugString();
   }
   const KernelConfig best = FlashAttentionHeuristic(p, Hopper());
 #if defined(KERNELSERVE_FLASH_WGMMA)
-  // The build targets sm_90a: Hopper takes the wgmma kernel, mma.sync stays a candidate.
-  EXPECT_TRUE(IsWgmma(best)) << best.DebugString();
+  // The build targets sm_90a: Hopper takes the warp-specialized kernel with ping-pong; the
+  // wgmma kernel, the one without turns and mma.sync stay candidates.
+  EXPECT_EQ(best.algorithm, kFlashWsPingPongAlgorithm) << best.DebugString();
   EXPECT_EQ(best.block_q, 128);
   EXPECT_EQ(best.block_k, 128);
-  EXPECT_EQ(best.num_warps, 8);
+  EXPECT_EQ(best.num_warps, 12);
+  EXPECT_EQ(best.num_stages, 2);
   const std::vector<KernelConfig> candidates = FlashAttentionCandidates(p, Hopper());
-  EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
-                          [](const KernelConfig& c) { return !IsWgmma(c); }));
+  for (std::string_view algorithm : {std::string_view(), kFlashWgmmaAlgorithm, kFlashWsAlgorithm}) {
+    EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
+                            [&](const KernelConfig& c) { return c.algorithm == algorithm; }))
+        << "no candidate of algorithm '" << algorithm << "'";
+  }
   EXPECT_FALSE(FlashConfigFits(best, 128, Gpu(132, 227 * 1024)));
-  const KernelConfig d64 =
-      FlashAttentionHeuristic(MakeProblem(DType::kBF16, 16, 1024, 16, 64), Hopper());
-  EXPECT_TRUE(IsWgmma(d64)) << d64.DebugString();
-  EXPECT_EQ(d64.block_q, 64);
-  EXPECT_EQ(d64.num_warps, 4);
-  // D = 96 runs the D = 128 shape with rows padded to 128 (as much shared memory); no wgmma
-  // kernel at D = 32: mma.sync.
+  // Head dims 64 and 96 (rows padded to 128 in shared memory: as much as D = 128) take the
+  // same shape; no such kernel at D = 32: mma.sync.
+  for (int64_t d : {64, 96}) {
+    const KernelConfig c =
+        FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, d), Hopper());
+    EXPECT_EQ(c, best) << "D = " << d << ": " << c.DebugString();
+  }
   const KernelConfig d96 =
       FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, 96), Hopper());
-  EXPECT_TRUE(IsWgmma(d96)) << d96.DebugString();
-  EXPECT_EQ(d96.block_q, 128);
   EXPECT_EQ(FlashConfigSharedBytes(d96, 96), FlashConfigSharedBytes(best, 128));
   EXPECT_FALSE(
-      IsWgmma(FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, 32), Hopper())));
-  // D = 256: one warpgroup with key tiles of 64, which needs 225 KiB of shared memory; a
-  // Hopper part with less takes mma.sync.
+      IsHopperOnly(FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, 32), Hopper())));
+  // D = 256: key tiles of 64 (Q 64 KiB, two stages of K and V 128 KiB); a Hopper part with
+  // less shared memory takes the wgmma kernel's one warpgroup (225 KiB) or mma.sync.
   const FlashAttentionProblem p256 = MakeProblem(DType::kBF16, 8, 2048, 16, 256);
   const KernelConfig d256 = FlashAttentionHeuristic(p256, Hopper());
-  EXPECT_TRUE(IsWgmma(d256)) << d256.DebugString();
-  EXPECT_EQ(d256.block_q, 64);
+  EXPECT_EQ(d256.algorithm, kFlashWsPingPongAlgorithm) << d256.DebugString();
   EXPECT_EQ(d256.block_k, 64);
-  EXPECT_EQ(d256.num_stages, 3);
-  EXPECT_EQ(FlashConfigSharedBytes(d256, 256), 225 * 1024);
+  EXPECT_EQ(FlashConfigSharedBytes(d256, 256), 192 * 1024 + 1024 + 8 * 10);
   DeviceInfo small_hopper = Hopper();
-  small_hopper.shared_memory_per_block_optin = 200 * 1024;
+  small_hopper.shared_memory_per_block_optin = 180 * 1024;
   const KernelConfig d256_small = FlashAttentionHeuristic(p256, small_hopper);
-  EXPECT_FALSE(IsWgmma(d256_small)) << d256_small.DebugString();
+  EXPECT_FALSE(IsHopperOnly(d256_small)) << d256_small.DebugString();
   EXPECT_TRUE(FlashConfigFits(d256_small, 256, small_hopper)) << d256_small.DebugString();
 #else
-  EXPECT_FALSE(IsWgmma(best)) << best.DebugString();
+  EXPECT_FALSE(IsHopperOnly(best)) << best.DebugString();
 #endif
 }
 

@@ -252,6 +252,30 @@ TEST_F(FlashAttentionGpuTest, VarlenFrom1To2048Matches) {
   }
 }
 
+// Rows of k and v past every sequence hold NaN: a kernel that reads a sequence's last key
+// tile whole (the warp-specialized one loads tiles of the packed tensor) must mask those keys
+// and keep their values out of P V.
+TEST_F(FlashAttentionGpuTest, RowsPastEverySequenceAreNeverSeen) {
+  const std::vector<int64_t> q_lengths = {5, 300, 77};
+  const std::vector<int64_t> k_lengths = {130, 7, 200};
+  const int64_t tq = 382, tk = 337, spare = 50;
+  uint64_t seed = 7500;
+  for (DType dtype : kTypes) {
+    for (int64_t d : kHeadDims) {
+      seed += 3;
+      TensorMap inputs = Qkv(dtype, 0, tq, tk + spare, 8, 2, d, seed);
+      for (const char* name : {"k", "v"}) {
+        std::vector<float> values = inputs.at(name).ToFloats();
+        for (size_t i = static_cast<size_t>(tk * 2 * d); i < values.size(); ++i) values[i] = NAN;
+        inputs[name] = Tensor::FromFloats(dtype, {tk + spare, 2, d}, values);
+      }
+      inputs["cu_seqlens_q"] = Offsets(q_lengths);
+      inputs["cu_seqlens_k"] = Offsets(k_lengths);
+      Check(inputs, {{"causal", false}}, Label(dtype, d, "NaN past the sequences"));
+    }
+  }
+}
+
 TEST_F(FlashAttentionGpuTest, LargeCausalGqaMatches) {
   Check(Qkv(DType::kBF16, 1, 2048, 2048, 16, 2, 128, 8000), {{"causal", true}},
         "bf16 D=128 [1,2048] Hq=16 Hkv=2 causal");

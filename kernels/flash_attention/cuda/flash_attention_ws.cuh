@@ -1,0 +1,417 @@
+// The warp-specialized flash attention forward kernel for Hopper (sm_90a), included by the
+// per-head-dim .cu files beside the other two.
+//
+// A persistent kernel: one block per SM walks the work items (a tile of 64 query rows per
+// consumer warpgroup, of one head of one sequence), in the order of the other kernels' grid:
+// a head's query tiles from the last one (under a causal mask they see the most keys).
+// Warpgroup 0 is the producer: it gives most of its registers to the consumers (setmaxnreg)
+// and one of its threads issues the tensor-memory-accelerator (TMA) loads of each item's Q tile
+// and of its K and V tiles into a ring of kStages stages. Every buffer has a pair of mbarriers:
+// full (its bytes have landed) and empty (every consumer warp is done reading it), so the next
+// item's Q and first tiles load while the consumers finish the current one. The consumers run
+// the pipeline of the wgmma kernel (flash_attention_wgmma.cuh) on those tiles: S = Q K^T of
+// tile it issued together with O += P V of tile it - 1, the softmax of S while that product
+// runs. With kPingPong the two consumer warpgroups take turns at the tensor cores (two named
+// barriers): one issues its two products while the other is in its softmax or its epilogue.
+//
+// Tiles are read from the packed [rows, heads, D] tensors, so the last key tile of a sequence
+// holds rows of the next one (or zeros past the tensor's end): their logits are masked, and
+// the consumers zero those rows of V before P V reads them (0 x inf would be NaN).
+#ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_WS_CUH_
+#define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_WS_CUH_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/flash_attention/cuda/flash_attention_common.cuh"
+#include "kernels/flash_attention/cuda/flash_attention_launch.h"
+#include "kernels/flash_attention/cuda/flash_attention_wgmma.cuh"
+#include "kernels/flash_attention/cuda/flash_tensor_maps.h"
+#include "kernels/flash_attention/cuda/hopper_sync.cuh"
+
+namespace kernelserve::cuda::flash {
+
+// Registers per thread after the hand-over: the producer keeps 24 (one thread issues loads),
+// the two consumer warpgroups take the rest of the 168 x 384 the launch gave (240 each).
+constexpr int kWsProducerRegisters = 24;
+constexpr int kWsConsumerRegisters = 240;
+
+// Where a block's pieces sit in shared memory.
+template <int kWidth, int kBlockQ, int kBlockK, int kStages>
+struct WsLayout {
+  static constexpr uint32_t kTileBytes = kBlockK * kWidth * 2;
+  uint32_t q;  // the Q tile: column block c of consumer w's rows at q + c * kBlockQ * 128 + w * 8K
+  uint32_t k;  // stage s at k + s * kTileBytes
+  uint32_t v;
+  uint32_t bars;  // q_full, q_empty, then k_full, k_empty, v_full, v_empty: kStages each
+
+  __device__ explicit WsLayout(uint32_t base) {
+    q = base + ((1024 - (base % 1024)) % 1024);
+    k = q + kBlockQ * kWidth * 2;
+    v = k + kStages * kTileBytes;
+    bars = v + kStages * kTileBytes;
+  }
+  __device__ uint32_t q_full() const { return bars; }
+  __device__ uint32_t q_empty() const { return bars + 8; }
+  __device__ uint32_t k_full(int s) const { return bars + 8 * (2 + s); }
+  __device__ uint32_t k_empty(int s) const { return bars + 8 * (2 + kStages + s); }
+  __device__ uint32_t v_full(int s) const { return bars + 8 * (2 + 2 * kStages + s); }
+  __device__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * kStages + s); }
+};
+
+// One work item: query rows [q_start, q_start + block_q) of head `head` of sequence `seq`.
+// Item w counts query tiles fastest, from the last one, then heads, then sequences (as the
+// grid of the other kernels): the items in flight at once share their heads' K and V in L2.
+struct WsWork {
+  int64_t seq;
+  int64_t head;
+  int64_t q_start;
+  Span span;
+  KeyTiles tiles;
+  bool empty;  // past its sequence's query rows (varlen): nothing to do
+};
+
+__device__ __forceinline__ WsWork WsWorkOf(const FlashDeviceArgs& p, int64_t w, int q_tiles,
+                                           int block_q, int block_k) {
+  const int64_t rest = w / q_tiles;
+  WsWork work;
+  work.q_start = (q_tiles - 1 - w % q_tiles) * block_q;
+  work.head = rest % p.num_heads_q;
+  work.seq = rest / p.num_heads_q;
+  work.span = SpanOf(p, work.seq);
+  work.empty = work.q_start >= work.span.q_len;
+  if (!work.empty) work.tiles = KeyTilesOf(p, work.span, work.q_start, block_q, block_k);
+  return work;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The producer's one thread: for each of the block's items with keys to see, Q once the
+// consumers are done with the previous one, then K and V of every tile, each into its stage
+// once the consumers have released it.
+template <int kWidth, int kBlockQ, int kBlockK, int kStages>
+__device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlockK, kStages>& at,
+                                          const FlashDeviceArgs& p, int q_tiles,
+                                          const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                          const CUtensorMap* v_map) {
+  constexpr int kBlocks = kWidth / 64;
+  constexpr uint32_t kTileBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kTileBytes;
+  const int64_t total = static_cast<int64_t>(q_tiles) * p.num_heads_q * p.num_sequences;
+  const int group = static_cast<int>(p.num_heads_q / p.num_heads_kv);
+  int loaded = 0;  // K/V tiles so far: tile g in stage g % kStages, round g / kStages
+  int q_loads = 0;
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    const WsWork work = WsWorkOf(p, w, q_tiles, kBlockQ, kBlockK);
+    if (work.empty || work.tiles.num_tiles == 0) continue;
+    const int head = static_cast<int>(work.head);
+    BarrierWait(at.q_empty(), (q_loads & 1) ^ 1);
+    ++q_loads;
+    BarrierExpectBytes(at.q_full(), kBlockQ * kWidth * 2);
+    const int q_row = static_cast<int>(work.span.q_begin + work.q_start);
+#pragma unroll
+    for (int c = 0; c < kBlocks; ++c) {
+      TmaLoad3d(at.q + c * kBlockQ * 128, q_map, c * 64, head, q_row, at.q_full());
+    }
+    const int k_row = static_cast<int>(work.span.k_begin + work.tiles.tile_begin * kBlockK);
+    for (int it = 0; it < work.tiles.num_tiles; ++it, ++loaded) {
+      const int s = loaded % kStages;
+      const uint32_t parity = ((loaded / kStages) & 1) ^ 1;
+      const int row = k_row + it * kBlockK;
+      BarrierWait(at.k_empty(s), parity);
+      BarrierExpectBytes(at.k_full(s), kTileBytes);
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c) {
+        TmaLoad3d(at.k + s * kTileBytes + c * kBlockK * 128, k_map, c * 64, head / group, row,
+                  at.k_full(s));
+      }
+      BarrierWait(at.v_empty(s), parity);
+      BarrierExpectBytes(at.v_full(s), kTileBytes);
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c) {
+        TmaLoad3d(at.v + s * kTileBytes + c * kBlockK * 128, v_map, c * 64, head / group, row,
+                  at.v_full(s));
+      }
+    }
+  }
+}
+
+// Zeroes rows [valid, kBlockK) of a kBlockK-row V tile (every column block) at `tile`, by the
+// 128 threads of one warpgroup.
+template <int kWidth, int kBlockK>
+__device__ __forceinline__ void ZeroTailRows(uint32_t tile, int valid, int thread) {
+  constexpr int kChunks = kWidth / 8;  // 16-byte chunks a row
+  const int count = (kBlockK - valid) * kChunks;
+  for (int i = thread; i < count; i += 128) {
+    const int row = valid + i / kChunks;
+    const uint32_t at = tile + Sw128Offset(kBlockK, row, (i % kChunks) * 8);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <typename T, int kD, int kBlockQ, int kBlockK, int kWarps, int kStages, bool kPingPong>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    FlashWsKernel(const FlashDeviceArgs p, int q_tiles, const __grid_constant__ CUtensorMap q_map,
+                  const __grid_constant__ CUtensorMap k_map,
+                  const __grid_constant__ CUtensorMap v_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kConsumers = 2;
+  constexpr int kWidth = FlashWgmmaWidth(kD);
+  constexpr int kSTiles = kBlockK / 8;
+  constexpr int kOTiles = kWidth / 8;
+  static_assert(kWarps == 4 * (1 + kConsumers) && kBlockQ == 64 * kConsumers,
+                "a producer warpgroup and two consumer warpgroups of 64 query rows");
+  static_assert(kD % 16 == 0 && kBlockK % 16 == 0 && kStages >= 2, "whole k16 steps");
+  using Layout = WsLayout<kWidth, kBlockQ, kBlockK, kStages>;
+
+  extern __shared__ __align__(128) unsigned char ws_smem[];
+  const Layout at(SharedAddress(ws_smem));
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  // Read from lane 0, so that the compiler sees it uniform over each warp (and gives the
+  // consumers' code the registers setmaxnreg hands them).
+  const int warpgroup = __shfl_sync(0xffffffffu, warp / 4, 0);
+
+  if (threadIdx.x == 0) {
+    BarrierInit(at.q_full(), 1);
+    BarrierInit(at.q_empty(), 4 * kConsumers);  // one arrival per consumer warp
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(at.k_full(s), 1);
+      BarrierInit(at.v_full(s), 1);
+      BarrierInit(at.k_empty(s), 4 * kConsumers);
+      BarrierInit(at.v_empty(s), 4 * kConsumers);
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    ReleaseRegisters<kWsProducerRegisters>();
+    if (threadIdx.x == 0) WsProduce(at, p, q_tiles, &q_map, &k_map, &v_map);
+    return;
+  }
+  ClaimRegisters<kWsConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int thread = threadIdx.x % 128;  // within the warpgroup
+  const int t = lane % 4;
+  const uint32_t q_rows = at.q + consumer * 64 * 128;
+  const bool has_segments = p.q_segment_ids != nullptr;
+  // Tiles every row sees whole take the softmax with the scale folded in when nothing else
+  // changes the logits.
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const bool plain_logits = p.bias == nullptr && p.softcap == 0.0f && scale_log2 > 0.0f;
+
+  float o[kOTiles][4];
+  float m[2], l[2], alpha[2];
+  float s[kSTiles][4];
+  uint32_t pa[kBlockK / 16][4];  // P of the previous tile as the A operand of P V
+
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) BarrierArrive(bar);
+  };
+  // Ping-pong turns: consumer c waits on named barrier 3 + c before issuing its products and
+  // then lets the other one go. Consumer 1 lets consumer 0 start; consumer 0 takes the last
+  // hand-over after its final item, so that both barriers end balanced.
+  auto take_turn = [&] {
+    if constexpr (kPingPong) BarSync(3 + consumer, 256);
+  };
+  auto end_turn = [&] {
+    if constexpr (kPingPong) BarArrive(3 + (1 - consumer), 256);
+  };
+  auto issue_s = [&](int stage) {
+    const uint32_t tk = at.k + stage * Layout::kTileBytes;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t step = (ks % 4) * 32u;
+      const uint64_t a = Descriptor(q_rows + (ks / 4) * kBlockQ * 128u + step, 16, 1024);
+      const uint64_t b = Descriptor(tk + (ks / 4) * kBlockK * 128u + step, 16, 1024);
+      MmaSs<kBf16, kBlockK>(s, a, b, ks > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+  };
+  constexpr int kPvN = kWidth < 128 ? kWidth : 128;
+  auto issue_pv = [&](int stage) {
+    const uint32_t tv = at.v + stage * Layout::kTileBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+#pragma unroll
+      for (int h = 0; h < kWidth / kPvN; ++h) {
+        auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
+        const uint32_t v_part = tv + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
+        MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
+      }
+    }
+    WgmmaCommit();
+  };
+  auto to_operand = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) ProbabilityFragment<kBf16>(s, kk, pa[kk]);
+  };
+
+  if constexpr (kPingPong) {
+    if (consumer == 1) BarArrive(3, 256);
+  }
+  const int64_t total = static_cast<int64_t>(q_tiles) * p.num_heads_q * p.num_sequences;
+  int used = 0;  // K/V tiles consumed so far, counted as the producer counts its loads
+  int q_loads = 0;
+  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+    const WsWork work = WsWorkOf(p, w, q_tiles, kBlockQ, kBlockK);
+    if (work.empty) continue;
+    const KeyTiles& tiles = work.tiles;
+    const ThreadRows rows = ThreadRowsOf(work.q_start + consumer * 64 + (warp % 4) * 16, lane);
+#pragma unroll
+    for (int d = 0; d < kOTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+    auto stage = [&](int it) { return (used + it) % kStages; };
+    auto parity = [&](int it) { return static_cast<uint32_t>(((used + it) / kStages) & 1); };
+    // Waits for tile it's V; the sequence's last tile, when partly past its keys, gets the
+    // rest of its rows zeroed by this warpgroup first.
+    auto wait_v = [&](int it) {
+      BarrierWait(at.v_full(stage(it)), parity(it));
+      const int64_t valid = work.span.k_len - (tiles.tile_begin + it) * kBlockK;
+      if (valid < kBlockK) {
+        ZeroTailRows<kWidth, kBlockK>(at.v + stage(it) * Layout::kTileBytes,
+                                      static_cast<int>(valid), thread);
+        FenceProxyAsync();
+        BarSync(1 + consumer, 128);
+      }
+    };
+    auto softmax = [&](int it) {
+      FenceRegisters(s);
+      const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
+      const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+      if (full && plain_logits) {
+        ScaledSoftmaxProbabilities(s, scale_log2, m, l, alpha);
+      } else {
+        MaskLogits(s, p, work.span, work.seq, work.head, rows, j0, full, t);
+        SoftmaxProbabilities(s, m, l, alpha);
+      }
+    };
+    // Releases K of tile it, and Q with the item's last tile (the producer loads the next
+    // item's Q then).
+    auto release_k = [&](int it) {
+      release(at.k_empty(stage(it)));
+      if (it == tiles.num_tiles - 1) release(at.q_empty());
+    };
+
+    if (tiles.num_tiles > 0) {
+      BarrierWait(at.q_full(), q_loads & 1);
+      ++q_loads;
+      BarrierWait(at.k_full(stage(0)), parity(0));
+      take_turn();
+      WgmmaFence();
+      issue_s(stage(0));
+      end_turn();
+      WgmmaWait<0>();
+      release_k(0);
+      softmax(0);
+      to_operand();
+      for (int it = 1; it < tiles.num_tiles; ++it) {
+        BarrierWait(at.k_full(stage(it)), parity(it));
+        wait_v(it - 1);
+        take_turn();
+        WgmmaFence();
+        issue_s(stage(it));
+        issue_pv(stage(it - 1));
+        end_turn();
+        WgmmaWait<1>();  // S has landed: K is read
+        release_k(it);
+        softmax(it);
+        WgmmaWait<0>();  // P V has landed: V is read
+        release(at.v_empty(stage(it - 1)));
+        FenceRegisters(o);
+        FenceRegisters(pa);
+        RescaleRows(o, alpha);
+        to_operand();
+      }
+      const int last = tiles.num_tiles - 1;
+      wait_v(last);
+      take_turn();
+      WgmmaFence();
+      issue_pv(stage(last));
+      end_turn();
+      WgmmaWait<0>();
+      release(at.v_empty(stage(last)));
+      FenceRegisters(o);
+      FenceRegisters(pa);
+      used += tiles.num_tiles;
+    }
+    StoreRows<T, kBf16, kD>(p, work.span, work.seq, work.head, rows,
+                            reinterpret_cast<const float(&)[kD / 8][4]>(o), m, l, t);
+  }
+  if constexpr (kPingPong) {
+    if (consumer == 0) BarSync(3, 256);
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace kernelserve::cuda::flash
+
+namespace kernelserve::cuda {
+
+// kPingPong: the two consumer warpgroups take turns at the tensor cores.
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages,
+          bool kPingPong>
+cudaError_t LaunchFlashAttentionWsImpl(const FlashDeviceArgs& args, cudaStream_t stream) {
+  cudaError_t error = flash::CheckFlashArgs(args);
+  if (error != cudaSuccess) return error;
+  dim3 grid;
+  error = flash::FlashGrid(args, kBlockQ, grid);
+  if (error != cudaSuccess || grid.x == 0) return error;
+  FlashTensorMaps maps;
+  error = EncodeFlashTensorMaps(args, kHeadDim, std::is_same_v<T, __nv_bfloat16>, kBlockQ, kBlockK,
+                                &maps);
+  if (error != cudaSuccess) {
+    // Tensors TMA cannot read (unaligned, no keys at all) or an old driver: the wgmma kernel
+    // computes the same rows.
+    constexpr int kFallbackQ = kHeadDim > 128 ? 64 : 128;
+    constexpr int kFallbackK = kHeadDim > 128 ? 64 : 128;
+    return LaunchFlashAttentionWgmma<T, kHeadDim, kFallbackQ, kFallbackK, kFallbackQ / 16, 3>(
+        args, stream);
+  }
+  int device = 0;
+  int sms = 0;
+  error = cudaGetDevice(&device);
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  if (error != cudaSuccess) return error;
+  // Dense: one block per SM (its shared memory and 384 threads of 168 registers take the SM)
+  // walking the items, or one per item when there are fewer. Varlen: one block per item, the
+  // hardware handing them out as SMs free up (its items differ too much in length for a fixed
+  // share per block: 423 against 487 TFLOP/s for 64 sequences of 128-4096 tokens, H200).
+  const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  const bool spread = args.cu_seqlens_q != nullptr && items <= INT32_MAX;
+  const unsigned blocks = static_cast<unsigned>(spread ? items : std::min<int64_t>(items, sms));
+  auto* kernel = &flash::FlashWsKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages, kPingPong>;
+  const size_t shared = FlashWsSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
+  if (error != cudaSuccess) return error;
+  kernel<<<blocks, kWarps * 32, shared, stream>>>(args, static_cast<int>(grid.x), maps.q, maps.k,
+                                                  maps.v);
+  return cudaGetLastError();
+}
+
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionWs(const FlashDeviceArgs& args, cudaStream_t stream) {
+  return LaunchFlashAttentionWsImpl<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages, false>(args,
+                                                                                           stream);
+}
+
+template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>
+cudaError_t LaunchFlashAttentionWsPp(const FlashDeviceArgs& args, cudaStream_t stream) {
+  return LaunchFlashAttentionWsImpl<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages, true>(args,
+                                                                                          stream);
+}
+
+}  // namespace kernelserve::cuda
+
+#endif  // KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_WS_CUH_
