@@ -11,36 +11,8 @@
 namespace kernelserve::cuda {
 namespace {
 
-enum Algorithm { kMma, kWgmma, kWs, kWsPp };
-
-// KernelConfig::algorithm of each Algorithm.
-std::string_view NameOf(Algorithm algorithm) {
-  switch (algorithm) {
-    case kWgmma:
-      return kFlashWgmmaAlgorithm;
-    case kWs:
-      return kFlashWsAlgorithm;
-    case kWsPp:
-      return kFlashWsPingPongAlgorithm;
-    case kMma:
-      break;
-  }
-  return "";
-}
-
-// The Algorithm named `name`; false for a name no kernel has.
-bool AlgorithmNamed(std::string_view name, Algorithm* algorithm) {
-  for (Algorithm a : {kMma, kWgmma, kWs, kWsPp}) {
-    if (NameOf(a) == name) {
-      *algorithm = a;
-      return true;
-    }
-  }
-  return false;
-}
-
 struct CompiledShape {
-  Algorithm algorithm;
+  FlashAlgorithm algorithm;
   DType dtype;
   int head_dim;
   int block_q;
@@ -50,13 +22,13 @@ struct CompiledShape {
 };
 // The instances the .cu files compile (flash_attention_instances.h names them once).
 #define KS_FLASH_SHAPE(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES) \
-  {k##ALGO, DType::DT, D, BQ, BK, WARPS, STAGES},
+  {FlashAlgorithm::k##ALGO, DType::DT, D, BQ, BK, WARPS, STAGES},
 constexpr CompiledShape kCompiled[] = {KS_FOR_EACH_FLASH_INSTANCE(KS_FLASH_SHAPE)};
 #undef KS_FLASH_SHAPE
 // Used when the device reports no shared-memory limit (an H100 SXM).
 constexpr int64_t kDefaultSharedOptin = 227 * 1024;
 
-KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k, int num_warps,
+KernelConfig MakeConfig(FlashAlgorithm algorithm, int block_q, int block_k, int num_warps,
                         int num_stages) {
   KernelConfig config;
   config.block_q = block_q;
@@ -64,7 +36,7 @@ KernelConfig MakeConfig(Algorithm algorithm, int block_q, int block_k, int num_w
   config.num_warps = num_warps;
   config.num_stages = num_stages;
   config.platform = "cuda";
-  config.algorithm = std::string(NameOf(algorithm));
+  config.algorithm = std::string(FlashAlgorithmName(algorithm));
   return config;
 }
 
@@ -87,6 +59,31 @@ ConfigFieldSchema CompiledField(const char* name, int CompiledShape::*field, std
 }
 
 }  // namespace
+
+std::string_view FlashAlgorithmName(FlashAlgorithm algorithm) {
+  switch (algorithm) {
+    case FlashAlgorithm::kWgmma:
+      return kFlashWgmmaAlgorithm;
+    case FlashAlgorithm::kWs:
+      return kFlashWsAlgorithm;
+    case FlashAlgorithm::kWsPp:
+      return kFlashWsPingPongAlgorithm;
+    case FlashAlgorithm::kMma:
+      break;
+  }
+  return "";
+}
+
+bool FlashAlgorithmNamed(std::string_view name, FlashAlgorithm* algorithm) {
+  constexpr FlashAlgorithm kAll[] = {FlashAlgorithm::kMma, FlashAlgorithm::kWgmma,
+                                     FlashAlgorithm::kWs, FlashAlgorithm::kWsPp};
+  const FlashAlgorithm* found =
+      std::find_if(std::begin(kAll), std::end(kAll),
+                   [&](FlashAlgorithm a) { return FlashAlgorithmName(a) == name; });
+  if (found == std::end(kAll)) return false;
+  *algorithm = *found;
+  return true;
+}
 
 const ConfigSchema& FlashAttentionCudaConfigSchema() {
   static const ConfigSchema* const kSchema = new ConfigSchema{{
@@ -123,20 +120,17 @@ std::vector<KernelConfig> FlashAttentionCompiledConfigs(int64_t head_dim) {
 }
 
 bool IsFlashConfigCompiled(const KernelConfig& config, int64_t head_dim) {
-  Algorithm algorithm = kMma;
+  FlashAlgorithm algorithm = FlashAlgorithm::kMma;
   if (!(config.platform.empty() || config.platform == "cuda") || config.block_d != 0 ||
       config.block_size != 0 || !config.named.empty() ||
-      !AlgorithmNamed(config.algorithm, &algorithm)) {
+      !FlashAlgorithmNamed(config.algorithm, &algorithm)) {
     return false;
   }
-  for (const CompiledShape& s : kCompiled) {
-    if (s.algorithm == algorithm && s.head_dim == head_dim && s.block_q == config.block_q &&
-        s.block_k == config.block_k && s.num_warps == config.num_warps &&
-        s.num_stages == config.num_stages) {
-      return true;
-    }
-  }
-  return false;
+  return std::any_of(std::begin(kCompiled), std::end(kCompiled), [&](const CompiledShape& s) {
+    return s.algorithm == algorithm && s.head_dim == head_dim && s.block_q == config.block_q &&
+           s.block_k == config.block_k && s.num_warps == config.num_warps &&
+           s.num_stages == config.num_stages;
+  });
 }
 
 int64_t FlashConfigSharedBytes(const KernelConfig& config, int64_t head_dim) {
@@ -184,7 +178,8 @@ KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
   // 2026-11-29): 1.2-1.6x the wgmma kernel at every head dim from 64 to 256, causal or not,
   // dense or varlen; the two variants (turns or not) within run-to-run spread of each other,
   // ping-pong ahead in more cases. D = 32 has no such kernel (a row of 64 bytes): mma.sync.
-  const KernelConfig hopper = MakeConfig(kWsPp, 128, problem.head_dim <= 128 ? 128 : 64, 12, 2);
+  const KernelConfig hopper =
+      MakeConfig(FlashAlgorithm::kWsPp, 128, problem.head_dim <= 128 ? 128 : 64, 12, 2);
   if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
   // Other GPUs, measured on an H100 (2026-11-22; in `git show caf8d6d:docs/PERFORMANCE.md`, not
   // in docs/PERFORMANCE_LOG.md): mma.sync with 4 warps x 64 query rows (two blocks per SM) beat
@@ -192,7 +187,7 @@ KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
   // tiles shrink as D grows so that S, O and the Q fragments stay in registers: 128 up to
   // D = 64, 64 up to D = 128, 32 at D = 256.
   const int block_k = problem.head_dim <= 64 ? 128 : problem.head_dim <= 128 ? 64 : 32;
-  const KernelConfig preferred = MakeConfig(kMma, 64, block_k, 4, 2);
+  const KernelConfig preferred = MakeConfig(FlashAlgorithm::kMma, 64, block_k, 4, 2);
   if (FlashConfigFits(preferred, problem.head_dim, device)) return preferred;
   // A device with less shared memory: the largest compiled config that fits.
   KernelConfig chosen = preferred;

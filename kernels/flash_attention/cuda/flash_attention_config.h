@@ -33,6 +33,17 @@ inline constexpr std::string_view kFlashWgmmaAlgorithm = "wgmma";
 inline constexpr std::string_view kFlashWsAlgorithm = "wgmma_ws";
 inline constexpr std::string_view kFlashWsPingPongAlgorithm = "wgmma_pp";
 
+// The forward kernels, one per KernelConfig::algorithm (the launcher of each is
+// LaunchFlashAttention<Mma|Wgmma|Ws|WsPp>, flash_attention_launch.h).
+enum class FlashAlgorithm { kMma = 0, kWgmma = 1, kWs = 2, kWsPp = 3 };
+
+// KernelConfig::algorithm of `algorithm` ("" for kMma).
+std::string_view FlashAlgorithmName(FlashAlgorithm algorithm);
+
+// Sets *algorithm to the kernel `name` names; false (and *algorithm untouched) for a name no
+// kernel has.
+bool FlashAlgorithmNamed(std::string_view name, FlashAlgorithm* algorithm);
+
 // The cuda platform's config schema: block_q, block_k, num_warps and num_stages within the
 // bounds of the compiled instances, algorithm "", "wgmma", "wgmma_ws" or "wgmma_pp" (the
 // compiled combinations are checked after it).

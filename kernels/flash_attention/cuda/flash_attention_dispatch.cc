@@ -11,28 +11,10 @@
 namespace kernelserve::cuda {
 namespace {
 
-enum class Algo { Mma = 0, Wgmma = 1, Ws = 2, WsPp = 3 };
-
-// The Algo of KernelConfig::algorithm `name`; false for a name no kernel has.
-bool AlgoNamed(std::string_view name, Algo* algo) {
-  if (name.empty()) {
-    *algo = Algo::Mma;
-  } else if (name == kFlashWgmmaAlgorithm) {
-    *algo = Algo::Wgmma;
-  } else if (name == kFlashWsAlgorithm) {
-    *algo = Algo::Ws;
-  } else if (name == kFlashWsPingPongAlgorithm) {
-    *algo = Algo::WsPp;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 // One integer per (algorithm, dtype, head dim, block_q, block_k, warps, stages), for the switch
 // below. REQUIRES: every field below its bound (checked by the caller).
-constexpr int64_t Key(Algo algo, DType dtype, int64_t d, int64_t bq, int64_t bk, int64_t warps,
-                      int64_t stages) {
+constexpr int64_t Key(FlashAlgorithm algo, DType dtype, int64_t d, int64_t bq, int64_t bk,
+                      int64_t warps, int64_t stages) {
   const int64_t head = static_cast<int64_t>(algo) * 64 + static_cast<int64_t>(dtype);
   return (((((head * 512 + d) * 512 + bq) * 512 + bk) * 64 + warps) * 16) + stages;
 }
@@ -41,14 +23,14 @@ constexpr int64_t Key(Algo algo, DType dtype, int64_t d, int64_t bq, int64_t bk,
 
 absl::StatusOr<FlashLaunchFn> SelectFlashLaunch(DType dtype, int64_t head_dim,
                                                 const KernelConfig& config) {
-  Algo algo = Algo::Mma;
-  const bool in_range = AlgoNamed(config.algorithm, &algo) && head_dim > 0 && head_dim < 512 &&
-                        config.block_q > 0 && config.block_q < 512 && config.block_k > 0 &&
-                        config.block_k < 512 && config.num_warps > 0 && config.num_warps < 64 &&
-                        config.num_stages > 0 && config.num_stages < 16;
+  FlashAlgorithm algo = FlashAlgorithm::kMma;
+  const bool in_range = FlashAlgorithmNamed(config.algorithm, &algo) && head_dim > 0 &&
+                        head_dim < 512 && config.block_q > 0 && config.block_q < 512 &&
+                        config.block_k > 0 && config.block_k < 512 && config.num_warps > 0 &&
+                        config.num_warps < 64 && config.num_stages > 0 && config.num_stages < 16;
   if (in_range) {
-#define KS_FLASH_CASE(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES) \
-  case Key(Algo::ALGO, DType::DT, D, BQ, BK, WARPS, STAGES):  \
+#define KS_FLASH_CASE(ALGO, DT, CT, D, BQ, BK, WARPS, STAGES)             \
+  case Key(FlashAlgorithm::k##ALGO, DType::DT, D, BQ, BK, WARPS, STAGES): \
     return &LaunchFlashAttention##ALGO<CT, D, BQ, BK, WARPS, STAGES>;
     switch (Key(algo, dtype, head_dim, config.block_q, config.block_k, config.num_warps,
                 config.num_stages)) {
