@@ -24,6 +24,8 @@ namespace {
 
 constexpr int kWarmup = 5;
 constexpr int kMaxBuffers = 8;
+// window_left and window_right of the "window" attention case.
+constexpr int64_t kBenchWindow = 512;
 
 struct CudaFree {
   void operator()(void* p) const { (void)cudaFree(p); }  // nothing to do on failure
@@ -303,12 +305,26 @@ std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed) {
     varlen.name = absl::StrCat("bf16 D=128 varlen 64x[128..4096] Hq=16", causal ? " causal" : "");
     cases.push_back(varlen);
   }
+  // Each option against the plain [4,4096] case (the own kernels run them all; cuDNN runs the
+  // window and the bias).
+  for (const char* option : {"softcap", "window", "segments", "bias"}) {
+    dense(4, 4096, 16, 16, 128, false);
+    cases.back().option = option;
+    cases.back().name += absl::StrCat(" ", option);
+  }
   return cases;
 }
 
 double AttentionFlops(const AttentionCase& c) {
   double pairs = 0.0;
-  if (c.lengths.empty()) {
+  if (c.option == "window") {
+    // Row i sees keys [i - 512, i + 512] inside [0, S).
+    for (int64_t i = 0; i < c.seq_len; ++i) {
+      pairs += static_cast<double>(std::min(i + kBenchWindow, c.seq_len - 1) -
+                                   std::max(i - kBenchWindow, int64_t{0}) + 1);
+    }
+    pairs *= static_cast<double>(c.batch);
+  } else if (c.lengths.empty()) {
     pairs = static_cast<double>(c.batch) * static_cast<double>(c.seq_len) *
             static_cast<double>(c.seq_len);
   } else {
@@ -323,9 +339,17 @@ namespace {
 TensorMap AttentionInputs(const AttentionCase& c) {
   const int64_t d = c.head_dim;
   if (c.lengths.empty()) {
-    return {{"q", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_q, d}, 11)},
-            {"k", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_kv, d}, 12)},
-            {"v", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_kv, d}, 13)}};
+    TensorMap inputs = {{"q", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_q, d}, 11)},
+                        {"k", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_kv, d}, 12)},
+                        {"v", RandomTensor(c.dtype, {c.batch, c.seq_len, c.heads_kv, d}, 13)}};
+    if (c.option == "segments") {
+      const std::vector<int64_t> ones(static_cast<size_t>(c.batch * c.seq_len), 1);
+      inputs["q_segment_ids"] = Tensor::FromInts(DType::kI64, {c.batch, c.seq_len}, ones);
+      inputs["kv_segment_ids"] = inputs.at("q_segment_ids");
+    } else if (c.option == "bias") {
+      inputs["bias"] = RandomTensor(DType::kF32, {1, 1, c.seq_len, c.seq_len}, 14);
+    }
+    return inputs;
   }
   std::vector<int64_t> offsets = {0};
   for (int64_t n : c.lengths) offsets.push_back(offsets.back() + n);
@@ -354,7 +378,12 @@ absl::StatusOr<AttentionResult> RunAttentionCase(const AttentionCase& c, const D
                                                  int iters, bool tune) {
   std::unique_ptr<Kernel> kernel = MakeFlashAttention();
   const TensorMap inputs = AttentionInputs(c);
-  const Attributes params = {{"causal", c.causal}};
+  Attributes params = {{"causal", c.causal}};
+  if (c.option == "softcap") params["logits_soft_cap"] = 30.0;
+  if (c.option == "window") {
+    params["window_left"] = kBenchWindow;
+    params["window_right"] = kBenchWindow;
+  }
   KS_ASSIGN_OR_RETURN(const Attributes attrs, kernel->schema().CanonicalParams(params));
   KS_ASSIGN_OR_RETURN(const std::shared_ptr<const Problem> problem,
                       kernel->Analyze(SpecsOf(inputs), attrs));

@@ -72,16 +72,20 @@ struct AttentionCase {
   int64_t head_dim = 0;
   bool causal = false;
   std::vector<int64_t> lengths;  // varlen: the sequence lengths (q and k alike); else empty
+  // Dense only, one option beside the plain case: "" (none), "softcap" (logits_soft_cap 30),
+  // "window" (window_left = window_right = 512), "segments" (one segment id over every row:
+  // the plain case's pairs through the segment mask) or "bias" (f32 [1,1,S,S], broadcast).
+  std::string option;
 };
 
 // The cases of issue 5: bf16, D=128, Hq=16: (B=8,S=2048), (B=4,S=4096), (B=2,S=8192), each
 // non-causal and causal; D=64 (B=16,S=1024); D=32, 96 and 256 (B=8,S=2048), causal and not;
 // GQA Hq=32, Hkv=8, S=4096 (B=2); varlen of 64 sequences of 128..4096 rows (from `seed`),
-// Hq=16, D=128, causal and not.
+// Hq=16, D=128, causal and not; then (B=4,S=4096) D=128 with each option of AttentionCase.
 std::vector<AttentionCase> DefaultAttentionCases(uint64_t seed);
 
-// Floating-point operations of a case: 4 * Hq * D * sum over sequences of Sq * Sk, halved
-// when causal.
+// Floating-point operations of a case: 4 * Hq * D * the (query, key) pairs seen: sum over
+// sequences of Sq * Sk, halved when causal; the band's pairs with a window.
 double AttentionFlops(const AttentionCase& c);
 
 struct AttentionResult {

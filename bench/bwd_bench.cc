@@ -97,7 +97,9 @@ std::vector<PoolingBwdCase> PoolingBwdCases(uint64_t seed) {
 std::vector<AttentionCase> AttentionBwdCases(uint64_t seed) {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : DefaultAttentionCases(seed)) {
-    if (c.lengths.empty() && (c.head_dim == 64 || c.head_dim == 128)) cases.push_back(c);
+    if (c.lengths.empty() && c.option.empty() && (c.head_dim == 64 || c.head_dim == 128)) {
+      cases.push_back(c);
+    }
   }
   return cases;
 }

@@ -41,8 +41,8 @@ struct PoolingBwdCase {
 // H = 4096.
 std::vector<PoolingBwdCase> PoolingBwdCases(uint64_t seed);
 
-// The dense forward cases of head dim 64 and 128 (DefaultAttentionCases), whose backward
-// flash_attention_bwd benchmarks.
+// The plain dense forward cases of head dim 64 and 128 (DefaultAttentionCases, no option),
+// whose backward flash_attention_bwd benchmarks.
 std::vector<AttentionCase> AttentionBwdCases(uint64_t seed);
 
 // Floating-point operations of the backward of `c`: 2.5x the forward's (five matrix products

@@ -120,6 +120,7 @@ int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
          {"head_dim", c.head_dim},
          {"causal", c.causal},
          {"lengths", c.lengths},
+         {"option", c.option},
          {"flops", flops},
          {"heuristic",
           {{"config", r->heuristic.config.DebugString()},

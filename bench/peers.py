@@ -126,7 +126,9 @@ def attention_table(ours, iters, result):
     for case in ours.get("attention", []):
         flops = case["flops"]
         tf = lambda ms: None if ms is None else flops / (ms * 1e-3) / 1e12
-        if case["lengths"]:
+        if case.get("option"):
+            flash, cudnn = None, None  # soft cap, window, segments, bias: against our plain case
+        elif case["lengths"]:
             flash, cudnn = tf(varlen_ms(case, iters)), None
         else:
             flash = tf(sdpa_ms(case, SDPBackend.FLASH_ATTENTION, iters))
