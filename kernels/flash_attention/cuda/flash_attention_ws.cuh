@@ -175,8 +175,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const Layout at(SharedAddress(ws_smem));
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  // Read from lane 0, so that the compiler sees it uniform over each warp (and gives the
-  // consumers' code the registers setmaxnreg hands them).
+  // Read from lane 0, so that the compiler sees it uniform over each warp: the branches below
+  // run setmaxnreg, which whole warpgroups execute.
   const int warpgroup = __shfl_sync(0xffffffffu, warp / 4, 0);
 
   if (threadIdx.x == 0) {
