@@ -83,11 +83,32 @@ template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kS
 cudaError_t LaunchFlashAttentionWsPp(const FlashDeviceArgs& args, cudaStream_t stream);
 
 // Shared memory of a warp-specialized block: the tiles at the padded head dim, 1024 bytes of
-// alignment slack and the mbarriers (two for Q, four per stage).
+// alignment slack, the mbarriers (two for Q, four per stage) and the slot that passes each work
+// item from the producer to the consumers.
 constexpr size_t FlashWsSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {
   return FlashSharedBytes(FlashWgmmaWidth(head_dim), block_q, block_k, num_stages) + 1024 +
-         8 * (2 + 4 * static_cast<size_t>(num_stages));
+         8 * (2 + 4 * static_cast<size_t>(num_stages)) + 8;
 }
+
+// How the blocks of the persistent warp-specialized kernel find their work items.
+struct FlashWsSchedule {
+  // Zero at launch; each block takes its next item as gridDim.x + atomicAdd(next, 1), so that
+  // blocks that drew short items (causal, varlen) take more. Null: block b takes items b,
+  // b + gridDim.x, ... (its share fixed in advance).
+  unsigned long long* next = nullptr;
+  // Varlen: [num_sequences + 1] prefix sums of the sequences' query tiles, so that the items
+  // are exactly the tiles with rows (Hq per tile). Null: the items are every tile up to the
+  // longest sequence's, those past a sequence's rows skipped.
+  const int64_t* tile_prefix = nullptr;
+};
+
+// The work counter and the tile prefix of a FlashWsSchedule, written on `stream` by one small
+// kernel: *counter = 0; when prefix is set, prefix[0] = 0 and prefix[i + 1] = the query tiles
+// of block_q rows in sequences 0..i. REQUIRES: counter (8 bytes) and prefix
+// (num_sequences + 1 values, or null) in device memory; args.cu_seqlens_q set when prefix is.
+cudaError_t LaunchFlashWsSchedule(const FlashDeviceArgs& args, int block_q,
+                                  unsigned long long* counter, int64_t* prefix,
+                                  cudaStream_t stream);
 
 // Varlen rows past the last sequence: writes zeros to out rows [covered_q, total_q) (each
 // Hq*D elements of `item_size` bytes) and -inf to their lse entries (when lse is set).

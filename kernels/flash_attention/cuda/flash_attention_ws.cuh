@@ -3,16 +3,19 @@
 //
 // A persistent kernel: one block per SM walks the work items (a tile of 64 query rows per
 // consumer warpgroup, of one head of one sequence), in the order of the other kernels' grid:
-// a head's query tiles from the last one (under a causal mask they see the most keys).
-// Warpgroup 0 is the producer: it gives most of its registers to the consumers (setmaxnreg)
-// and one of its threads issues the tensor-memory-accelerator (TMA) loads of each item's Q tile
-// and of its K and V tiles into a ring of kStages stages. Every buffer has a pair of mbarriers:
-// full (its bytes have landed) and empty (every consumer warp is done reading it), so the next
-// item's Q and first tiles load while the consumers finish the current one. The consumers run
-// the pipeline of the wgmma kernel (flash_attention_wgmma.cuh) on those tiles: S = Q K^T of
-// tile it issued together with O += P V of tile it - 1, the softmax of S while that product
-// runs. With kPingPong the two consumer warpgroups take turns at the tensor cores (two named
-// barriers): one issues its two products while the other is in its softmax or its epilogue.
+// a head's query tiles from the last one (under a causal mask they see the most keys). Each
+// block draws its next item from a counter in global memory (PlanWsSchedule), so that the
+// blocks end together when items differ in length, and passes it to its consumers through a
+// shared-memory slot. Warpgroup 0 is the producer: it gives most of its registers to the
+// consumers (setmaxnreg) and one of its threads issues the tensor-memory-accelerator (TMA)
+// loads of each item's Q tile and of its K and V tiles into a ring of kStages stages. Every
+// buffer has a pair of mbarriers: full (its bytes have landed) and empty (every consumer warp
+// is done reading it), so the next item's Q and first tiles load while the consumers finish
+// the current one. The consumers run the pipeline of the wgmma kernel
+// (flash_attention_wgmma.cuh) on those tiles: S = Q K^T of tile it issued together with
+// O += P V of tile it - 1, the softmax of S while that product runs. With kPingPong the two
+// consumer warpgroups take turns at the tensor cores (two named barriers): one issues its two
+// products while the other is in its softmax or its epilogue.
 //
 // Tiles are read from the packed [rows, heads, D] tensors, so the last key tile of a sequence
 // holds rows of the next one (or zeros past the tensor's end): their logits are masked, and
@@ -62,11 +65,15 @@ struct WsLayout {
   __device__ uint32_t k_empty(int s) const { return bars + 8 * (2 + kStages + s); }
   __device__ uint32_t v_full(int s) const { return bars + 8 * (2 + 2 * kStages + s); }
   __device__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * kStages + s); }
+  // The item whose Q the producer loads next (-1: no more), written before q_full's arrival.
+  __device__ uint32_t item() const { return bars + 8 * (2 + 4 * kStages); }
 };
 
 // One work item: query rows [q_start, q_start + block_q) of head `head` of sequence `seq`.
-// Item w counts query tiles fastest, from the last one, then heads, then sequences (as the
-// grid of the other kernels): the items in flight at once share their heads' K and V in L2.
+// Item w counts query tiles fastest, from the last one (under a causal mask it sees the most
+// keys), then heads, then sequences (as the grid of the other kernels): the items in flight at
+// once share their heads' K and V in L2. With a varlen tile prefix, only tiles with rows are
+// counted: sequence i's Hq x n_i items start at Hq x prefix[i].
 struct WsWork {
   int64_t seq;
   int64_t head;
@@ -76,66 +83,107 @@ struct WsWork {
   bool empty;  // past its sequence's query rows (varlen): nothing to do
 };
 
-__device__ __forceinline__ WsWork WsWorkOf(const FlashDeviceArgs& p, int64_t w, int q_tiles,
-                                           int block_q, int block_k) {
-  const int64_t rest = w / q_tiles;
+// The number of items: with a tile prefix, Hq x its last value.
+__device__ __forceinline__ int64_t WsItems(const FlashDeviceArgs& p, const FlashWsSchedule& sched,
+                                           int q_tiles) {
+  return p.num_heads_q * (sched.tile_prefix != nullptr ? sched.tile_prefix[p.num_sequences]
+                                                       : q_tiles * p.num_sequences);
+}
+
+__device__ __forceinline__ WsWork WsWorkOf(const FlashDeviceArgs& p, const FlashWsSchedule& sched,
+                                           int64_t w, int q_tiles, int block_q, int block_k) {
   WsWork work;
-  work.q_start = (q_tiles - 1 - w % q_tiles) * block_q;
-  work.head = rest % p.num_heads_q;
-  work.seq = rest / p.num_heads_q;
+  if (sched.tile_prefix != nullptr) {
+    // The sequence is the last i with Hq x prefix[i] <= w (sequences without rows have no
+    // items: the search passes over them).
+    const int64_t* prefix = sched.tile_prefix;
+    int64_t lo = 0;
+    int64_t hi = p.num_sequences;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (p.num_heads_q * prefix[mid] <= w) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    const int64_t tiles = prefix[lo + 1] - prefix[lo];
+    const int64_t rest = w - p.num_heads_q * prefix[lo];
+    work.seq = lo;
+    work.head = rest / tiles;
+    work.q_start = (tiles - 1 - rest % tiles) * block_q;
+  } else {
+    const int64_t rest = w / q_tiles;
+    work.q_start = (q_tiles - 1 - w % q_tiles) * block_q;
+    work.head = rest % p.num_heads_q;
+    work.seq = rest / p.num_heads_q;
+  }
   work.span = SpanOf(p, work.seq);
   work.empty = work.q_start >= work.span.q_len;
-  if (!work.empty) work.tiles = KeyTilesOf(p, work.span, work.q_start, block_q, block_k);
+  // (Computed for empty items too: a branch here costs the consumers registers.)
+  work.tiles = KeyTilesOf(p, work.span, work.q_start, block_q, block_k);
   return work;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// The producer's one thread: for each of the block's items with keys to see, Q once the
-// consumers are done with the previous one, then K and V of every tile, each into its stage
-// once the consumers have released it.
+// The producer's one thread: for each of the block's items, once the consumers are done with
+// the previous one, the item's number into the item slot and its Q tile, then K and V of each
+// key tile, each into its stage once the consumers have released it. Items past their
+// sequence's rows are skipped; after the last item the slot gets -1.
 template <int kWidth, int kBlockQ, int kBlockK, int kStages>
 __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlockK, kStages>& at,
-                                          const FlashDeviceArgs& p, int q_tiles,
-                                          const CUtensorMap* q_map, const CUtensorMap* k_map,
-                                          const CUtensorMap* v_map) {
+                                          const FlashDeviceArgs& p, const FlashWsSchedule& sched,
+                                          int q_tiles, const CUtensorMap* q_map,
+                                          const CUtensorMap* k_map, const CUtensorMap* v_map) {
   constexpr int kBlocks = kWidth / 64;
   constexpr uint32_t kTileBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kTileBytes;
-  const int64_t total = static_cast<int64_t>(q_tiles) * p.num_heads_q * p.num_sequences;
-  const int group = static_cast<int>(p.num_heads_q / p.num_heads_kv);
+  auto next_item = [&](int64_t w) -> int64_t {
+    return sched.next != nullptr ? gridDim.x + static_cast<int64_t>(atomicAdd(sched.next, 1ull))
+                                 : w + gridDim.x;
+  };
+  // Tile `row` of k or v (map) into stage s, once the consumers have released it.
+  auto load = [&](const CUtensorMap* map, uint32_t tile, uint32_t full, uint32_t empty,
+                  uint32_t parity, int head, int row) {
+    BarrierWait(empty, parity);
+    BarrierExpectBytes(full, kTileBytes);
+#pragma unroll
+    for (int c = 0; c < kBlocks; ++c)
+      TmaLoad3d(tile + c * kBlockK * 128, map, c * 64, head, row, full);
+  };
   int loaded = 0;  // K/V tiles so far: tile g in stage g % kStages, round g / kStages
   int q_loads = 0;
-  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-    const WsWork work = WsWorkOf(p, w, q_tiles, kBlockQ, kBlockK);
-    if (work.empty || work.tiles.num_tiles == 0) continue;
-    const int head = static_cast<int>(work.head);
+  for (int64_t w = blockIdx.x;; w = next_item(w)) {
+    const bool done = w >= WsItems(p, sched, q_tiles);
+    WsWork work;
+    if (!done) {
+      work = WsWorkOf(p, sched, w, q_tiles, kBlockQ, kBlockK);
+      if (work.empty) continue;
+    }
     BarrierWait(at.q_empty(), (q_loads & 1) ^ 1);
     ++q_loads;
+    asm volatile("st.shared.s64 [%0], %1;\n" ::"r"(at.item()), "l"(done ? int64_t{-1} : w)
+                 : "memory");
+    if (done || work.tiles.num_tiles == 0) {
+      BarrierArrive(at.q_full());
+      if (done) return;
+      continue;
+    }
+    const int head = static_cast<int>(work.head);
     BarrierExpectBytes(at.q_full(), kBlockQ * kWidth * 2);
     const int q_row = static_cast<int>(work.span.q_begin + work.q_start);
 #pragma unroll
     for (int c = 0; c < kBlocks; ++c) {
       TmaLoad3d(at.q + c * kBlockQ * 128, q_map, c * 64, head, q_row, at.q_full());
     }
-    const int k_row = static_cast<int>(work.span.k_begin + work.tiles.tile_begin * kBlockK);
-    for (int it = 0; it < work.tiles.num_tiles; ++it, ++loaded) {
+    const int kv_head = static_cast<int>(work.head / (p.num_heads_q / p.num_heads_kv));
+    const int end = loaded + work.tiles.num_tiles;
+    for (int row = static_cast<int>(work.span.k_begin + work.tiles.tile_begin * kBlockK);
+         loaded < end; ++loaded, row += kBlockK) {
       const int s = loaded % kStages;
       const uint32_t parity = ((loaded / kStages) & 1) ^ 1;
-      const int row = k_row + it * kBlockK;
-      BarrierWait(at.k_empty(s), parity);
-      BarrierExpectBytes(at.k_full(s), kTileBytes);
-#pragma unroll
-      for (int c = 0; c < kBlocks; ++c) {
-        TmaLoad3d(at.k + s * kTileBytes + c * kBlockK * 128, k_map, c * 64, head / group, row,
-                  at.k_full(s));
-      }
-      BarrierWait(at.v_empty(s), parity);
-      BarrierExpectBytes(at.v_full(s), kTileBytes);
-#pragma unroll
-      for (int c = 0; c < kBlocks; ++c) {
-        TmaLoad3d(at.v + s * kTileBytes + c * kBlockK * 128, v_map, c * 64, head / group, row,
-                  at.v_full(s));
-      }
+      load(k_map, at.k + s * kTileBytes, at.k_full(s), at.k_empty(s), parity, kv_head, row);
+      load(v_map, at.v + s * kTileBytes, at.v_full(s), at.v_empty(s), parity, kv_head, row);
     }
   }
 }
@@ -157,7 +205,8 @@ __device__ __forceinline__ void ZeroTailRows(uint32_t tile, int valid, int threa
 
 template <typename T, int kD, int kBlockQ, int kBlockK, int kWarps, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    FlashWsKernel(const FlashDeviceArgs p, int q_tiles, const __grid_constant__ CUtensorMap q_map,
+    FlashWsKernel(const FlashDeviceArgs p, const FlashWsSchedule sched, int q_tiles,
+                  const __grid_constant__ CUtensorMap q_map,
                   const __grid_constant__ CUtensorMap k_map,
                   const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -194,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
   if (warpgroup == 0) {
     ReleaseRegisters<kWsProducerRegisters>();
-    if (threadIdx.x == 0) WsProduce(at, p, q_tiles, &q_map, &k_map, &v_map);
+    if (threadIdx.x == 0) WsProduce(at, p, sched, q_tiles, &q_map, &k_map, &v_map);
     return;
   }
   ClaimRegisters<kWsConsumerRegisters>();
@@ -258,13 +307,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   if constexpr (kPingPong) {
     if (consumer == 1) BarArrive(3, 256);
   }
-  const int64_t total = static_cast<int64_t>(q_tiles) * p.num_heads_q * p.num_sequences;
   int used = 0;  // K/V tiles consumed so far, counted as the producer counts its loads
-  int q_loads = 0;
-  for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-    const WsWork work = WsWorkOf(p, w, q_tiles, kBlockQ, kBlockK);
-    if (work.empty) continue;
+  for (int q_loads = 0;; ++q_loads) {
+    BarrierWait(at.q_full(), q_loads & 1);
+    int64_t w;
+    asm volatile("ld.shared.s64 %0, [%1];\n" : "=l"(w) : "r"(at.item()) : "memory");
+    if (w < 0) break;
+    const WsWork work = WsWorkOf(p, sched, w, q_tiles, kBlockQ, kBlockK);
     const KeyTiles& tiles = work.tiles;
+    if (tiles.num_tiles == 0) {
+      __syncwarp();  // every lane has read the slot
+      release(at.q_empty());
+    }
     const ThreadRows rows = ThreadRowsOf(work.q_start + consumer * 64 + (warp % 4) * 16, lane);
 #pragma unroll
     for (int d = 0; d < kOTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
@@ -303,8 +357,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     };
 
     if (tiles.num_tiles > 0) {
-      BarrierWait(at.q_full(), q_loads & 1);
-      ++q_loads;
       BarrierWait(at.k_full(stage(0)), parity(0));
       take_turn();
       WgmmaFence();
@@ -353,6 +405,39 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
+// How a launch of FlashWsKernel over `grid` (FlashGrid's: query tiles x Hq x sequences) finds
+// its items. More items than SMs: one block per SM, each drawing its next item from a counter
+// (blocks that drew short items take more: a causal mask or varlen lengths make them differ),
+// and for varlen only the tiles with rows numbered (FlashWsSchedule). The counter and prefix
+// live in *workspace, allocated on `stream` (the caller frees it there after the launch).
+// Otherwise, or when that allocation fails: one block per item, or one per SM taking fixed
+// shares (dense), or one per item of the grid handed out by the hardware (varlen).
+inline cudaError_t PlanWsSchedule(const FlashDeviceArgs& args, const dim3& grid, int block_q,
+                                  int sms, cudaStream_t stream, FlashWsSchedule* sched,
+                                  unsigned* blocks, void** workspace) {
+  const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  const bool varlen = args.cu_seqlens_q != nullptr;
+  *blocks = static_cast<unsigned>(std::min<int64_t>(items, sms));
+  if (items <= sms) return cudaSuccess;
+  const size_t prefix_bytes = varlen ? 8 * static_cast<size_t>(args.num_sequences + 1) : 0;
+  if (cudaMallocAsync(workspace, 8 + prefix_bytes, stream) != cudaSuccess) {
+    *workspace = nullptr;
+    (void)cudaGetLastError();  // a failed allocation only costs the balance
+    if (varlen && items <= INT32_MAX) *blocks = static_cast<unsigned>(items);
+    return cudaSuccess;
+  }
+  auto* counter = static_cast<unsigned long long*>(*workspace);
+  int64_t* prefix = varlen ? reinterpret_cast<int64_t*>(counter + 1) : nullptr;
+  sched->next = counter;
+  sched->tile_prefix = prefix;
+  const cudaError_t error = LaunchFlashWsSchedule(args, block_q, counter, prefix, stream);
+  if (error != cudaSuccess) {
+    (void)cudaFreeAsync(*workspace, stream);
+    *workspace = nullptr;
+  }
+  return error;
+}
+
 }  // namespace kernelserve::cuda::flash
 
 namespace kernelserve::cuda {
@@ -384,20 +469,23 @@ cudaError_t LaunchFlashAttentionWsImpl(const FlashDeviceArgs& args, cudaStream_t
     error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   }
   if (error != cudaSuccess) return error;
-  // Dense: one block per SM (its shared memory and 384 threads of 168 registers take the SM)
-  // walking the items, or one per item when there are fewer. Varlen: one block per item, the
-  // hardware handing them out as SMs free up (its items differ too much in length for a fixed
-  // share per block: 423 against 487 TFLOP/s for 64 sequences of 128-4096 tokens, H200).
-  const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  const bool spread = args.cu_seqlens_q != nullptr && items <= INT32_MAX;
-  const unsigned blocks = static_cast<unsigned>(spread ? items : std::min<int64_t>(items, sms));
   auto* kernel = &flash::FlashWsKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages, kPingPong>;
   const size_t shared = FlashWsSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
   if (error != cudaSuccess) return error;
-  kernel<<<blocks, kWarps * 32, shared, stream>>>(args, static_cast<int>(grid.x), maps.q, maps.k,
-                                                  maps.v);
-  return cudaGetLastError();
+  FlashWsSchedule sched;
+  unsigned blocks = 0;
+  void* workspace = nullptr;
+  error = flash::PlanWsSchedule(args, grid, kBlockQ, sms, stream, &sched, &blocks, &workspace);
+  if (error != cudaSuccess) return error;
+  kernel<<<blocks, kWarps * 32, shared, stream>>>(args, sched, static_cast<int>(grid.x), maps.q,
+                                                  maps.k, maps.v);
+  error = cudaGetLastError();
+  if (workspace != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(workspace, stream);
+    if (error == cudaSuccess) error = freed;
+  }
+  return error;
 }
 
 template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kStages>

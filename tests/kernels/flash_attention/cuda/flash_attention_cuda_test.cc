@@ -112,8 +112,9 @@ class FlashAttentionGpuTest : public ::testing::Test {
       EXPECT_LT(error, Tolerance(dtype)) << where;
       if (want->contains("lse")) {
         EXPECT_TRUE(got->contains("lse")) << where;
-        if (got->contains("lse"))
+        if (got->contains("lse")) {
           EXPECT_EQ(LseMismatch(got->at("lse"), want->at("lse")), "") << where;
+        }
       }
     }
     return static_cast<int>(configs.size());
@@ -248,6 +249,31 @@ TEST_F(FlashAttentionGpuTest, VarlenFrom1To2048Matches) {
         Check(inputs, {{"causal", causal}, {"return_lse", true}},
               Label(dtype, d, absl::StrCat("varlen causal=", causal)));
       }
+    }
+  }
+}
+
+// More sequences than the scheduling pass numbers in one chunk (1024), many of them without
+// rows or keys: the persistent kernel's items are the tiles of the sequences with rows, found
+// from the prefix sums of their tiles.
+TEST_F(FlashAttentionGpuTest, VarlenOfThousandsOfShortSequencesMatches) {
+  std::vector<int64_t> q_lengths, k_lengths;
+  int64_t tq = 0, tk = 0;
+  for (int64_t i = 0; i < 2500; ++i) {
+    q_lengths.push_back((i * 37) % 23);  // 0..22: every 23rd sequence has no rows
+    k_lengths.push_back((i * 11) % 19);  // 0..18: every 19th has no keys
+    tq += q_lengths.back();
+    tk += k_lengths.back();
+  }
+  uint64_t seed = 7300;
+  for (DType dtype : kTypes) {
+    for (int64_t d : {64, 128}) {
+      seed += 3;
+      TensorMap inputs = Qkv(dtype, 0, tq, tk, 4, 2, d, seed);
+      inputs["cu_seqlens_q"] = Offsets(q_lengths);
+      inputs["cu_seqlens_k"] = Offsets(k_lengths);
+      Check(inputs, {{"causal", true}, {"return_lse", true}},
+            Label(dtype, d, "2500 short sequences, causal"));
     }
   }
 }
