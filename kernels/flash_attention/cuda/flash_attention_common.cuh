@@ -202,6 +202,27 @@ __device__ __forceinline__ ThreadRows ThreadRowsOf(int64_t warp_row, int lane) {
   return {{warp_row + lane / 4, warp_row + lane / 4 + 8}};
 }
 
+// Whether the 16 query rows of the calling warp (each thread's two, clamped into the
+// sequence) and the keys [j0, j0 + kKeys) all carry one and the same positive segment id: a
+// tile inside every row's visible range then needs no segment mask. The answer is the warp's
+// vote, so that all its lanes take the same softmax path.
+// REQUIRES: segment ids set; [j0, j0 + kKeys) inside the sequence's keys; every lane calls it.
+template <int kKeys>
+__device__ __forceinline__ bool SegmentsUniform(const FlashDeviceArgs& p, const Span& span,
+                                                int64_t seq, const ThreadRows& rows, int64_t j0,
+                                                int lane) {
+  static_assert(kKeys % 32 == 0, "whole warps of keys");
+  const int64_t* q_seg = p.q_segment_ids + seq * p.seq_len_q;
+  const int64_t* kv_seg = p.kv_segment_ids + seq * p.seq_len_k + j0;
+  const int64_t mine[2] = {q_seg[min(rows.row[0], span.q_len - 1)],
+                           q_seg[min(rows.row[1], span.q_len - 1)]};
+  const int64_t id = __shfl_sync(0xffffffffu, mine[0], 0);
+  bool same = id > 0 && mine[0] == id && mine[1] == id;
+#pragma unroll
+  for (int k = 0; k < kKeys / 32; ++k) same = same && kv_seg[lane + 32 * k] == id;
+  return __all_sync(0xffffffffu, same);
+}
+
 // Scales a tile of logits into log2 units (soft cap first when on) and sets keys the thread's
 // rows cannot see to -inf. `j0` is the tile's first key; `full` says no key of it is masked.
 // The common case (full tile, no bias) costs one multiply an element: the masks work on key
@@ -277,6 +298,27 @@ __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDe
       for (int e = 0; e < 4; ++e) {
         const int jj = n * 8 + 2 * t + (e & 1);
         if (s[n][e] != -INFINITY) s[n][e] += bias[e >> 1][jj] * kLog2e;
+      }
+    }
+  }
+}
+
+// Starts moving the bias of the thread's two rows for keys [j0, j0 + kKeys) into L1 (the
+// four threads of a row take one 128-byte line each of every 512 bytes), so that MaskLogits,
+// run once S has landed, finds it there. Lines past the sequence's keys are left alone.
+// REQUIRES: a bias.
+template <int kKeys>
+__device__ __forceinline__ void PrefetchBias(const FlashDeviceArgs& p, const Span& span,
+                                             int64_t seq, int64_t head, const ThreadRows& rows,
+                                             int64_t j0, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float* row = p.bias + seq * p.bias_batch_stride + head * p.bias_head_stride +
+                       min(rows.row[r], span.q_len - 1) * span.k_len + j0;
+#pragma unroll
+    for (int line = t; line < kKeys / 32; line += 4) {
+      if (j0 + line * 32 < span.k_len) {
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(row + line * 32));
       }
     }
   }

@@ -158,7 +158,10 @@ __global__ void __launch_bounds__(kWarps * 32) FlashForwardKernel(const FlashDev
       }
     }
 
-    const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+    bool full = j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+    if (has_segments && full) {
+      full = SegmentsUniform<kBlockK>(p, b.span, b.seq, rows, j0, lane);
+    }
     MaskLogits(s, p, b.span, b.seq, b.head, rows, j0, full, t);
     OnlineSoftmax(s, o, m, l);
 

@@ -243,7 +243,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
   auto softmax = [&](int it) {
     FenceRegisters(s);
     const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
-    const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+    bool full = j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+    if (has_segments && full) {
+      full = SegmentsUniform<kBlockK>(p, b.span, b.seq, rows, j0, lane);
+    }
     MaskLogits(s, p, b.span, b.seq, b.head, rows, j0, full, t);
     SoftmaxProbabilities(s, m, l, alpha);
   };

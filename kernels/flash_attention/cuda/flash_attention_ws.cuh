@@ -153,10 +153,11 @@ __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlock
   };
   int loaded = 0;  // K/V tiles so far: tile g in stage g % kStages, round g / kStages
   int q_loads = 0;
-  for (int64_t w = blockIdx.x;; w = next_item(w)) {
+  for (int64_t w = blockIdx.x, next = 0;; w = next) {
     const bool done = w >= WsItems(p, sched, q_tiles);
     WsWork work;
     if (!done) {
+      next = next_item(w);  // drawn now: its latency hides behind this item's loads
       work = WsWorkOf(p, sched, w, q_tiles, kBlockQ, kBlockK);
       if (work.empty) continue;
     }
@@ -338,10 +339,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         BarSync(1 + consumer, 128);
       }
     };
-    auto softmax = [&](int it) {
+    // Whether every row sees every key of tile it (no mask needed), found while the tile's S
+    // is on the tensor cores: segment ids and the bias are global loads.
+    auto unmasked = [&](int it) {
+      const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
+      bool full = j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+      if (has_segments && full) {
+        full = SegmentsUniform<kBlockK>(p, work.span, work.seq, rows, j0, lane);
+      }
+      if (p.bias != nullptr) PrefetchBias<kBlockK>(p, work.span, work.seq, work.head, rows, j0, t);
+      return full;
+    };
+    auto softmax = [&](int it, bool full) {
       FenceRegisters(s);
       const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
-      const bool full = !has_segments && j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
       if (full && plain_logits) {
         ScaledSoftmaxProbabilities(s, scale_log2, m, l, alpha);
       } else {
@@ -362,9 +373,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       WgmmaFence();
       issue_s(stage(0));
       end_turn();
+      const bool full = unmasked(0);
       WgmmaWait<0>();
       release_k(0);
-      softmax(0);
+      softmax(0, full);
       to_operand();
       for (int it = 1; it < tiles.num_tiles; ++it) {
         BarrierWait(at.k_full(stage(it)), parity(it));
@@ -374,9 +386,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         issue_s(stage(it));
         issue_pv(stage(it - 1));
         end_turn();
+        const bool full = unmasked(it);
         WgmmaWait<1>();  // S has landed: K is read
         release_k(it);
-        softmax(it);
+        softmax(it, full);
         WgmmaWait<0>();  // P V has landed: V is read
         release(at.v_empty(stage(it - 1)));
         FenceRegisters(o);
@@ -406,19 +419,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 }
 
 // How a launch of FlashWsKernel over `grid` (FlashGrid's: query tiles x Hq x sequences) finds
-// its items. More items than SMs: one block per SM, each drawing its next item from a counter
-// (blocks that drew short items take more: a causal mask or varlen lengths make them differ),
-// and for varlen only the tiles with rows numbered (FlashWsSchedule). The counter and prefix
-// live in *workspace, allocated on `stream` (the caller frees it there after the launch).
-// Otherwise, or when that allocation fails: one block per item, or one per SM taking fixed
+// its items. More items than SMs, of different costs (a causal mask, a window, varlen
+// lengths): one block per SM, each drawing its next item from a counter (blocks that drew
+// short items take more), and for varlen only the tiles with rows numbered (FlashWsSchedule). The
+// counter and prefix live in *workspace, allocated on `stream` (the caller frees it there after the
+// launch). Otherwise, or when that allocation fails: one block per item, or one per SM taking fixed
 // shares (dense), or one per item of the grid handed out by the hardware (varlen).
 inline cudaError_t PlanWsSchedule(const FlashDeviceArgs& args, const dim3& grid, int block_q,
                                   int sms, cudaStream_t stream, FlashWsSchedule* sched,
                                   unsigned* blocks, void** workspace) {
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   const bool varlen = args.cu_seqlens_q != nullptr;
+  // Dense without a causal mask or a window, every item costs the same: fixed shares.
+  const bool uneven = varlen || args.causal || args.window_left >= 0 || args.window_right >= 0;
   *blocks = static_cast<unsigned>(std::min<int64_t>(items, sms));
-  if (items <= sms) return cudaSuccess;
+  if (items <= sms || !uneven) return cudaSuccess;
   const size_t prefix_bytes = varlen ? 8 * static_cast<size_t>(args.num_sequences + 1) : 0;
   if (cudaMallocAsync(workspace, 8 + prefix_bytes, stream) != cudaSuccess) {
     *workspace = nullptr;

@@ -181,6 +181,22 @@ TEST_F(FlashAttentionGpuTest, EachOptionAloneMatches) {
   }
 }
 
+// More query tiles than a GPU has SMs, under windows: the persistent kernel's blocks draw
+// items of different lengths from its counter.
+TEST_F(FlashAttentionGpuTest, WindowsOverMoreItemsThanSmsMatch) {
+  const Attributes windows[] = {{{"window_left", int64_t{150}}, {"window_right", int64_t{40}}},
+                                {{"window_right", int64_t{0}}}};
+  uint64_t seed = 3500;
+  for (const Attributes& attrs : windows) {
+    for (int64_t d : {64, 128}) {
+      seed += 3;
+      const int64_t b = d == 64 ? 2 : 1, hq = d == 64 ? 8 : 16;
+      Check(Qkv(DType::kBF16, b, 1100, 1100, hq, 2, d, seed), attrs,
+            Label(DType::kBF16, d, "window over many items"));
+    }
+  }
+}
+
 TEST_F(FlashAttentionGpuTest, BiasWithBroadcastMatches) {
   uint64_t seed = 4000;
   const int64_t b = 2, s = 130, h = 4;
@@ -207,6 +223,30 @@ TEST_F(FlashAttentionGpuTest, SegmentIdsMatchAndPaddingRowsAreZero) {
       inputs["q_segment_ids"] = Segments(b, s, seed + 3);
       inputs["kv_segment_ids"] = inputs.at("q_segment_ids");
       Check(inputs, {{"return_lse", true}}, Label(dtype, d, "segments"));
+    }
+  }
+}
+
+// Documents of hundreds of tokens: most key tiles lie inside one document for every row of a
+// tile (the kernels skip their segment mask), the others straddle a boundary or padding.
+TEST_F(FlashAttentionGpuTest, LongSegmentsMatch) {
+  const int64_t b = 2, s = 1500;
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < s; ++j) {
+      const int64_t shift = i * 97;  // the second sequence's boundaries fall elsewhere in tiles
+      ids.push_back(j >= s - 10 ? 0 : j < 600 + shift ? 1 : j < 1300 - shift ? 2 : 3);
+    }
+  }
+  uint64_t seed = 5500;
+  for (int64_t d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      seed += 5;
+      TensorMap inputs = Qkv(DType::kBF16, b, s, s, 2, 1, d, seed);
+      inputs["q_segment_ids"] = Tensor::FromInts(DType::kI64, {b, s}, ids);
+      inputs["kv_segment_ids"] = inputs.at("q_segment_ids");
+      Check(inputs, {{"causal", causal}, {"return_lse", true}},
+            Label(DType::kBF16, d, absl::StrCat("long segments causal=", causal)));
     }
   }
 }
