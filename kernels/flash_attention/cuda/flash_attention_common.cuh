@@ -324,6 +324,17 @@ __device__ __forceinline__ void PrefetchBias(const FlashDeviceArgs& p, const Spa
   }
 }
 
+// The largest value of the thread's row r (0: g, 1: g + 8) in a tile, over the four threads
+// that hold the row.
+template <int kSTiles>
+__device__ __forceinline__ float RowMax(const float (&s)[kSTiles][4], int r) {
+  float tile_max = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < kSTiles; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+  return fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+}
+
 // One step of the online softmax without touching O: new row maxima m, l rescaled and the
 // tile's sums added (per thread; the four threads of a row sum their l at the end), s turned
 // into probabilities exp2(s - m_new). Returns in alpha the factor exp2(m_old - m_new) that O
@@ -333,13 +344,7 @@ __device__ __forceinline__ void SoftmaxProbabilities(float (&s)[kSTiles][4], flo
                                                      float (&l)[2], float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kSTiles; ++n) {
-      tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float tile_max = RowMax(s, r);
     const float m_new = fmaxf(m[r], tile_max);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
     alpha[r] = Exp2(m[r] - m_use);
@@ -365,13 +370,7 @@ __device__ __forceinline__ void ScaledSoftmaxProbabilities(float (&s)[kSTiles][4
                                                            float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kSTiles; ++n) {
-      tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float tile_max = RowMax(s, r);
     const float m_new = fmaxf(m[r], tile_max * scale_log2);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
     alpha[r] = Exp2(m[r] - m_use);

@@ -77,11 +77,12 @@ std::vector<KernelConfig> FlashAttentionCandidates(const FlashAttentionProblem& 
 
 // A pure function of problem and device; in FlashAttentionCandidates(problem, device) whenever
 // that is not empty.
-// Hopper with wgmma compiled: the warp-specialized kernel with ping-pong ("wgmma_pp"), 12 warps
-// x 128 query rows, key tiles of 128 (64 at D = 256) and 2 stages; at D = 32 mma.sync as below.
+// Hopper with wgmma compiled: the warp-specialized kernel ("wgmma_ws" for dense calls from
+// D = 96, "wgmma_pp" with its consumers taking turns at D = 64 and for varlen), 12 warps x 128
+// query rows, key tiles of 128 (64 at D = 256) and 2 stages; at D = 32 mma.sync as below.
 // Otherwise mma.sync with 4 warps x 64 query rows, key tiles of 128 up to D = 64, 64 up to
-// D = 128 and 32 at D = 256,
-// 2 stages; on a device whose shared memory that exceeds, the largest compiled config that fits.
+// D = 128 and 32 at D = 256, 2 stages; on a device whose shared memory that exceeds, the
+// largest compiled config that fits.
 KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device);
 

@@ -123,6 +123,41 @@ __device__ __forceinline__ void MmaRsTransB(float (&d)[kN / 8][4], const uint32_
   }
 }
 
+// S = Q K^T of one warpgroup's 64 query rows (column block c at q_rows + c * kBlockQ * 128)
+// and a kBlockK-row K tile, issued and committed as one group: k16 step ks reads 32 bytes
+// into each 128-byte row of column block ks / 4.
+template <bool kBf16, int kD, int kBlockQ, int kBlockK>
+__device__ __forceinline__ void IssueQkT(float (&s)[kBlockK / 8][4], uint32_t q_rows,
+                                         uint32_t k_tile) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const uint32_t step = (ks % 4) * 32u;
+    const uint64_t a = Descriptor(q_rows + (ks / 4) * kBlockQ * 128u + step, 16, 1024);
+    const uint64_t b = Descriptor(k_tile + (ks / 4) * kBlockK * 128u + step, 16, 1024);
+    MmaSs<kBf16, kBlockK>(s, a, b, ks > 0 ? 1 : 0);
+  }
+  WgmmaCommit();
+}
+
+// O += P V for a kBlockK-row V tile, P in registers (pa[kk]: keys [16 kk, 16 kk + 16)),
+// issued and committed as one group. One wgmma covers at most 128 columns of O: at D = 256
+// each step runs on two halves of O and V (V's columns 128.. start two 64-column blocks in).
+template <bool kBf16, int kWidth, int kBlockK>
+__device__ __forceinline__ void IssuePv(float (&o)[kWidth / 8][4],
+                                        const uint32_t (&pa)[kBlockK / 16][4], uint32_t v_tile) {
+  constexpr int kPvN = kWidth < 128 ? kWidth : 128;
+#pragma unroll
+  for (int kk = 0; kk < kBlockK / 16; ++kk) {
+#pragma unroll
+    for (int h = 0; h < kWidth / kPvN; ++h) {
+      auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
+      const uint32_t v_part = v_tile + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
+      MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
+    }
+  }
+  WgmmaCommit();
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Shared memory of one block: the Q tile and kStages K and V tiles, plus slack to align the
@@ -210,34 +245,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) FlashWgmmaKernel(const FlashDe
     if (it + kAhead < tiles.num_tiles) load_kv(it + kAhead, (it + kAhead) % kStages);
     CommitCopies();
   };
-  // S = Q K^T: k16 step ks reads 32 bytes into each 128-byte row of column block ks / 4.
   auto issue_s = [&](int it) {
-    const uint32_t tk = sk + (it % kStages) * kTileBytes;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t step = (ks % 4) * 32u;
-      const uint64_t a = Descriptor(q_rows + (ks / 4) * kBlockQ * 128u + step, 16, 1024);
-      const uint64_t b = Descriptor(tk + (ks / 4) * kBlockK * 128u + step, 16, 1024);
-      MmaSs<kBf16, kBlockK>(s, a, b, ks > 0 ? 1 : 0);
-    }
-    WgmmaCommit();
+    IssueQkT<kBf16, kD, kBlockQ, kBlockK>(s, q_rows, sk + (it % kStages) * kTileBytes);
   };
-  // O += P V: k16 step kk takes keys [16 kk, 16 kk + 16), two 8-row groups of V. One wgmma
-  // covers at most 128 columns of O: at D = 256 each step runs on two halves of O and V (V's
-  // columns 128.. start two 64-column blocks in).
-  constexpr int kPvN = kWidth < 128 ? kWidth : 128;
   auto issue_pv = [&](int it) {
-    const uint32_t tv = sv + (it % kStages) * kTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-#pragma unroll
-      for (int h = 0; h < kWidth / kPvN; ++h) {
-        auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
-        const uint32_t v_part = tv + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
-        MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
-      }
-    }
-    WgmmaCommit();
+    IssuePv<kBf16, kWidth, kBlockK>(o, pa, sv + (it % kStages) * kTileBytes);
   };
   // Mask and softmax of tile `it`'s S, once it has landed.
   auto softmax = [&](int it) {

@@ -276,29 +276,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if constexpr (kPingPong) BarArrive(3 + (1 - consumer), 256);
   };
   auto issue_s = [&](int stage) {
-    const uint32_t tk = at.k + stage * Layout::kTileBytes;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t step = (ks % 4) * 32u;
-      const uint64_t a = Descriptor(q_rows + (ks / 4) * kBlockQ * 128u + step, 16, 1024);
-      const uint64_t b = Descriptor(tk + (ks / 4) * kBlockK * 128u + step, 16, 1024);
-      MmaSs<kBf16, kBlockK>(s, a, b, ks > 0 ? 1 : 0);
-    }
-    WgmmaCommit();
+    IssueQkT<kBf16, kD, kBlockQ, kBlockK>(s, q_rows, at.k + stage * Layout::kTileBytes);
   };
-  constexpr int kPvN = kWidth < 128 ? kWidth : 128;
   auto issue_pv = [&](int stage) {
-    const uint32_t tv = at.v + stage * Layout::kTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-#pragma unroll
-      for (int h = 0; h < kWidth / kPvN; ++h) {
-        auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
-        const uint32_t v_part = tv + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
-        MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
-      }
-    }
-    WgmmaCommit();
+    IssuePv<kBf16, kWidth, kBlockK>(o, pa, at.v + stage * Layout::kTileBytes);
   };
   auto to_operand = [&] {
 #pragma unroll

@@ -4,21 +4,14 @@
 
 #include <cstdint>
 
+#include "kernels/runtime/cuda/driver_function.h"
+
 namespace kernelserve::cuda {
 namespace {
 
 PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  static const auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(
+      FindDriverFunction("cuTensorMapEncodeTiled", 12000));
   return encode;
 }
 

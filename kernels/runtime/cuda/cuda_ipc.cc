@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/runtime/cuda/cuda_check.h"
+#include "kernels/runtime/cuda/driver_function.h"
 
 namespace kernelserve::cuda {
 namespace {
@@ -16,17 +17,8 @@ namespace {
 // The size of the allocation that `address` starts, through the driver's cuMemGetAddressRange
 // (found at run time: the server links the runtime only). nullopt when it cannot be asked.
 absl::StatusOr<size_t> AllocationBytes(void* address) {
-  static const PFN_cuMemGetAddressRange_v3020 get_range = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
-  }();
+  static const auto get_range = reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(
+      FindDriverFunction("cuMemGetAddressRange", 12000));
   if (get_range == nullptr) {
     return absl::UnimplementedError("the CUDA driver lacks cuMemGetAddressRange");
   }

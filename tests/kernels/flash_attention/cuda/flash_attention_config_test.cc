@@ -148,26 +148,34 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   }
   const KernelConfig best = FlashAttentionHeuristic(p, Hopper());
 #if defined(KERNELSERVE_FLASH_WGMMA)
-  // The build targets sm_90a: Hopper takes the warp-specialized kernel with ping-pong; the
-  // wgmma kernel, the one without turns and mma.sync stay candidates.
-  EXPECT_EQ(best.algorithm, kFlashWsPingPongAlgorithm) << best.DebugString();
+  // The build targets sm_90a: dense D = 128 on Hopper takes the warp-specialized kernel
+  // without turns; the wgmma kernel, the one with turns and mma.sync stay candidates.
+  EXPECT_EQ(best.algorithm, kFlashWsAlgorithm) << best.DebugString();
   EXPECT_EQ(best.block_q, 128);
   EXPECT_EQ(best.block_k, 128);
   EXPECT_EQ(best.num_warps, 12);
   EXPECT_EQ(best.num_stages, 2);
   const std::vector<KernelConfig> candidates = FlashAttentionCandidates(p, Hopper());
-  for (std::string_view algorithm : {std::string_view(), kFlashWgmmaAlgorithm, kFlashWsAlgorithm}) {
+  for (std::string_view algorithm :
+       {std::string_view(), kFlashWgmmaAlgorithm, kFlashWsPingPongAlgorithm}) {
     EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
                             [&](const KernelConfig& c) { return c.algorithm == algorithm; }))
         << "no candidate of algorithm '" << algorithm << "'";
   }
   EXPECT_FALSE(FlashConfigFits(best, 128, Gpu(132, 227 * 1024)));
-  // Head dims 64 and 96 (rows padded to 128 in shared memory: as much as D = 128) take the
-  // same shape; no such kernel at D = 32: mma.sync.
-  for (int64_t d : {64, 96}) {
-    const KernelConfig c =
-        FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, d), Hopper());
-    EXPECT_EQ(c, best) << "D = " << d << ": " << c.DebugString();
+  // Head dim 96 (rows padded to 128 in shared memory: as much as D = 128) takes the same
+  // config; D = 64 and varlen the same shape with turns (ping-pong); no such kernel at D = 32:
+  // mma.sync.
+  const KernelConfig d96_best =
+      FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, 96), Hopper());
+  EXPECT_EQ(d96_best, best) << d96_best.DebugString();
+  FlashAttentionProblem varlen = p;
+  varlen.varlen = true;
+  for (const FlashAttentionProblem& turns : {MakeProblem(DType::kBF16, 2, 512, 8, 64), varlen}) {
+    KernelConfig c = FlashAttentionHeuristic(turns, Hopper());
+    EXPECT_EQ(c.algorithm, kFlashWsPingPongAlgorithm) << c.DebugString();
+    c.algorithm = best.algorithm;
+    EXPECT_EQ(c, best) << c.DebugString();
   }
   const KernelConfig d96 =
       FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, 96), Hopper());
@@ -178,7 +186,7 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   // less shared memory takes the wgmma kernel's one warpgroup (225 KiB) or mma.sync.
   const FlashAttentionProblem p256 = MakeProblem(DType::kBF16, 8, 2048, 16, 256);
   const KernelConfig d256 = FlashAttentionHeuristic(p256, Hopper());
-  EXPECT_EQ(d256.algorithm, kFlashWsPingPongAlgorithm) << d256.DebugString();
+  EXPECT_EQ(d256.algorithm, kFlashWsAlgorithm) << d256.DebugString();
   EXPECT_EQ(d256.block_k, 64);
   // Tiles, 1024 bytes of alignment slack, ten mbarriers and the item slot.
   EXPECT_EQ(FlashConfigSharedBytes(d256, 256), 192 * 1024 + 1024 + 8 * 10 + 8);
