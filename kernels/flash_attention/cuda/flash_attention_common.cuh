@@ -202,25 +202,42 @@ __device__ __forceinline__ ThreadRows ThreadRowsOf(int64_t warp_row, int lane) {
   return {{warp_row + lane / 4, warp_row + lane / 4 + 8}};
 }
 
-// Whether the 16 query rows of the calling warp (each thread's two, clamped into the
-// sequence) and the keys [j0, j0 + kKeys) all carry one and the same positive segment id: a
-// tile inside every row's visible range then needs no segment mask. The answer is the warp's
-// vote, so that all its lanes take the same softmax path.
-// REQUIRES: segment ids set; [j0, j0 + kKeys) inside the sequence's keys; every lane calls it.
+// The one positive segment id that all 16 query rows of the calling warp carry (each
+// thread's two, clamped into the sequence), or 0 when they do not share one. The same value in
+// every lane. REQUIRES: segment ids set; every lane of the warp calls it.
+__device__ __forceinline__ int64_t WarpSegment(const FlashDeviceArgs& p, const Span& span,
+                                               int64_t seq, const ThreadRows& rows) {
+  const int64_t* q_seg = p.q_segment_ids + seq * p.seq_len_q;
+  const int64_t mine[2] = {q_seg[min(rows.row[0], span.q_len - 1)],
+                           q_seg[min(rows.row[1], span.q_len - 1)]};
+  const int64_t id = __shfl_sync(0xffffffffu, mine[0], 0);
+  return __all_sync(0xffffffffu, id > 0 && mine[0] == id && mine[1] == id) ? id : 0;
+}
+
+// Whether the calling warp's rows share segment `id` (> 0) with every key of a tile, given
+// the lane's share of the tile's key segment ids (key lane + 32 k in ids[k]): such a tile,
+// inside every row's visible range, needs no segment mask. The warp's vote.
+template <int kKeys>
+__device__ __forceinline__ bool KeysInSegment(const int64_t (&ids)[kKeys / 32], int64_t id) {
+  bool same = id > 0;
+#pragma unroll
+  for (int k = 0; k < kKeys / 32; ++k) same = same && ids[k] == id;
+  return __all_sync(0xffffffffu, same);
+}
+
+// WarpSegment and KeysInSegment of keys [j0, j0 + kKeys) in one call.
+// REQUIRES: segment ids set; those keys inside the sequence; every lane calls it.
 template <int kKeys>
 __device__ __forceinline__ bool SegmentsUniform(const FlashDeviceArgs& p, const Span& span,
                                                 int64_t seq, const ThreadRows& rows, int64_t j0,
                                                 int lane) {
   static_assert(kKeys % 32 == 0, "whole warps of keys");
-  const int64_t* q_seg = p.q_segment_ids + seq * p.seq_len_q;
+  const int64_t id = WarpSegment(p, span, seq, rows);
   const int64_t* kv_seg = p.kv_segment_ids + seq * p.seq_len_k + j0;
-  const int64_t mine[2] = {q_seg[min(rows.row[0], span.q_len - 1)],
-                           q_seg[min(rows.row[1], span.q_len - 1)]};
-  const int64_t id = __shfl_sync(0xffffffffu, mine[0], 0);
-  bool same = id > 0 && mine[0] == id && mine[1] == id;
+  int64_t ids[kKeys / 32];
 #pragma unroll
-  for (int k = 0; k < kKeys / 32; ++k) same = same && kv_seg[lane + 32 * k] == id;
-  return __all_sync(0xffffffffu, same);
+  for (int k = 0; k < kKeys / 32; ++k) ids[k] = id > 0 ? kv_seg[lane + 32 * k] : 0;
+  return KeysInSegment<kKeys>(ids, id);
 }
 
 // Scales a tile of logits into log2 units (soft cap first when on) and sets keys the thread's

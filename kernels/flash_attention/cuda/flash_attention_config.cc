@@ -174,13 +174,13 @@ KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
                                      const DeviceInfo& device) {
   // Hopper: the persistent warp-specialized kernel, 128 query rows, key tiles of 128 (64 at
   // D = 256, where larger ones do not fit) and 2 stages; 1.2-1.8x the wgmma kernel at every
-  // head dim from 64 to 256, causal or not, dense or varlen. Its two variants, measured in
-  // three runs on an H200 (docs/PERFORMANCE_LOG.md, the warp-specialized forward's scheduler
-  // of 2026-11-29): without turns it is ahead on dense calls from D = 96 (D 128 at 8k tokens
-  // 663-674 against 582-602 TFLOP/s, D 256 619-623 against 554-590; causal even); with its
-  // consumers taking turns (ping-pong) on D = 64 (326-338 against 290-337), whose short
-  // softmax leaves the tensor cores idle without them, and on varlen (527-538 against
-  // 512-514). D = 32 has no such kernel (a row of 64 bytes): mma.sync.
+  // head dim from 64 to 256, causal or not, dense or varlen. Its two variants trade places by
+  // up to 10% from run to run; their means over five runs on an H200 (docs/PERFORMANCE_LOG.md,
+  // the warp-specialized forward's scheduler, 2026-11-29): without turns ahead on dense calls
+  // from D = 96 (D 128 at 8k tokens 639 against 615 TFLOP/s, D 256 620 against 591, D 96 478
+  // against 474, causal even); with its consumers taking turns (ping-pong) ahead at D = 64
+  // (332 against 308), whose short softmax leaves the tensor cores idle without them, and on
+  // varlen (531 against 514). D = 32 has no such kernel (a row of 64 bytes): mma.sync.
   const FlashAlgorithm variant =
       problem.head_dim <= 64 || problem.varlen ? FlashAlgorithm::kWsPp : FlashAlgorithm::kWs;
   const KernelConfig hopper = MakeConfig(variant, 128, problem.head_dim <= 128 ? 128 : 64, 12, 2);

@@ -320,15 +320,41 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         BarSync(1 + consumer, 128);
       }
     };
-    // Whether every row sees every key of tile it (no mask needed), found while the tile's S
-    // is on the tensor cores: segment ids and the bias are global loads.
-    auto unmasked = [&](int it) {
+    // Whether every row sees every key of tile it, the mask's bounds aside.
+    auto in_range = [&](int it) {
       const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
-      bool full = j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
-      if (has_segments && full) {
-        full = SegmentsUniform<kBlockK>(p, work.span, work.seq, rows, j0, lane);
+      return j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
+    };
+    // With segment ids: the warp's rows' one segment (0: none); the key segment ids of a tile
+    // in range are read in unmasked(), from L1 where the tile before moved them.
+    const int64_t warp_segment = has_segments ? WarpSegment(p, work.span, work.seq, rows) : 0;
+    auto segment_ids = [&](int it) {
+      return p.kv_segment_ids + work.seq * p.seq_len_k + (tiles.tile_begin + it) * kBlockK;
+    };
+    auto prefetch_segments = [&](int it) {
+      if (warp_segment == 0 || it >= tiles.num_tiles || !in_range(it)) return;
+      if (lane < kBlockK / 16) {  // 16 ids of 8 bytes a 128-byte line
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(segment_ids(it) + lane * 16));
       }
-      if (p.bias != nullptr) PrefetchBias<kBlockK>(p, work.span, work.seq, work.head, rows, j0, t);
+    };
+    prefetch_segments(0);
+    // Whether tile it needs no mask, found while its S is on the tensor cores; starts moving
+    // what the next tiles read (key segment ids, the bias rows) into L1.
+    auto unmasked = [&](int it) {
+      bool full = in_range(it);
+      if (warp_segment != 0 && full) {
+        int64_t ids[kBlockK / 32];
+#pragma unroll
+        for (int k = 0; k < kBlockK / 32; ++k) ids[k] = segment_ids(it)[lane + 32 * k];
+        full = KeysInSegment<kBlockK>(ids, warp_segment);
+      } else if (has_segments) {
+        full = false;
+      }
+      prefetch_segments(it + 1);
+      if (p.bias != nullptr) {
+        const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
+        PrefetchBias<kBlockK>(p, work.span, work.seq, work.head, rows, j0, t);
+      }
       return full;
     };
     auto softmax = [&](int it, bool full) {
