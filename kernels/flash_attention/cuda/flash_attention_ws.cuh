@@ -148,8 +148,9 @@ __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlock
     BarrierWait(empty, parity);
     BarrierExpectBytes(full, kTileBytes);
 #pragma unroll
-    for (int c = 0; c < kBlocks; ++c)
+    for (int c = 0; c < kBlocks; ++c) {
       TmaLoad3d(tile + c * kBlockK * 128, map, c * 64, head, row, full);
+    }
   };
   int loaded = 0;  // K/V tiles so far: tile g in stage g % kStages, round g / kStages
   int q_loads = 0;
