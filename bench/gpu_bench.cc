@@ -24,6 +24,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "bench/bench_cases.h"
 #include "bench/bwd_bench.h"
 #include "core/utils/random_tensor.h"
@@ -45,6 +48,9 @@ ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
 ABSL_FLAG(bool, pooling, true, "run the mean pooling cases");
 ABSL_FLAG(bool, attention, true, "run the flash attention cases");
+ABSL_FLAG(std::string, attention_only, "",
+          "run only the attention cases whose name contains one of these comma-separated strings "
+          "(empty = all), e.g. \"bias,D=64\"");
 ABSL_FLAG(bool, backward, true,
           "run the backward kernels' cases (mean_pooling_bwd, flash_attention_bwd)");
 
@@ -73,12 +79,22 @@ void PrintRow(const char* label, const ks::bench::Timing& t, double x_bytes, dou
               bps / copy, t.config.DebugString().c_str());
 }
 
+// True when `filter` is empty or `name` contains one of its comma-separated parts.
+bool Selected(const std::string& name, const std::string& filter) {
+  if (filter.empty()) return true;
+  for (absl::string_view part : absl::StrSplit(filter, ',', absl::SkipEmpty())) {
+    if (absl::StrContains(name, part)) return true;
+  }
+  return false;
+}
+
 // Times the attention cases and appends them to out["attention"]. Returns the failures.
 int RunAttention(const ks::DeviceInfo& device, nlohmann::json& out) {
   int failures = 0;
   out["attention"] = nlohmann::json::array();
   for (const ks::bench::AttentionCase& c :
        ks::bench::DefaultAttentionCases(absl::GetFlag(FLAGS_seed))) {
+    if (!Selected(c.name, absl::GetFlag(FLAGS_attention_only))) continue;
     const auto r = ks::bench::RunAttentionCase(c, device, absl::GetFlag(FLAGS_iters),
                                                absl::GetFlag(FLAGS_tune));
     if (!r.ok()) {
