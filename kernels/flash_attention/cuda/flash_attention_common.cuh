@@ -244,10 +244,14 @@ __device__ __forceinline__ bool SegmentsUniform(const FlashDeviceArgs& p, const 
 // rows cannot see to -inf. `j0` is the tile's first key; `full` says no key of it is masked.
 // The common case (full tile, no bias) costs one multiply an element: the masks work on key
 // offsets inside the tile (32-bit) and run only for tiles that need them.
+// With !global_bias the bias is left to the caller (the warp-specialized kernel adds it from
+// a shared-memory tile: AddBiasTile).
 template <int kSTiles>
 __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDeviceArgs& p,
                                            const Span& span, int64_t seq, int64_t head,
-                                           const ThreadRows& rows, int64_t j0, bool full, int t) {
+                                           const ThreadRows& rows, int64_t j0, bool full, int t,
+                                           bool global_bias = true) {
+  const bool add_bias = global_bias && p.bias != nullptr;
   if (p.softcap > 0.0f) {
     const float cap_in = p.softmax_scale / p.softcap;
     const float cap_out = p.softcap * kLog2e;
@@ -264,7 +268,7 @@ __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDe
       for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
     }
   }
-  if (full && p.bias == nullptr) return;
+  if (full && !add_bias) return;
   constexpr int kKeys = kSTiles * 8;
   int64_t safe_row[2];
   for (int r = 0; r < 2; ++r) safe_row[r] = min(rows.row[r], span.q_len - 1);
@@ -303,7 +307,7 @@ __device__ __forceinline__ void MaskLogits(float (&s)[kSTiles][4], const FlashDe
       }
     }
   }
-  if (p.bias != nullptr) {
+  if (add_bias) {
     const float* bias[2];
     for (int r = 0; r < 2; ++r) {
       bias[r] = p.bias + seq * p.bias_batch_stride + head * p.bias_head_stride +
@@ -350,6 +354,32 @@ __device__ __forceinline__ float RowMax(const float (&s)[kSTiles][4], int r) {
   for (int n = 0; n < kSTiles; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
   tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
   return fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+}
+
+// Adds the bias (log2 units) to the logits a thread holds of a tile, where they are not
+// masked, reading it from a shared-memory tile of the warpgroup's 64 rows: f32, columns in
+// blocks of 32 (64 rows x 128 bytes each), 16-byte chunk c of row r at c ^ (r % 8) (the
+// tensor memory accelerator's 128-byte swizzle). `warp_row` is the warp's first row (16 w).
+// A warp's float2 reads of one n8 tile fall in 32 distinct banks.
+template <int kSTiles>
+__device__ __forceinline__ void AddBiasTile(float (&s)[kSTiles][4], uint32_t tile, int warp_row,
+                                            int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t row = tile + static_cast<uint32_t>(warp_row + g + 8 * r) * 128;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+      const int col = n * 8 + 2 * t;
+      const int chunk = (col % 32) / 4;
+      const uint32_t at = row + (col / 32) * 64 * 128 + ((chunk ^ g) * 16) + (col % 4) * 4;
+      float b0, b1;
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(b0), "=f"(b1) : "r"(at));
+      if (s[n][2 * r] != -INFINITY) s[n][2 * r] += b0 * kLog2e;
+      if (s[n][2 * r + 1] != -INFINITY) s[n][2 * r + 1] += b1 * kLog2e;
+    }
+  }
 }
 
 // One step of the online softmax without touching O: new row maxima m, l rescaled and the

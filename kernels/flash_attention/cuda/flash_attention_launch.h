@@ -90,6 +90,12 @@ constexpr size_t FlashWsSharedBytes(int head_dim, int block_q, int block_k, int 
          8 * (2 + 4 * static_cast<size_t>(num_stages)) + 8;
 }
 
+// Shared memory a warp-specialized block adds for its bias tiles: each consumer's 64 rows of a
+// key tile in f32, and their full and empty mbarriers.
+constexpr size_t FlashWsBiasBytes(int block_k) {
+  return 2 * 64 * static_cast<size_t>(block_k) * 4 + 4 * 8;
+}
+
 // How the blocks of the persistent warp-specialized kernel find their work items.
 struct FlashWsSchedule {
   // Zero at launch; each block takes its next item as gridDim.x + atomicAdd(next, 1), so that

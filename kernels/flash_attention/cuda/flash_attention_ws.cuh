@@ -44,20 +44,25 @@ namespace kernelserve::cuda::flash {
 constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
 
-// Where a block's pieces sit in shared memory.
+// Where a block's pieces sit in shared memory. With bias tiles, each consumer's 64 rows of
+// the current key tile's bias (f32, columns in blocks of 32, 128-byte swizzled) sit after V,
+// and their full / empty mbarriers after the others (FlashWsBiasBytes).
 template <int kWidth, int kBlockQ, int kBlockK, int kStages>
 struct WsLayout {
   static constexpr uint32_t kTileBytes = kBlockK * kWidth * 2;
+  static constexpr uint32_t kBiasBytes = 64 * kBlockK * 4;  // one consumer's bias rows
   uint32_t q;  // the Q tile: column block c of consumer w's rows at q + c * kBlockQ * 128 + w * 8K
   uint32_t k;  // stage s at k + s * kTileBytes
   uint32_t v;
+  uint32_t bias;  // consumer c's rows at bias + c * kBiasBytes
   uint32_t bars;  // q_full, q_empty, then k_full, k_empty, v_full, v_empty: kStages each
 
-  __device__ explicit WsLayout(uint32_t base) {
+  __device__ WsLayout(uint32_t base, bool bias_tiles) {
     q = base + ((1024 - (base % 1024)) % 1024);
     k = q + kBlockQ * kWidth * 2;
     v = k + kStages * kTileBytes;
-    bars = v + kStages * kTileBytes;
+    bias = v + kStages * kTileBytes;
+    bars = bias + (bias_tiles ? 2 * kBiasBytes : 0);
   }
   __device__ uint32_t q_full() const { return bars; }
   __device__ uint32_t q_empty() const { return bars + 8; }
@@ -67,6 +72,8 @@ struct WsLayout {
   __device__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * kStages + s); }
   // The item whose Q the producer loads next (-1: no more), written before q_full's arrival.
   __device__ uint32_t item() const { return bars + 8 * (2 + 4 * kStages); }
+  __device__ uint32_t bias_full(int c) const { return bars + 8 * (3 + 4 * kStages + c); }
+  __device__ uint32_t bias_empty(int c) const { return bars + 8 * (5 + 4 * kStages + c); }
 };
 
 // One work item: query rows [q_start, q_start + block_q) of head `head` of sequence `seq`.
@@ -135,7 +142,8 @@ template <int kWidth, int kBlockQ, int kBlockK, int kStages>
 __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlockK, kStages>& at,
                                           const FlashDeviceArgs& p, const FlashWsSchedule& sched,
                                           int q_tiles, const CUtensorMap* q_map,
-                                          const CUtensorMap* k_map, const CUtensorMap* v_map) {
+                                          const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                          const CUtensorMap* bias_map) {
   constexpr int kBlocks = kWidth / 64;
   constexpr uint32_t kTileBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kTileBytes;
   auto next_item = [&](int64_t w) -> int64_t {
@@ -181,11 +189,32 @@ __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlock
     }
     const int kv_head = static_cast<int>(work.head / (p.num_heads_q / p.num_heads_kv));
     const int end = loaded + work.tiles.num_tiles;
+    // The item's plane of the bias (its (b, h) matrix), when the bias is read by tiles.
+    const int bias_plane =
+        bias_map == nullptr
+            ? 0
+            : static_cast<int>((work.seq * p.bias_batch_stride + work.head * p.bias_head_stride) /
+                               (p.seq_len_q * p.seq_len_k));
     for (int row = static_cast<int>(work.span.k_begin + work.tiles.tile_begin * kBlockK);
          loaded < end; ++loaded, row += kBlockK) {
       const int s = loaded % kStages;
       const uint32_t parity = ((loaded / kStages) & 1) ^ 1;
       load(k_map, at.k + s * kTileBytes, at.k_full(s), at.k_empty(s), parity, kv_head, row);
+      if (bias_map != nullptr) {
+        // Each consumer's 64 rows of this tile's bias, once it is done with the last tile's.
+        const int key = static_cast<int>(row - work.span.k_begin);
+        constexpr uint32_t kBiasBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kBiasBytes;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          BarrierWait(at.bias_empty(c), (loaded & 1) ^ 1);
+          BarrierExpectBytes(at.bias_full(c), kBiasBytes);
+#pragma unroll
+          for (int b = 0; b < kBlockK / 32; ++b) {
+            TmaLoad3d(at.bias + c * kBiasBytes + b * 64 * 128, bias_map, key + 32 * b,
+                      static_cast<int>(work.q_start) + 64 * c, bias_plane, at.bias_full(c));
+          }
+        }
+      }
       load(v_map, at.v + s * kTileBytes, at.v_full(s), at.v_empty(s), parity, kv_head, row);
     }
   }
@@ -211,7 +240,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     FlashWsKernel(const FlashDeviceArgs p, const FlashWsSchedule sched, int q_tiles,
                   const __grid_constant__ CUtensorMap q_map,
                   const __grid_constant__ CUtensorMap k_map,
-                  const __grid_constant__ CUtensorMap v_map) {
+                  const __grid_constant__ CUtensorMap v_map,
+                  const __grid_constant__ CUtensorMap bias_map, bool bias_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kConsumers = 2;
@@ -224,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   using Layout = WsLayout<kWidth, kBlockQ, kBlockK, kStages>;
 
   extern __shared__ __align__(128) unsigned char ws_smem[];
-  const Layout at(SharedAddress(ws_smem));
+  const Layout at(SharedAddress(ws_smem), bias_tiles);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // Read from lane 0, so that the compiler sees it uniform over each warp: the branches below
@@ -240,13 +270,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       BarrierInit(at.k_empty(s), 4 * kConsumers);
       BarrierInit(at.v_empty(s), 4 * kConsumers);
     }
+    if (bias_tiles) {
+      for (int c = 0; c < kConsumers; ++c) {
+        BarrierInit(at.bias_full(c), 1);
+        BarrierInit(at.bias_empty(c), 4);  // the consumer's four warps
+      }
+    }
     FenceBarrierInit();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
     ReleaseRegisters<kWsProducerRegisters>();
-    if (threadIdx.x == 0) WsProduce(at, p, sched, q_tiles, &q_map, &k_map, &v_map);
+    if (threadIdx.x == 0) {
+      WsProduce(at, p, sched, q_tiles, &q_map, &k_map, &v_map, bias_tiles ? &bias_map : nullptr);
+    }
     return;
   }
   ClaimRegisters<kWsConsumerRegisters>();
@@ -353,7 +391,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         full = false;
       }
       prefetch_segments(it + 1);
-      if (p.bias != nullptr) {
+      if (p.bias != nullptr && !bias_tiles) {
         const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
         PrefetchBias<kBlockK>(p, work.span, work.seq, work.head, rows, j0, t);
       }
@@ -365,7 +403,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       if (full && plain_logits) {
         ScaledSoftmaxProbabilities(s, scale_log2, m, l, alpha);
       } else {
-        MaskLogits(s, p, work.span, work.seq, work.head, rows, j0, full, t);
+        MaskLogits(s, p, work.span, work.seq, work.head, rows, j0, full, t, !bias_tiles);
+        if (bias_tiles) {  // the bias from this consumer's rows of the tile in shared memory
+          BarrierWait(at.bias_full(consumer), static_cast<uint32_t>((used + it) & 1));
+          AddBiasTile(s, at.bias + consumer * Layout::kBiasBytes, (warp % 4) * 16, lane);
+          __syncwarp();  // every lane has read its bias
+          release(at.bias_empty(consumer));
+        }
         SoftmaxProbabilities(s, m, l, alpha);
       }
     };
@@ -488,13 +532,27 @@ cudaError_t LaunchFlashAttentionWsImpl(const FlashDeviceArgs& args, cudaStream_t
   }
   int device = 0;
   int sms = 0;
+  int shared_optin = 0;
   error = cudaGetDevice(&device);
   if (error == cudaSuccess) {
     error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   }
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  }
   if (error != cudaSuccess) return error;
   auto* kernel = &flash::FlashWsKernel<T, kHeadDim, kBlockQ, kBlockK, kWarps, kStages, kPingPong>;
-  const size_t shared = FlashWsSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
+  size_t shared = FlashWsSharedBytes(kHeadDim, kBlockQ, kBlockK, kStages);
+  // The bias by tiles in shared memory where TMA can read it and the tiles fit; otherwise the
+  // consumers read it from global memory.
+  CUtensorMap bias_map{};
+  bool bias_tiles = false;
+  if (args.bias != nullptr &&
+      shared + FlashWsBiasBytes(kBlockK) <= static_cast<size_t>(shared_optin) &&
+      EncodeFlashBiasMap(args, 64, &bias_map) == cudaSuccess) {
+    bias_tiles = true;
+    shared += FlashWsBiasBytes(kBlockK);
+  }
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
   if (error != cudaSuccess) return error;
   FlashWsSchedule sched;
@@ -503,7 +561,7 @@ cudaError_t LaunchFlashAttentionWsImpl(const FlashDeviceArgs& args, cudaStream_t
   error = flash::PlanWsSchedule(args, grid, kBlockQ, sms, stream, &sched, &blocks, &workspace);
   if (error != cudaSuccess) return error;
   kernel<<<blocks, kWarps * 32, shared, stream>>>(args, sched, static_cast<int>(grid.x), maps.q,
-                                                  maps.k, maps.v);
+                                                  maps.k, maps.v, bias_map, bias_tiles);
   error = cudaGetLastError();
   if (workspace != nullptr) {
     const cudaError_t freed = cudaFreeAsync(workspace, stream);

@@ -57,4 +57,32 @@ cudaError_t EncodeFlashTensorMaps(const FlashDeviceArgs& args, int head_dim, boo
   return error;
 }
 
+cudaError_t EncodeFlashBiasMap(const FlashDeviceArgs& args, int box_rows, CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const int64_t plane = args.seq_len_q * args.seq_len_k;
+  if (args.bias == nullptr || args.cu_seqlens_q != nullptr || plane == 0 ||
+      args.seq_len_k % 4 != 0 || reinterpret_cast<uintptr_t>(args.bias) % 16 != 0 ||
+      args.bias_batch_stride % plane != 0 || args.bias_head_stride % plane != 0 ||
+      args.seq_len_q > INT32_MAX || args.seq_len_k > INT32_MAX || box_rows < 1 || box_rows > 256) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t planes = ((args.num_sequences - 1) * args.bias_batch_stride +
+                          (args.num_heads_q - 1) * args.bias_head_stride) /
+                             plane +
+                         1;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(args.seq_len_k),
+                              static_cast<cuuint64_t>(args.seq_len_q),
+                              static_cast<cuuint64_t>(planes)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(args.seq_len_k) * 4,
+                                 static_cast<cuuint64_t>(plane) * 4};
+  const cuuint32_t box[3] = {32, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(args.bias), dims, strides,
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 }  // namespace kernelserve::cuda

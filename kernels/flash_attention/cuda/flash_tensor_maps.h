@@ -27,6 +27,14 @@ struct FlashTensorMaps {
 cudaError_t EncodeFlashTensorMaps(const FlashDeviceArgs& args, int head_dim, bool bf16, int block_q,
                                   int block_k, FlashTensorMaps* maps);
 
+// The bias of `args` (f32, dense) as a 3-d tensor [planes, Sq, Sk] (innermost Sk), plane
+// (b, h) at (b * bias_batch_stride + h * bias_head_stride) / (Sq * Sk), read in boxes of
+// `box_rows` rows and 32 columns (128 bytes), 128-byte swizzled. cudaErrorInvalidValue when
+// it cannot be read this way (no bias, varlen, a row of Sk floats not a multiple of 16 bytes, a
+// base not 16-byte aligned, a stride not a whole number of planes, more than 2^31 rows or
+// columns); cudaErrorNotSupported when the driver lacks cuTensorMapEncodeTiled.
+cudaError_t EncodeFlashBiasMap(const FlashDeviceArgs& args, int box_rows, CUtensorMap* map);
+
 }  // namespace kernelserve::cuda
 
 #endif  // KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_TENSOR_MAPS_H_

@@ -197,17 +197,23 @@ TEST_F(FlashAttentionGpuTest, WindowsOverMoreItemsThanSmsMatch) {
   }
 }
 
+// Key lengths of 130 (rows of bias not a multiple of 16 bytes: read from global memory) and
+// of 132 and 260 (the warp-specialized kernel reads them by tiles into shared memory, the
+// last tile partly past the keys), every broadcast of the batch and head dims.
 TEST_F(FlashAttentionGpuTest, BiasWithBroadcastMatches) {
   uint64_t seed = 4000;
-  const int64_t b = 2, s = 130, h = 4;
+  const int64_t b = 2, h = 4;
+  const std::pair<int64_t, int64_t> lengths[] = {{130, 130}, {132, 132}, {100, 260}};
   for (DType dtype : kTypes) {
     for (int64_t d : kHeadDims) {
-      for (const Shape& shape : {Shape{b, h, s, s}, Shape{1, h, s, s}, Shape{b, 1, s, s}}) {
-        seed += 4;
-        TensorMap inputs = Qkv(dtype, b, s, s, h, h, d, seed);
-        inputs["bias"] = RandomTensor(DType::kF32, shape, seed + 3, -3.0f, 3.0f);
-        Check(inputs, {{"causal", true}, {"return_lse", true}},
-              Label(dtype, d, "bias " + ShapeString(shape)));
+      for (const auto& [sq, sk] : lengths) {
+        for (const Shape& shape : {Shape{b, h, sq, sk}, Shape{1, h, sq, sk}, Shape{b, 1, sq, sk}}) {
+          seed += 4;
+          TensorMap inputs = Qkv(dtype, b, sq, sk, h, h, d, seed);
+          inputs["bias"] = RandomTensor(DType::kF32, shape, seed + 3, -3.0f, 3.0f);
+          Check(inputs, {{"causal", true}, {"return_lse", true}},
+                Label(dtype, d, "bias " + ShapeString(shape)));
+        }
       }
     }
   }
