@@ -181,6 +181,9 @@ struct BackwardTraits {
   static KernelConfig OwnHeuristic(const FlashAttentionBwdProblem& p, const DeviceInfo& device) {
     return cuda::FlashAttentionBwdHeuristic(p, device);
   }
+  static bool PreferCudnn(const FlashAttentionBwdProblem& p, const DeviceInfo& device) {
+    return cudnn::PreferCudnnBackward(p.fwd, device);
+  }
   static std::vector<KernelConfig> OwnCandidates(const FlashAttentionBwdProblem& p,
                                                  const DeviceInfo& device) {
     return cuda::FlashAttentionBwdCandidates(p, device);

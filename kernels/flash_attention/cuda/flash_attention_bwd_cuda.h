@@ -27,7 +27,7 @@ std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdCudnn();
 // cuDNN's backward plans (configs of platform "cudnn") as one candidate space; cuDNN serves
 // what the own kernels do not where it builds a plan (other head dims; dbias, for which cuDNN
 // 9.19 on an H100 built none, so it ran on the cpu platform); the heuristic picks cuDNN's first
-// plan where cuDNN runs the problem and the measured rule prefers it (cudnn::PreferCudnn:
+// plan where cuDNN runs the problem and the measured rule prefers it (cudnn::PreferCudnnBackward:
 // Hopper), else the own kernels. Supports refuses what neither runs, naming what is missing.
 // Set it only where cudnn::LoadCudnn() succeeded. Thread-safe.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionBwdGpuAuto();

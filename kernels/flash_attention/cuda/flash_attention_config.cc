@@ -180,9 +180,12 @@ KernelConfig FlashAttentionHeuristic(const FlashAttentionProblem& problem,
   // from D = 96 (D 128 at 8k tokens 639 against 615 TFLOP/s, D 256 620 against 591, D 96 478
   // against 474, causal even); with its consumers taking turns (ping-pong) ahead at D = 64
   // (332 against 308), whose short softmax leaves the tensor cores idle without them, and on
-  // varlen (531 against 514). D = 32 has no such kernel (a row of 64 bytes): mma.sync.
-  const FlashAlgorithm variant =
-      problem.head_dim <= 64 || problem.varlen ? FlashAlgorithm::kWsPp : FlashAlgorithm::kWs;
+  // varlen (531 against 514), and with a bias, whose tile each consumer adds from shared memory
+  // between its GEMMs (430 against 391-404 at [4,4096], two runs, 2026-11-29). D = 32 has no
+  // such kernel (a row of 64 bytes): mma.sync.
+  const FlashAlgorithm variant = problem.head_dim <= 64 || problem.varlen || problem.has_bias
+                                     ? FlashAlgorithm::kWsPp
+                                     : FlashAlgorithm::kWs;
   const KernelConfig hopper = MakeConfig(variant, 128, problem.head_dim <= 128 ? 128 : 64, 12, 2);
   if (FlashConfigFits(hopper, problem.head_dim, device)) return hopper;
   // Other GPUs, measured on an H100 (2026-11-22; in `git show caf8d6d:docs/PERFORMANCE.md`, not

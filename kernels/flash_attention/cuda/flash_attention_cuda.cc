@@ -110,6 +110,9 @@ struct ForwardTraits {
   static KernelConfig OwnHeuristic(const FlashAttentionProblem& p, const DeviceInfo& device) {
     return cuda::FlashAttentionHeuristic(p, device);
   }
+  static bool PreferCudnn(const FlashAttentionProblem& p, const DeviceInfo& device) {
+    return cudnn::PreferCudnn(p, device);
+  }
   static std::vector<KernelConfig> OwnCandidates(const FlashAttentionProblem& p,
                                                  const DeviceInfo& device) {
     return cuda::FlashAttentionCandidates(p, device);

@@ -25,8 +25,8 @@ std::unique_ptr<PlatformImpl> MakeFlashAttentionCudnn();
 // The GPU "auto" of flash_attention forward (Kernel::SetGpuAutoImpl): the own kernels' configs
 // and cuDNN's plans (configs of platform "cudnn", cudnn/flash_attention_cudnn_config.h) as one
 // candidate space; the heuristic picks cuDNN's first plan by the measured rule
-// (cudnn::PreferCudnn) or where the own kernel lacks the problem, else the own kernel's. Set it
-// only where cudnn::LoadCudnn() succeeded. Thread-safe.
+// (cudnn::PreferCudnn: Hopper, without a bias) or where the own kernel lacks the problem, else
+// the own kernel's. Set it only where cudnn::LoadCudnn() succeeded. Thread-safe.
 std::unique_ptr<PlatformImpl> MakeFlashAttentionGpuAuto();
 
 namespace cuda {

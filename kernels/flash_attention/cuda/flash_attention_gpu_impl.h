@@ -1,7 +1,8 @@
 // The GPU implementations of flash_attention and of flash_attention_bwd, one template for
 // both: the cuda platform runs the own kernels alone, the cudnn platform cuDNN's plans alone,
 // and the kernel's GPU "auto" (Kernel::SetGpuAutoImpl) picks among both (candidates of both,
-// the heuristic by the measured rule cudnn::PreferCudnn); all on one kind of prepared run.
+// the heuristic by the measured rule, cudnn::PreferCudnn or PreferCudnnBackward); all on one
+// kind of prepared run.
 #ifndef KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_GPU_IMPL_H_
 #define KERNELSERVE_KERNELS_FLASH_ATTENTION_CUDA_FLASH_ATTENTION_GPU_IMPL_H_
 
@@ -29,6 +30,7 @@ namespace kernelserve::cuda {
 //   static constexpr const char* kLabel;  // the kernel in messages
 //   static absl::Status OwnSupports(const ProblemType&);  // Unimplemented: what the own lack
 //   static KernelConfig OwnHeuristic(const ProblemType&, const DeviceInfo&);
+//   static bool PreferCudnn(const ProblemType&, const DeviceInfo&);  // the measured rule
 //   static std::vector<KernelConfig> OwnCandidates(const ProblemType&, const DeviceInfo&);
 //   static const ConfigSchema& OwnConfigFields();  // the own kernels' config schema
 //   static absl::Status CheckOwnConfig(const KernelConfig&, const ProblemType&,
@@ -76,12 +78,12 @@ class FlashGpuImpl final : public PlatformImpl {
 
   // cuda: the own kernels' heuristic; cudnn: cuDNN's first plan. auto: the own kernels' unless
   // cuDNN runs the problem and either the own kernels do not or the measured rule
-  // (cudnn::PreferCudnn) picks cuDNN.
+  // (Traits::PreferCudnn) picks cuDNN.
   KernelConfig Heuristic(const Problem& problem, const DeviceInfo& device) const override {
     const P& p = ProblemAs<P>(problem);
     if (mode_ == FlashGpuMode::kOwn) return Traits::OwnHeuristic(p, device);
     const bool own = mode_ == FlashGpuMode::kBest && Traits::OwnSupports(p).ok();
-    if (own && !cudnn::PreferCudnn(ForwardOf(p), device)) {
+    if (own && !Traits::PreferCudnn(p, device)) {
       return Traits::OwnHeuristic(p, device);
     }
     if (cudnn::CudnnSupports(p, device).ok()) return cudnn::CudnnFlashConfig(0);

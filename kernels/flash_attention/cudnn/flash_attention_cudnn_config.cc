@@ -66,7 +66,11 @@ absl::Status CheckCudnnFlashRules(const FlashAttentionProblem& p) {
   return absl::OkStatus();
 }
 
-bool PreferCudnn(const FlashAttentionProblem& /*problem*/, const DeviceInfo& device) {
+bool PreferCudnn(const FlashAttentionProblem& problem, const DeviceInfo& device) {
+  return device.fingerprint.cc_major == 9 && !problem.has_bias;
+}
+
+bool PreferCudnnBackward(const FlashAttentionProblem& /*forward*/, const DeviceInfo& device) {
   return device.fingerprint.cc_major == 9;
 }
 

@@ -54,13 +54,19 @@ absl::StatusOr<int> CudnnFlashPlanIndex(const KernelConfig& config);
 // graph's own support check on the device.
 absl::Status CheckCudnnFlashRules(const FlashAttentionProblem& problem);
 
-// The measured rule, without tuning, when both the own CUDA kernel and cuDNN run a problem:
-// true = cuDNN's first plan. On Hopper (compute capability 9.x) cuDNN's kernel was faster at
-// every measured head dim (docs/PERFORMANCE_LOG.md, 2026-11-23: the own kernel at 0.65-0.73x of
-// it at D=128, 0.48-0.50x at D=256, 0.83-0.88x at D=32), and so was its backward
-// (2026-11-26: flash_attention_bwd's own kernels at 0.3-0.5x of cuDNN's first plan, D=64 and
-// 128); elsewhere the own kernels stay first until measured.
+// The measured rule, without tuning, when both the own CUDA kernel and cuDNN run a forward
+// problem: true = cuDNN's first plan. On Hopper (compute capability 9.x) cuDNN's kernel was
+// faster at every measured head dim (docs/PERFORMANCE_LOG.md, 2026-11-23: the own kernel at
+// 0.65-0.73x of it at D=128, 0.48-0.50x at D=256, 0.83-0.88x at D=32; 2026-11-29: 0.88-1.02x
+// with the warp-specialized kernels), except with a bias: the own kernels read it by TMA tiles
+// and ran 1.35-1.47x cuDNN's best plan (2026-11-29, H200, [4,4096] D=128 with a [1,1,S,S]
+// f32 bias). Elsewhere the own kernels stay first until measured.
 bool PreferCudnn(const FlashAttentionProblem& problem, const DeviceInfo& device);
+
+// The same rule for the backward of `forward`: cuDNN's first plan on Hopper, bias or not
+// (2026-11-26: flash_attention_bwd's own kernels at 0.3-0.5x of cuDNN's first plan, D=64 and
+// 128).
+bool PreferCudnnBackward(const FlashAttentionProblem& forward, const DeviceInfo& device);
 
 }  // namespace kernelserve::cudnn
 

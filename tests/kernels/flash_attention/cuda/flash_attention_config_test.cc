@@ -164,14 +164,17 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   }
   EXPECT_FALSE(FlashConfigFits(best, 128, Gpu(132, 227 * 1024)));
   // Head dim 96 (rows padded to 128 in shared memory: as much as D = 128) takes the same
-  // config; D = 64 and varlen the same shape with turns (ping-pong); no such kernel at D = 32:
-  // mma.sync.
+  // config; D = 64, varlen and a bias the same shape with turns (ping-pong); no such kernel at
+  // D = 32: mma.sync.
   const KernelConfig d96_best =
       FlashAttentionHeuristic(MakeProblem(DType::kBF16, 2, 512, 8, 96), Hopper());
   EXPECT_EQ(d96_best, best) << d96_best.DebugString();
   FlashAttentionProblem varlen = p;
   varlen.varlen = true;
-  for (const FlashAttentionProblem& turns : {MakeProblem(DType::kBF16, 2, 512, 8, 64), varlen}) {
+  FlashAttentionProblem bias = p;
+  bias.has_bias = true;
+  for (const FlashAttentionProblem& turns :
+       {MakeProblem(DType::kBF16, 2, 512, 8, 64), varlen, bias}) {
     KernelConfig c = FlashAttentionHeuristic(turns, Hopper());
     EXPECT_EQ(c.algorithm, kFlashWsPingPongAlgorithm) << c.DebugString();
     c.algorithm = best.algorithm;

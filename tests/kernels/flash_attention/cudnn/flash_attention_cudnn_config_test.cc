@@ -141,5 +141,21 @@ TEST(FlashAttentionCudnnConfigTest, MeasuredRulePrefersCudnnOnHopperOnly) {
   EXPECT_FALSE(PreferCudnn(p, device));
 }
 
+TEST(FlashAttentionCudnnConfigTest, MeasuredRuleKeepsTheOwnKernelForABiasForwardOnly) {
+  DeviceInfo device;
+  device.platform = Platform::kCuda;
+  device.fingerprint.cc_major = 9;
+  FlashAttentionProblem p = Dense(DType::kBF16, 128);
+  p.has_bias = true;
+  p.bias_batch = 1;
+  p.bias_heads = 1;
+  EXPECT_FALSE(PreferCudnn(p, device));
+  EXPECT_TRUE(PreferCudnnBackward(p, device));
+  p.has_bias = false;
+  EXPECT_TRUE(PreferCudnnBackward(p, device));
+  device.fingerprint.cc_major = 8;
+  EXPECT_FALSE(PreferCudnnBackward(p, device));
+}
+
 }  // namespace
 }  // namespace kernelserve::cudnn
