@@ -83,17 +83,17 @@ template <typename T, int kHeadDim, int kBlockQ, int kBlockK, int kWarps, int kS
 cudaError_t LaunchFlashAttentionWsPp(const FlashDeviceArgs& args, cudaStream_t stream);
 
 // Shared memory of a warp-specialized block: the tiles at the padded head dim, 1024 bytes of
-// alignment slack, the mbarriers (two for Q, four per stage) and the slot that passes each work
-// item from the producer to the consumers.
+// alignment slack, the mbarriers (two for Q, four per stage, two per consumer warpgroup for
+// its bias tiles) and the slot that passes each work item from the producer to the consumers.
 constexpr size_t FlashWsSharedBytes(int head_dim, int block_q, int block_k, int num_stages) {
   return FlashSharedBytes(FlashWgmmaWidth(head_dim), block_q, block_k, num_stages) + 1024 +
-         8 * (2 + 4 * static_cast<size_t>(num_stages)) + 8;
+         8 * (2 + 4 * static_cast<size_t>(num_stages)) + 8 + 16 * static_cast<size_t>(block_q / 64);
 }
 
 // Shared memory a warp-specialized block adds for its bias tiles: each consumer's 64 rows of a
-// key tile in f32, and their full and empty mbarriers.
-constexpr size_t FlashWsBiasBytes(int block_k) {
-  return 2 * 64 * static_cast<size_t>(block_k) * 4 + 4 * 8;
+// key tile in f32, after the mbarriers at the next multiple of 1024 bytes.
+constexpr size_t FlashWsBiasBytes(int block_q, int block_k) {
+  return static_cast<size_t>(block_q) * block_k * 4 + 1024;
 }
 
 // How the blocks of the persistent warp-specialized kernel find their work items.

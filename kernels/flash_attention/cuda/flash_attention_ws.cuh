@@ -44,36 +44,39 @@ namespace kernelserve::cuda::flash {
 constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
 
-// Where a block's pieces sit in shared memory. With bias tiles, each consumer's 64 rows of
-// the current key tile's bias (f32, columns in blocks of 32, 128-byte swizzled) sit after V,
-// and their full / empty mbarriers after the others (FlashWsBiasBytes).
+// Where a block's pieces sit in shared memory, every piece at a fixed offset from the Q tile,
+// bias tiles or not (their mbarriers are always there). With bias tiles, each consumer's 64
+// rows of the current key tile's bias (f32, columns in blocks of 32, 128-byte swizzled) sit at
+// the next 1024 bytes after the mbarriers (FlashWsBiasBytes). One consumer warpgroup per 64
+// query rows.
 template <int kWidth, int kBlockQ, int kBlockK, int kStages>
 struct WsLayout {
+  static constexpr int kConsumers = kBlockQ / 64;
   static constexpr uint32_t kTileBytes = kBlockK * kWidth * 2;
   static constexpr uint32_t kBiasBytes = 64 * kBlockK * 4;  // one consumer's bias rows
+  // q_full, q_empty, then k_full, k_empty, v_full, v_empty (kStages each), the item slot, then
+  // bias_full and bias_empty (kConsumers each).
+  static constexpr uint32_t kBarBytes = 8 * (3 + 4 * kStages + 2 * kConsumers);
+  static constexpr uint32_t kBars = (kBlockQ + 2 * kStages * kBlockK) * kWidth * 2;
+  static constexpr uint32_t kBias = (kBars + kBarBytes + 1023) / 1024 * 1024;
   uint32_t q;  // the Q tile: column block c of consumer w's rows at q + c * kBlockQ * 128 + w * 8K
-  uint32_t k;  // stage s at k + s * kTileBytes
-  uint32_t v;
-  uint32_t bias;  // consumer c's rows at bias + c * kBiasBytes
-  uint32_t bars;  // q_full, q_empty, then k_full, k_empty, v_full, v_empty: kStages each
 
-  __device__ WsLayout(uint32_t base, bool bias_tiles) {
-    q = base + ((1024 - (base % 1024)) % 1024);
-    k = q + kBlockQ * kWidth * 2;
-    v = k + kStages * kTileBytes;
-    bias = v + kStages * kTileBytes;
-    bars = bias + (bias_tiles ? 2 * kBiasBytes : 0);
-  }
-  __device__ uint32_t q_full() const { return bars; }
-  __device__ uint32_t q_empty() const { return bars + 8; }
-  __device__ uint32_t k_full(int s) const { return bars + 8 * (2 + s); }
-  __device__ uint32_t k_empty(int s) const { return bars + 8 * (2 + kStages + s); }
-  __device__ uint32_t v_full(int s) const { return bars + 8 * (2 + 2 * kStages + s); }
-  __device__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * kStages + s); }
+  __device__ explicit WsLayout(uint32_t base) : q(base + ((1024 - (base % 1024)) % 1024)) {}
+  __device__ uint32_t k() const { return q + kBlockQ * kWidth * 2; }  // stage s: + s * kTileBytes
+  __device__ uint32_t v() const { return k() + kStages * kTileBytes; }
+  __device__ uint32_t bias() const { return q + kBias; }  // consumer c's rows: + c * kBiasBytes
+  __device__ uint32_t q_full() const { return q + kBars; }
+  __device__ uint32_t q_empty() const { return q + kBars + 8; }
+  __device__ uint32_t k_full(int s) const { return q + kBars + 8 * (2 + s); }
+  __device__ uint32_t k_empty(int s) const { return q + kBars + 8 * (2 + kStages + s); }
+  __device__ uint32_t v_full(int s) const { return q + kBars + 8 * (2 + 2 * kStages + s); }
+  __device__ uint32_t v_empty(int s) const { return q + kBars + 8 * (2 + 3 * kStages + s); }
   // The item whose Q the producer loads next (-1: no more), written before q_full's arrival.
-  __device__ uint32_t item() const { return bars + 8 * (2 + 4 * kStages); }
-  __device__ uint32_t bias_full(int c) const { return bars + 8 * (3 + 4 * kStages + c); }
-  __device__ uint32_t bias_empty(int c) const { return bars + 8 * (5 + 4 * kStages + c); }
+  __device__ uint32_t item() const { return q + kBars + 8 * (2 + 4 * kStages); }
+  __device__ uint32_t bias_full(int c) const { return q + kBars + 8 * (3 + 4 * kStages + c); }
+  __device__ uint32_t bias_empty(int c) const {
+    return q + kBars + 8 * (3 + 4 * kStages + kConsumers + c);
+  }
 };
 
 // One work item: query rows [q_start, q_start + block_q) of head `head` of sequence `seq`.
@@ -199,23 +202,23 @@ __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlock
          loaded < end; ++loaded, row += kBlockK) {
       const int s = loaded % kStages;
       const uint32_t parity = ((loaded / kStages) & 1) ^ 1;
-      load(k_map, at.k + s * kTileBytes, at.k_full(s), at.k_empty(s), parity, kv_head, row);
+      load(k_map, at.k() + s * kTileBytes, at.k_full(s), at.k_empty(s), parity, kv_head, row);
       if (bias_map != nullptr) {
         // Each consumer's 64 rows of this tile's bias, once it is done with the last tile's.
         const int key = static_cast<int>(row - work.span.k_begin);
         constexpr uint32_t kBiasBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kBiasBytes;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
+        for (int c = 0; c < kBlockQ / 64; ++c) {
           BarrierWait(at.bias_empty(c), (loaded & 1) ^ 1);
           BarrierExpectBytes(at.bias_full(c), kBiasBytes);
 #pragma unroll
           for (int b = 0; b < kBlockK / 32; ++b) {
-            TmaLoad3d(at.bias + c * kBiasBytes + b * 64 * 128, bias_map, key + 32 * b,
+            TmaLoad3d(at.bias() + c * kBiasBytes + b * 64 * 128, bias_map, key + 32 * b,
                       static_cast<int>(work.q_start) + 64 * c, bias_plane, at.bias_full(c));
           }
         }
       }
-      load(v_map, at.v + s * kTileBytes, at.v_full(s), at.v_empty(s), parity, kv_head, row);
+      load(v_map, at.v() + s * kTileBytes, at.v_full(s), at.v_empty(s), parity, kv_head, row);
     }
   }
 }
@@ -254,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   using Layout = WsLayout<kWidth, kBlockQ, kBlockK, kStages>;
 
   extern __shared__ __align__(128) unsigned char ws_smem[];
-  const Layout at(SharedAddress(ws_smem), bias_tiles);
+  const Layout at(SharedAddress(ws_smem));
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // Read from lane 0, so that the compiler sees it uniform over each warp: the branches below
@@ -316,10 +319,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if constexpr (kPingPong) BarArrive(3 + (1 - consumer), 256);
   };
   auto issue_s = [&](int stage) {
-    IssueQkT<kBf16, kD, kBlockQ, kBlockK>(s, q_rows, at.k + stage * Layout::kTileBytes);
+    IssueQkT<kBf16, kD, kBlockQ, kBlockK>(s, q_rows, at.k() + stage * Layout::kTileBytes);
   };
   auto issue_pv = [&](int stage) {
-    IssuePv<kBf16, kWidth, kBlockK>(o, pa, at.v + stage * Layout::kTileBytes);
+    IssuePv<kBf16, kWidth, kBlockK>(o, pa, at.v() + stage * Layout::kTileBytes);
   };
   auto to_operand = [&] {
 #pragma unroll
@@ -354,7 +357,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       BarrierWait(at.v_full(stage(it)), parity(it));
       const int64_t valid = work.span.k_len - (tiles.tile_begin + it) * kBlockK;
       if (valid < kBlockK) {
-        ZeroTailRows<kWidth, kBlockK>(at.v + stage(it) * Layout::kTileBytes,
+        ZeroTailRows<kWidth, kBlockK>(at.v() + stage(it) * Layout::kTileBytes,
                                       static_cast<int>(valid), thread);
         FenceProxyAsync();
         BarSync(1 + consumer, 128);
@@ -406,7 +409,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         MaskLogits(s, p, work.span, work.seq, work.head, rows, j0, full, t, !bias_tiles);
         if (bias_tiles) {  // the bias from this consumer's rows of the tile in shared memory
           BarrierWait(at.bias_full(consumer), static_cast<uint32_t>((used + it) & 1));
-          AddBiasTile(s, at.bias + consumer * Layout::kBiasBytes, (warp % 4) * 16, lane);
+          AddBiasTile(s, at.bias() + consumer * Layout::kBiasBytes, (warp % 4) * 16, lane);
           __syncwarp();  // every lane has read its bias
           release(at.bias_empty(consumer));
         }
@@ -548,10 +551,10 @@ cudaError_t LaunchFlashAttentionWsImpl(const FlashDeviceArgs& args, cudaStream_t
   CUtensorMap bias_map{};
   bool bias_tiles = false;
   if (args.bias != nullptr &&
-      shared + FlashWsBiasBytes(kBlockK) <= static_cast<size_t>(shared_optin) &&
+      shared + FlashWsBiasBytes(kBlockQ, kBlockK) <= static_cast<size_t>(shared_optin) &&
       EncodeFlashBiasMap(args, 64, &bias_map) == cudaSuccess) {
     bias_tiles = true;
-    shared += FlashWsBiasBytes(kBlockK);
+    shared += FlashWsBiasBytes(kBlockQ, kBlockK);
   }
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
   if (error != cudaSuccess) return error;

@@ -191,8 +191,9 @@ TEST(FlashAttentionConfigTest, WgmmaConfigsRunOnHopperOnly) {
   const KernelConfig d256 = FlashAttentionHeuristic(p256, Hopper());
   EXPECT_EQ(d256.algorithm, kFlashWsAlgorithm) << d256.DebugString();
   EXPECT_EQ(d256.block_k, 64);
-  // Tiles, 1024 bytes of alignment slack, ten mbarriers and the item slot.
-  EXPECT_EQ(FlashConfigSharedBytes(d256, 256), 192 * 1024 + 1024 + 8 * 10 + 8);
+  // Tiles, 1024 bytes of alignment slack, ten mbarriers, the item slot and the two consumers'
+  // bias mbarriers (two each).
+  EXPECT_EQ(FlashConfigSharedBytes(d256, 256), 192 * 1024 + 1024 + 8 * 10 + 8 + 8 * 4);
   DeviceInfo small_hopper = Hopper();
   small_hopper.shared_memory_per_block_optin = 180 * 1024;
   const KernelConfig d256_small = FlashAttentionHeuristic(p256, small_hopper);
