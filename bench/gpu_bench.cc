@@ -49,8 +49,8 @@ ABSL_FLAG(uint64_t, seed, 4, "seed of the masked and varlen lengths");
 ABSL_FLAG(bool, pooling, true, "run the mean pooling cases");
 ABSL_FLAG(bool, attention, true, "run the flash attention cases");
 ABSL_FLAG(std::string, attention_only, "",
-          "run only the attention cases whose name contains one of these comma-separated strings "
-          "(empty = all), e.g. \"bias,D=64\"");
+          "run only the attention cases whose name contains one of these '|'-separated strings "
+          "(empty = all; names contain commas), e.g. \"bias|D=64|[4,4096] Hq=16\"");
 ABSL_FLAG(bool, backward, true,
           "run the backward kernels' cases (mean_pooling_bwd, flash_attention_bwd)");
 
@@ -79,10 +79,10 @@ void PrintRow(const char* label, const ks::bench::Timing& t, double x_bytes, dou
               bps / copy, t.config.DebugString().c_str());
 }
 
-// True when `filter` is empty or `name` contains one of its comma-separated parts.
+// True when `filter` is empty or `name` contains one of its '|'-separated parts.
 bool Selected(const std::string& name, const std::string& filter) {
   if (filter.empty()) return true;
-  for (absl::string_view part : absl::StrSplit(filter, ',', absl::SkipEmpty())) {
+  for (absl::string_view part : absl::StrSplit(filter, '|', absl::SkipEmpty())) {
     if (absl::StrContains(name, part)) return true;
   }
   return false;

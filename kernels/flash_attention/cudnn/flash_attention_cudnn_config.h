@@ -59,7 +59,7 @@ absl::Status CheckCudnnFlashRules(const FlashAttentionProblem& problem);
 // faster at every measured head dim (docs/PERFORMANCE_LOG.md, 2026-11-23: the own kernel at
 // 0.65-0.73x of it at D=128, 0.48-0.50x at D=256, 0.83-0.88x at D=32; 2026-11-29: 0.88-1.02x
 // with the warp-specialized kernels), except with a bias: the own kernels read it by TMA tiles
-// and ran 1.35-1.47x cuDNN's best plan (2026-11-29, H200, [4,4096] D=128 with a [1,1,S,S]
+// and ran 1.34-1.47x cuDNN's best plan (2026-11-29, H200, [4,4096] D=128 with a [1,1,S,S]
 // f32 bias). Elsewhere the own kernels stay first until measured.
 bool PreferCudnn(const FlashAttentionProblem& problem, const DeviceInfo& device);
 
