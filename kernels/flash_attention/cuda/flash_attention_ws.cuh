@@ -351,11 +351,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     l[0] = l[1] = 0.0f;
     auto stage = [&](int it) { return (used + it) % kStages; };
     auto parity = [&](int it) { return static_cast<uint32_t>(((used + it) / kStages) & 1); };
+    auto first_key = [&](int it) { return (tiles.tile_begin + it) * kBlockK; };  // of tile it
     // Waits for tile it's V; the sequence's last tile, when partly past its keys, gets the
     // rest of its rows zeroed by this warpgroup first.
     auto wait_v = [&](int it) {
       BarrierWait(at.v_full(stage(it)), parity(it));
-      const int64_t valid = work.span.k_len - (tiles.tile_begin + it) * kBlockK;
+      const int64_t valid = work.span.k_len - first_key(it);
       if (valid < kBlockK) {
         ZeroTailRows<kWidth, kBlockK>(at.v() + stage(it) * Layout::kTileBytes,
                                       static_cast<int>(valid), thread);
@@ -365,14 +366,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     };
     // Whether every row sees every key of tile it, the mask's bounds aside.
     auto in_range = [&](int it) {
-      const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
+      const int64_t j0 = first_key(it);
       return j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
     };
     // With segment ids: the warp's rows' one segment (0: none); the key segment ids of a tile
     // in range are read in unmasked(), from L1 where the tile before moved them.
     const int64_t warp_segment = has_segments ? WarpSegment(p, work.span, work.seq, rows) : 0;
     auto segment_ids = [&](int it) {
-      return p.kv_segment_ids + work.seq * p.seq_len_k + (tiles.tile_begin + it) * kBlockK;
+      return p.kv_segment_ids + work.seq * p.seq_len_k + first_key(it);
     };
     auto prefetch_segments = [&](int it) {
       if (warp_segment == 0 || it >= tiles.num_tiles || !in_range(it)) return;
@@ -395,18 +396,16 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
       prefetch_segments(it + 1);
       if (p.bias != nullptr && !bias_tiles) {
-        const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
-        PrefetchBias<kBlockK>(p, work.span, work.seq, work.head, rows, j0, t);
+        PrefetchBias<kBlockK>(p, work.span, work.seq, work.head, rows, first_key(it), t);
       }
       return full;
     };
     auto softmax = [&](int it, bool full) {
       FenceRegisters(s);
-      const int64_t j0 = (tiles.tile_begin + it) * kBlockK;
       if (full && plain_logits) {
         ScaledSoftmaxProbabilities(s, scale_log2, m, l, alpha);
       } else {
-        MaskLogits(s, p, work.span, work.seq, work.head, rows, j0, full, t, !bias_tiles);
+        MaskLogits(s, p, work.span, work.seq, work.head, rows, first_key(it), full, t, !bias_tiles);
         if (bias_tiles) {  // the bias from this consumer's rows of the tile in shared memory
           BarrierWait(at.bias_full(consumer), static_cast<uint32_t>((used + it) & 1));
           AddBiasTile(s, at.bias() + consumer * Layout::kBiasBytes, (warp % 4) * 16, lane);
