@@ -1,6 +1,7 @@
 // The CUDA flash attention platform against the CPU reference on fresh random inputs: every
 // compiled config, head dims 32, 64, 96, 128 and 256, odd lengths, GQA/MQA, each option alone and
-// combined, varlen. Outputs are poisoned before each launch. Skips where no GPU is visible.
+// combined, varlen. Outputs are poisoned before each launch, and each config runs twice for the
+// same bits. Skips where no GPU is visible.
 #include "kernels/flash_attention/cuda/flash_attention_cuda.h"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/utils/string_view.h"
@@ -79,8 +81,9 @@ class FlashAttentionGpuTest : public ::testing::Test {
     return run->Fetch();
   }
 
-  // Runs the heuristic config and every candidate on the GPU (outputs poisoned before each)
-  // and compares out (and lse) with the CPU reference. Returns the number of configs run.
+  // Runs the heuristic config and every candidate on the GPU twice (outputs poisoned before
+  // each), compares out (and lse) with the CPU reference and the second run's bits with the
+  // first's. Returns the number of configs run.
   int Check(const TensorMap& inputs, const Attributes& attrs, const std::string& label) const {
     absl::StatusOr<TensorMap> want = Reference(inputs, attrs);
     EXPECT_TRUE(want.ok()) << label << ": " << want.status();
@@ -99,25 +102,41 @@ class FlashAttentionGpuTest : public ::testing::Test {
       const std::string where = label + " config {" + config.DebugString() + "}";
       const absl::Status checked = cuda_impl().CheckConfig(config, *problem, gpu());
       EXPECT_TRUE(checked.ok()) << where << ": " << checked;
-      EXPECT_TRUE(PoisonOutputs(**run).ok()) << where;
-      absl::StatusOr<double> seconds = (*run)->Launch(config);
-      EXPECT_TRUE(seconds.ok()) << where << ": " << seconds.status();
-      if (!seconds.ok()) continue;
-      absl::StatusOr<TensorMap> got = (*run)->Fetch();
-      EXPECT_TRUE(got.ok()) << where << ": " << got.status();
-      if (!got.ok()) continue;
-      const Tensor& out = got->at("out");
-      EXPECT_FALSE(AnyNan(out)) << where << ": NaN in out (an element left unwritten?)";
-      const double error = RelativeError(out, want->at("out"));
-      EXPECT_LT(error, Tolerance(dtype)) << where;
-      if (want->contains("lse")) {
-        EXPECT_TRUE(got->contains("lse")) << where;
-        if (got->contains("lse")) {
-          EXPECT_EQ(LseMismatch(got->at("lse"), want->at("lse")), "") << where;
-        }
+      std::string first_bits;
+      for (int round = 0; round < 2; ++round) {
+        const absl::StatusOr<std::string> bits = RunAndCompare(**run, config, *want, dtype, where);
+        if (!bits.ok()) break;  // the failure is reported
+        if (round == 0) first_bits = *bits;
+        EXPECT_TRUE(*bits == first_bits) << where << ": not the same bits twice";
       }
     }
     return static_cast<int>(configs.size());
+  }
+
+  // One launch of `config` on poisoned outputs, compared with `want`; returns the bytes of out
+  // and lse, or an error where the launch or the fetch failed (reported here).
+  static absl::StatusOr<std::string> RunAndCompare(PreparedRun& run, const KernelConfig& config,
+                                                   const TensorMap& want, DType dtype,
+                                                   const std::string& where) {
+    EXPECT_TRUE(PoisonOutputs(run).ok()) << where;
+    absl::StatusOr<double> seconds = run.Launch(config);
+    EXPECT_TRUE(seconds.ok()) << where << ": " << seconds.status();
+    if (!seconds.ok()) return seconds.status();
+    absl::StatusOr<TensorMap> got = run.Fetch();
+    EXPECT_TRUE(got.ok()) << where << ": " << got.status();
+    if (!got.ok()) return got.status();
+    const Tensor& out = got->at("out");
+    EXPECT_FALSE(AnyNan(out)) << where << ": NaN in out (an element left unwritten?)";
+    EXPECT_LT(RelativeError(out, want.at("out")), Tolerance(dtype)) << where;
+    std::string bits(out.bytes());
+    if (want.contains("lse")) {
+      EXPECT_TRUE(got->contains("lse")) << where;
+      if (got->contains("lse")) {
+        EXPECT_EQ(LseMismatch(got->at("lse"), want.at("lse")), "") << where;
+        bits += got->at("lse").bytes();
+      }
+    }
+    return bits;
   }
 
   std::vector<DeviceInfo> devices_;
