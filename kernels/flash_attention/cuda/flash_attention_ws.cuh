@@ -148,7 +148,8 @@ __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlock
                                           const CUtensorMap* k_map, const CUtensorMap* v_map,
                                           const CUtensorMap* bias_map) {
   constexpr int kBlocks = kWidth / 64;
-  constexpr uint32_t kTileBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kTileBytes;
+  using Layout = WsLayout<kWidth, kBlockQ, kBlockK, kStages>;
+  constexpr uint32_t kTileBytes = Layout::kTileBytes;
   auto next_item = [&](int64_t w) -> int64_t {
     return sched.next != nullptr ? gridDim.x + static_cast<int64_t>(atomicAdd(sched.next, 1ull))
                                  : w + gridDim.x;
@@ -206,14 +207,13 @@ __device__ __forceinline__ void WsProduce(const WsLayout<kWidth, kBlockQ, kBlock
       if (bias_map != nullptr) {
         // Each consumer's 64 rows of this tile's bias, once it is done with the last tile's.
         const int key = static_cast<int>(row - work.span.k_begin);
-        constexpr uint32_t kBiasBytes = WsLayout<kWidth, kBlockQ, kBlockK, kStages>::kBiasBytes;
 #pragma unroll
-        for (int c = 0; c < kBlockQ / 64; ++c) {
+        for (int c = 0; c < Layout::kConsumers; ++c) {
           BarrierWait(at.bias_empty(c), (loaded & 1) ^ 1);
-          BarrierExpectBytes(at.bias_full(c), kBiasBytes);
+          BarrierExpectBytes(at.bias_full(c), Layout::kBiasBytes);
 #pragma unroll
           for (int b = 0; b < kBlockK / 32; ++b) {
-            TmaLoad3d(at.bias() + c * kBiasBytes + b * 64 * 128, bias_map, key + 32 * b,
+            TmaLoad3d(at.bias() + c * Layout::kBiasBytes + b * 64 * 128, bias_map, key + 32 * b,
                       static_cast<int>(work.q_start) + 64 * c, bias_plane, at.bias_full(c));
           }
         }

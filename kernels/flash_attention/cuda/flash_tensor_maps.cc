@@ -15,6 +15,19 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
   return encode;
 }
 
+// A 3-d map over `base` with sizes `dims` (innermost first), byte strides `strides` of the
+// outer two dims and boxes `box`, 128-byte swizzled as wgmma reads them.
+cudaError_t Encode3d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMapDataType type,
+                     const void* base, const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
+                     const cuuint32_t (&box)[3], CUtensorMap* map) {
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result =
+      encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 // One map of `rows` rows x `heads` heads x `head_dim` columns at `base`, boxes of `box_rows`
 // rows of one head and 64 columns.
 cudaError_t EncodeOne(PFN_cuTensorMapEncodeTiled_v12000 encode, const void* base, bool bf16,
@@ -29,13 +42,8 @@ cudaError_t EncodeOne(PFN_cuTensorMapEncodeTiled_v12000 encode, const void* base
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_dim) * 2,
                                  static_cast<cuuint64_t>(heads * head_dim) * 2};
   const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result =
-      encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-             const_cast<void*>(base), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return Encode3d(encode, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                  base, dims, strides, box, map);
 }
 
 }  // namespace
@@ -77,12 +85,7 @@ cudaError_t EncodeFlashBiasMap(const FlashDeviceArgs& args, int box_rows, CUtens
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(args.seq_len_k) * 4,
                                  static_cast<cuuint64_t>(plane) * 4};
   const cuuint32_t box[3] = {32, static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(args.bias), dims, strides,
-             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return Encode3d(encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, args.bias, dims, strides, box, map);
 }
 
 }  // namespace kernelserve::cuda
