@@ -238,6 +238,23 @@ TEST_F(FlashAttentionGpuTest, BiasWithBroadcastMatches) {
   }
 }
 
+// A bias without a causal mask: every key tile of a row but the last is whole, so the
+// warp-specialized kernel's consumers take each tile's bias from shared memory between their
+// products for many tiles in a row (5 key tiles of 128 at D <= 128, 11 of 64 at D = 256).
+TEST_F(FlashAttentionGpuTest, BiasWithoutAMaskMatches) {
+  uint64_t seed = 4500;
+  const int64_t b = 2, h = 3, sq = 300, sk = 644;
+  for (int64_t d : {64, 128, 256}) {
+    for (const Shape& shape : {Shape{b, h, sq, sk}, Shape{1, 1, sq, sk}}) {
+      seed += 4;
+      TensorMap inputs = Qkv(DType::kBF16, b, sq, sk, h, h, d, seed);
+      inputs["bias"] = RandomTensor(DType::kF32, shape, seed + 3, -3.0f, 3.0f);
+      Check(inputs, {{"return_lse", true}},
+            Label(DType::kBF16, d, "bias without a mask " + ShapeString(shape)));
+    }
+  }
+}
+
 TEST_F(FlashAttentionGpuTest, SegmentIdsMatchAndPaddingRowsAreZero) {
   uint64_t seed = 5000;
   const int64_t b = 2, s = 150;
