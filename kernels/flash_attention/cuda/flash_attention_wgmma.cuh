@@ -58,6 +58,15 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t address, uint32_t leadin
          (uint64_t{1} << 62);
 }
 
+// Descriptor(address + offset, leading, stride) from base = Descriptor(address, ...): offset
+// >> 4 added to the address field (bits 0-13) of the low word, which cannot carry out of it
+// while address + offset stays below 256 KiB (all of shared memory). One add where
+// Descriptor is four operations. REQUIRES: offset % 16 == 0.
+__device__ __forceinline__ uint64_t DescriptorPlus(uint64_t base, uint32_t offset) {
+  const uint32_t low = static_cast<uint32_t>(base) + (offset >> 4);
+  return (base & 0xFFFFFFFF00000000ull) | low;
+}
+
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -129,11 +138,13 @@ __device__ __forceinline__ void MmaRsTransB(float (&d)[kN / 8][4], const uint32_
 template <bool kBf16, int kD, int kBlockQ, int kBlockK>
 __device__ __forceinline__ void IssueQkT(float (&s)[kBlockK / 8][4], uint32_t q_rows,
                                          uint32_t k_tile) {
+  const uint64_t q_desc = Descriptor(q_rows, 16, 1024);
+  const uint64_t k_desc = Descriptor(k_tile, 16, 1024);
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     const uint32_t step = (ks % 4) * 32u;
-    const uint64_t a = Descriptor(q_rows + (ks / 4) * kBlockQ * 128u + step, 16, 1024);
-    const uint64_t b = Descriptor(k_tile + (ks / 4) * kBlockK * 128u + step, 16, 1024);
+    const uint64_t a = DescriptorPlus(q_desc, (ks / 4) * kBlockQ * 128u + step);
+    const uint64_t b = DescriptorPlus(k_desc, (ks / 4) * kBlockK * 128u + step);
     MmaSs<kBf16, kBlockK>(s, a, b, ks > 0 ? 1 : 0);
   }
   WgmmaCommit();
@@ -146,13 +157,14 @@ template <bool kBf16, int kWidth, int kBlockK>
 __device__ __forceinline__ void IssuePv(float (&o)[kWidth / 8][4],
                                         const uint32_t (&pa)[kBlockK / 16][4], uint32_t v_tile) {
   constexpr int kPvN = kWidth < 128 ? kWidth : 128;
+  const uint64_t v_desc = Descriptor(v_tile, kBlockK * 128u, 1024);
 #pragma unroll
   for (int kk = 0; kk < kBlockK / 16; ++kk) {
 #pragma unroll
     for (int h = 0; h < kWidth / kPvN; ++h) {
       auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
-      const uint32_t v_part = v_tile + h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
-      MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], Descriptor(v_part, kBlockK * 128u, 1024));
+      const uint32_t v_part = h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
+      MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], DescriptorPlus(v_desc, v_part));
     }
   }
   WgmmaCommit();
