@@ -240,7 +240,8 @@ TEST_F(FlashAttentionGpuTest, BiasWithBroadcastMatches) {
 
 // A bias without a causal mask: every key tile of a row but the last is whole, so the
 // warp-specialized kernel's consumers take each tile's bias from shared memory between their
-// products for many tiles in a row (5 key tiles of 128 at D <= 128, 11 of 64 at D = 256).
+// products for many tiles in a row (5 whole key tiles of 128 at D <= 128, 10 of 64 at D = 256,
+// then a partial one).
 TEST_F(FlashAttentionGpuTest, BiasWithoutAMaskMatches) {
   uint64_t seed = 4500;
   const int64_t b = 2, h = 3, sq = 300, sk = 644;
