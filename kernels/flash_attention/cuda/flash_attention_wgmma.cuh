@@ -163,8 +163,8 @@ __device__ __forceinline__ void IssuePv(float (&o)[kWidth / 8][4],
 #pragma unroll
     for (int h = 0; h < kWidth / kPvN; ++h) {
       auto& o_part = reinterpret_cast<float(&)[kPvN / 8][4]>(o[h * (kPvN / 8)]);
-      const uint32_t v_part = h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
-      MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], DescriptorPlus(v_desc, v_part));
+      const uint32_t v_offset = h * (kPvN / 64) * kBlockK * 128u + kk * 2048u;
+      MmaRsTransB<kBf16, kPvN>(o_part, pa[kk], DescriptorPlus(v_desc, v_offset));
     }
   }
   WgmmaCommit();
