@@ -907,6 +907,101 @@ class AsyncClientTest(AsyncServerTest):
 
 
 
+class AsyncNativeStartTest(AsyncServerTest):
+    """kernelserve.aio.Client's tiny calls on the native transport: started at once, the loop
+    woken by the call's end (transport.NativeTransport.execute_lazily_async)."""
+
+    SEED = 13
+
+    async def asyncSetUp(self):
+        await super().asyncSetUp()
+        if self.client._native is None:
+            self.skipTest("kernelserve._native is not built "
+                          f"({kernelserve.transport.import_error()})")
+
+        async def not_grpcio(*args, **kwargs):
+            raise AssertionError("a tiny call went through grpc.aio")
+
+        self.client._grpcio.execute_lazily_async = not_grpcio
+
+    async def test_concurrent_calls_get_their_own_answers(self):
+        xs = [uniform(self.rng, (1 + i % 3, 5 + i, 8)) for i in range(40)]
+        got = await asyncio.gather(*(self.client.mean_pooling(x, request_id=str(i))
+                                     for i, x in enumerate(xs)))
+        for i, (x, r) in enumerate(zip(xs, got)):
+            self.assertEqual(r.request_id, str(i))
+            np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        self.assertFalse(self.client._native._pending)
+
+    async def test_errors_deadline_and_closed(self):
+        with self.assertRaises(kernelserve.KernelserveError) as raised:
+            await self.client.mean_pooling(uniform(self.rng, (2, 3)))
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        q = uniform(self.rng, (1, 2048, 4, 64))  # sent by name: a plain call that takes long
+        rq = await self.client.create_tensor(q, name="slow_q")  # held by the cut call a while
+        with self.assertRaisesRegex(kernelserve.KernelserveError, "deadline") as raised:
+            await self.client.flash_attention(rq, rq, rq, timeout=0.001)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        x = uniform(self.rng, (2, 7, 8))
+        r = await self.client.mean_pooling(x)  # the client goes on
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        await self.client.close()
+        with self.assertRaisesRegex(kernelserve.KernelserveError, "closed") as raised:
+            await self.client.mean_pooling(x)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    async def test_cancelled_task_cancels_its_call(self):
+        x = uniform(self.rng, (2, 7, 8))
+        for _ in range(20):
+            task = asyncio.ensure_future(self.client.mean_pooling(x))
+            await asyncio.sleep(0)  # started
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+        r = await self.client.mean_pooling(x)
+        np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        for _ in range(200):  # the cancelled calls' ends are collected and dropped
+            if not self.client._native._pending:
+                break
+            await asyncio.sleep(0.01)
+        self.assertFalse(self.client._native._pending)
+
+    async def test_close_with_calls_in_flight(self):
+        xs = [uniform(self.rng, (2, 9, 8)) for _ in range(16)]
+        await self.client.schema("mean_pooling")  # the kernels fetched (through grpc.aio)
+        tasks = [asyncio.ensure_future(self.client.mean_pooling(x)) for x in xs]
+        await asyncio.sleep(0)
+        await asyncio.wait_for(self.client.close(), 30)  # never waits on a call for long
+        for x, task in zip(xs, tasks):
+            try:
+                r = await task
+            except kernelserve.KernelserveError as error:
+                self.assertEqual(error.code, grpc.StatusCode.CANCELLED)
+            else:
+                np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5,
+                                           atol=1e-6)
+
+    async def test_large_answer_and_a_loop_without_readers(self):
+        # A resident q sends nothing inline, so the call is plain while its answer (2 MiB)
+        # comes as kernelserve._native.Answer, copied out in the loop's executor.
+        q = uniform(self.rng, (1, 256, 16, 128))
+        async with await self.client.create_tensor(q, name="q13") as rq:
+            r = await self.client.flash_attention(rq, rq, rq, causal=True)
+            out, _ = references.attention(q, q, q, causal=True)
+            np.testing.assert_allclose(r.out, out, rtol=1e-4, atol=1e-5)
+        loop = asyncio.get_running_loop()
+        other = kernelserve.aio.Client(self.server.target)
+        refuse = mock.patch.object(loop, "add_reader", side_effect=NotImplementedError)
+        try:
+            other._grpcio.execute_lazily_async = self.client._grpcio.execute_lazily_async
+            with refuse:  # as Windows' proactor loop: through the loop's executor instead
+                x = uniform(self.rng, (2, 7, 8))
+                r = await other.mean_pooling(x)
+            np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
+        finally:
+            await other.close()
+
+
 class AsyncLargeCallTest(AsyncServerTest):
     """kernelserve.aio.Client's calls with large inputs, native (in the loop's executor) and
     through grpc.aio."""

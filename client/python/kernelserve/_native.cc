@@ -11,9 +11,13 @@
 // Python chooses so that the first tensor's bytes are aligned.
 //
 // The GIL is released while a call is in flight and while an answer is copied, so other Python
-// threads (and asyncio, through an executor) run meanwhile. Channel is thread-safe, as gRPC's
-// channels are; an Answer is used by one thread at a time.
+// threads run meanwhile. For asyncio, `start` begins a call and returns at once; gRPC's own
+// thread puts the finished call on a list and makes a pipe readable, and the event loop,
+// which watches that fd, collects it with `completed` (one wake-up of the loop per answer, no
+// thread of an executor in between). Channel is thread-safe, as gRPC's channels are; an Answer
+// is used by one thread at a time.
 #include <Python.h>
+#include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/client_unary_call.h>
@@ -25,16 +29,22 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -129,6 +139,108 @@ class Answer {
   grpc::ByteBuffer buffer_;
 };
 
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// A call begun by Channel::Start, from its start until the event loop collects it. Made and
+// destroyed with the GIL held (it holds the caller's token and the request's views); gRPC's
+// thread writes `status` and `response` before handing it over.
+struct StartedCall {
+  std::shared_ptr<grpc::Channel> channel;  // null: the client was closed; kept to the end
+  grpc::ClientContext context;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  nb::object token;
+  size_t bytes_below = 0;
+};
+
+// The started calls of one Channel, in flight and finished, and the pipe that tells the event
+// loop that finished ones wait. Thread-safe. Shared by the Channel and the callbacks of
+// its calls in flight, so that either may go first.
+class Completions {
+ public:
+  static std::shared_ptr<Completions> Make() {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    for (const int fd : fds) {
+      (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+      (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    return std::shared_ptr<Completions>(new Completions(fds[0], fds[1]));
+  }
+  Completions(const Completions&) = delete;
+  Completions& operator=(const Completions&) = delete;
+  ~Completions() {
+    if (!finished_.empty() && Py_IsInitialized()) {  // never collected: tokens need the GIL
+      nb::gil_scoped_acquire gil;
+      finished_.clear();
+    }
+    close(read_fd_);
+    close(write_fd_);
+  }
+
+  int fd() const { return read_fd_; }
+
+  // Takes a call about to start; returns its id.
+  uint64_t Register(std::unique_ptr<StartedCall> call) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t id = ++last_id_;
+    in_flight_.emplace(id, std::move(call));
+    return id;
+  }
+
+  // Call `id` ended with `status` (any thread): it goes on the finished list and fd() becomes
+  // readable.
+  void Finish(uint64_t id, grpc::Status status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = in_flight_.find(id);
+      if (it == in_flight_.end()) return;
+      it->second->status = std::move(status);
+      finished_.push_back(std::move(it->second));
+      in_flight_.erase(it);
+    }
+    const char one = 1;  // a full pipe (EAGAIN) is readable already
+    while (write(write_fd_, &one, 1) < 0 && errno == EINTR) {
+    }
+  }
+
+  // The finished calls, oldest first; fd() is not readable after it until the next one.
+  std::deque<std::unique_ptr<StartedCall>> Take() {
+    char bytes[256];
+    for (;;) {
+      const ssize_t n = read(read_fd_, bytes, sizeof(bytes));
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;  // empty (EAGAIN)
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    std::deque<std::unique_ptr<StartedCall>> out;
+    out.swap(finished_);
+    return out;
+  }
+
+  void Cancel(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(id);
+    if (it != in_flight_.end()) it->second->context.TryCancel();
+  }
+  void CancelAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, call] : in_flight_) call->context.TryCancel();
+  }
+
+ private:
+  Completions(int read_fd, int write_fd) : read_fd_(read_fd), write_fd_(write_fd) {}
+
+  const int read_fd_;
+  const int write_fd_;
+  std::mutex mu_;
+  // Guarded by mu_: the last id given, the calls in flight by id, the finished ones in order.
+  uint64_t last_id_ = 0;
+  std::unordered_map<uint64_t, std::unique_ptr<StartedCall>> in_flight_;
+  std::deque<std::unique_ptr<StartedCall>> finished_;
+};
+
 // A channel to one server (insecure: TLS calls take grpcio's path).
 class Channel {
  public:
@@ -137,8 +249,8 @@ class Channel {
     const int limit = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
     args.SetMaxSendMessageSize(limit);
     args.SetMaxReceiveMessageSize(limit);
-    std::atomic_store(&channel_, grpc::CreateCustomChannel(
-                                     target, grpc::InsecureChannelCredentials(), args));
+    std::atomic_store(&channel_,
+                      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
   }
 
   // One unary call of `method` ("/package.Service/Method") whose request is the pieces (bytes,
@@ -146,51 +258,71 @@ class Channel {
   // timeout: seconds, None = none. Returns (status code, message, the answer or None); an
   // answer of fewer than `bytes_below` bytes comes as bytes (one copy, no Answer to ask).
   nb::tuple Call(const std::string& method, const nb::list& pieces, std::optional<double> timeout,
-                 const std::vector<std::pair<std::string, std::string>>& metadata,
-                 size_t bytes_below) {
+                 const Metadata& metadata, size_t bytes_below) {
     std::shared_ptr<grpc::Channel> channel = std::atomic_load(&channel_);
     if (channel == nullptr) return nb::make_tuple(14, "the client is closed", nb::none());
-    auto* held = new HeldBuffers(nb::len(pieces));
-    std::vector<grpc::Slice> slices;
-    for (nb::handle piece : pieces) {
-      if (!held->Hold(piece.ptr())) {
-        held->Unref();
-        throw nb::python_error();
-      }
-      const Py_buffer& view = held->view(slices.size());
-      held->Ref();
-      slices.emplace_back(view.buf, static_cast<size_t>(view.len), &HeldBuffers::UnrefSlice,
-                          held);
-    }
+    grpc::ByteBuffer request = RequestOf(pieces);
     grpc::Status status;
     std::optional<grpc::ByteBuffer> answer;
     {
       nb::gil_scoped_release unlocked;
-      grpc::ByteBuffer request(slices.data(), slices.size());
-      slices.clear();
       grpc::ClientContext context;
-      if (timeout.has_value()) {  // clamped: a year and more is as good as none, and fits
-        const double seconds = std::clamp(*timeout, 0.0, kLongestTimeoutSeconds);
-        context.set_deadline(std::chrono::system_clock::now() +
-                             std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                 std::chrono::duration<double>(seconds)));
-      }
-      for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
+      Prepare(&context, timeout, metadata);
       const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
       grpc::ByteBuffer response;
-      status = grpc::internal::BlockingUnaryCall(channel.get(), rpc, &context, request,
-                                                 &response);
+      status = grpc::internal::BlockingUnaryCall(channel.get(), rpc, &context, request, &response);
       if (status.ok()) answer.emplace(std::move(response));
     }
-    held->Unref();
-    nb::object result = nb::none();
-    if (answer.has_value() && answer->Length() < bytes_below) {
-      result = BytesOf(*answer);
-    } else if (answer.has_value()) {
-      result = nb::cast(Answer(std::move(*answer)));
-    }
-    return nb::make_tuple(static_cast<int>(status.error_code()), status.error_message(), result);
+    return nb::make_tuple(static_cast<int>(status.error_code()), status.error_message(),
+                          ResultOf(answer, bytes_below));
   }
+
+  // Starts the call Call() makes and returns its id at once; the pieces must not change until
+  // it is collected. `token` (any object) comes back with its outcome from Completed() once
+  // gRPC has finished the call, which makes completion_fd readable.
+  uint64_t Start(const std::string& method, const nb::list& pieces, std::optional<double> timeout,
+                 const Metadata& metadata, size_t bytes_below, nb::object token) {
+    auto call = std::make_unique<StartedCall>();
+    call->request = RequestOf(pieces);
+    call->token = std::move(token);
+    call->bytes_below = bytes_below;
+    call->channel = std::atomic_load(&channel_);
+    Prepare(&call->context, timeout, metadata);
+    StartedCall* started = call.get();
+    const uint64_t id = completions_->Register(std::move(call));
+    if (started->channel == nullptr) {
+      completions_->Finish(id, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the client is closed"));
+      return id;
+    }
+    nb::gil_scoped_release unlocked;
+    grpc::GenericStub stub(started->channel);
+    stub.UnaryCall(&started->context, method, grpc::StubOptions(), &started->request,
+                   &started->response, [completions = completions_, id](grpc::Status status) {
+                     completions->Finish(id, std::move(status));
+                   });
+    return id;
+  }
+
+  // The calls finished since the last time, as (token, status code, message, answer or None),
+  // the answer as Call() gives it (REQUIRES: the GIL, as every method here).
+  nb::list Completed() {
+    nb::list out;
+    for (std::unique_ptr<StartedCall>& call : completions_->Take()) {
+      std::optional<grpc::ByteBuffer> answer;
+      if (call->status.ok()) answer.emplace(std::move(call->response));
+      out.append(nb::make_tuple(call->token, static_cast<int>(call->status.error_code()),
+                                call->status.error_message(), ResultOf(answer, call->bytes_below)));
+    }
+    return out;
+  }
+
+  // Cancels started call `id` if it is still in flight (it then finishes as CANCELLED); ids of
+  // calls already finished are ignored. cancel_all: every call in flight.
+  void Cancel(uint64_t id) { completions_->Cancel(id); }
+  void CancelAll() { completions_->CancelAll(); }
+
+  // The pipe's end that is readable while finished calls wait to be collected.
+  int CompletionFd() const { return completions_->fd(); }
 
   // The message as one bytes object (REQUIRES: the GIL).
   static nb::object BytesOf(const grpc::ByteBuffer& buffer) {
@@ -211,7 +343,49 @@ class Channel {
   void Close() { std::atomic_store(&channel_, std::shared_ptr<grpc::Channel>()); }
 
  private:
+  // The request of `pieces` as slices over their memory, each holding the views (REQUIRES: the
+  // GIL). Throws what Python raises for a piece that is not a contiguous buffer.
+  static grpc::ByteBuffer RequestOf(const nb::list& pieces) {
+    auto* held = new HeldBuffers(nb::len(pieces));
+    std::vector<grpc::Slice> slices;
+    for (nb::handle piece : pieces) {
+      if (!held->Hold(piece.ptr())) {
+        held->Unref();
+        throw nb::python_error();
+      }
+      const Py_buffer& view = held->view(slices.size());
+      held->Ref();
+      slices.emplace_back(view.buf, static_cast<size_t>(view.len), &HeldBuffers::UnrefSlice, held);
+    }
+    grpc::ByteBuffer request(slices.data(), slices.size());
+    slices.clear();
+    held->Unref();
+    return request;
+  }
+
+  // The deadline (seconds from now, clamped: a year and more is as good as none, and fits) and
+  // metadata of a call.
+  static void Prepare(grpc::ClientContext* context, std::optional<double> timeout,
+                      const Metadata& metadata) {
+    if (timeout.has_value()) {
+      const double seconds = std::clamp(*timeout, 0.0, kLongestTimeoutSeconds);
+      context->set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                std::chrono::duration<double>(seconds)));
+    }
+    for (const auto& [key, value] : metadata) context->AddMetadata(key, value);
+  }
+
+  // A received answer as Python gets it: None, bytes below `bytes_below`, an Answer otherwise
+  // (REQUIRES: the GIL).
+  static nb::object ResultOf(std::optional<grpc::ByteBuffer>& answer, size_t bytes_below) {
+    if (!answer.has_value()) return nb::none();
+    if (answer->Length() < bytes_below) return BytesOf(*answer);
+    return nb::cast(Answer(std::move(*answer)));
+  }
+
   std::shared_ptr<grpc::Channel> channel_;  // null once closed; read and written atomically
+  const std::shared_ptr<Completions> completions_ = Completions::Make();
 };
 
 // Reads the varint at `p` (before `end`) into `value`, moving `p` past it; false when it runs
@@ -272,10 +446,15 @@ NB_MODULE(_native, m) {
       .def("head", &Answer::Head, nb::arg("n"))
       .def("take", &Answer::Take, nb::arg("pad") = 0);
   nb::class_<Channel>(m, "Channel")
-      .def(nb::init<const std::string&, int64_t>(), nb::arg("target"),
-           nb::arg("max_message_bytes"))
+      .def(nb::init<const std::string&, int64_t>(), nb::arg("target"), nb::arg("max_message_bytes"))
       .def("call", &Channel::Call, nb::arg("method"), nb::arg("pieces"), nb::arg("timeout").none(),
            nb::arg("metadata"), nb::arg("bytes_below") = 0)
+      .def("start", &Channel::Start, nb::arg("method"), nb::arg("pieces"),
+           nb::arg("timeout").none(), nb::arg("metadata"), nb::arg("bytes_below"), nb::arg("token"))
+      .def("completed", &Channel::Completed)
+      .def("cancel", &Channel::Cancel, nb::arg("id"))
+      .def("cancel_all", &Channel::CancelAll)
+      .def_prop_ro("completion_fd", &Channel::CompletionFd)
       .def("close", &Channel::Close);
   m.def("has_field", &HasField, nb::arg("message"), nb::arg("number"));
   m.attr("GRPC_VERSION") = grpc::Version();

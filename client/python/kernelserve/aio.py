@@ -52,7 +52,8 @@ class Client:
                  timeout: Optional[float] = 60.0, max_message_bytes: int = 1 << 30,
                  native: Optional[bool] = None, local_shm: Optional[bool] = None) -> None:
         """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call, native
-        (a native call runs in the loop's default executor, the GIL released), local_shm."""
+        (a tiny call starts on the native transport and wakes the loop when it ends; a large
+        one runs in the loop's default executor, the GIL released), local_shm."""
         options = calls.channel_options(max_message_bytes)
         credentials = calls.channel_credentials(tls, root_certificates, private_key,
                                                 certificate_chain)
@@ -66,7 +67,6 @@ class Client:
                         if transport.use_native(native, credentials is not None) else None)
         self._grpcio = transport.GrpcioTransport(self._channel, target)
         self._plain = plain.PlainRequests()  # the cached pieces of tiny calls' requests
-        self._methods: dict[str, Callable[..., Awaitable[results.Result]]] = {}  # kernel methods
         # Regions the client takes by itself for large calls to a server on this host.
         self._auto = autoshm.AutoRegions() if autoshm.wanted(local_shm, target) else None
         self._health = health_wire.check_method(self._channel)
@@ -85,9 +85,9 @@ class Client:
                 await region.close()  # type: ignore[union-attr]  # Async*SharedMemory
             except KernelserveError:
                 pass
-        await self._channel.close()
         if self._native is not None:
-            self._native.close()
+            await self._native.close_async()
+        await self._channel.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -111,11 +111,13 @@ class Client:
         memory of the client's own included)."""
         if config is None and outputs is None and self._regions.empty():
             # A tiny call's lean path (kernelserve.plain): its request written from cached
-            # pieces, sent on the grpc.aio channel as bytes, its answer read lazily.
+            # pieces, started on the native transport (or sent on the grpc.aio channel), its
+            # answer read lazily.
             pieces = self._plain.pieces(kernel, inputs, params, platform, device,
                                         allow_autotune, request_id)
             if pieces is not None:
-                answer = await self._grpcio.execute_lazily_async(
+                sender = self._native if self._native is not None else self._grpcio
+                answer = await sender.execute_lazily_async(
                     pieces, calls.call_timeout(timeout, self._timeout), self._metadata)
                 return results.result_of_answer(answer)
         run: dict[str, Any] = dict(config=config, platform=platform, device=device,
@@ -229,21 +231,26 @@ class Client:
         kernels are known (the first call fetches them), an unknown name fails when awaited."""
         if name.startswith("_"):
             raise AttributeError(name)
-        if self._schemas is not None and name not in self._schemas:
+        if self._schemas is None:
+            async def first(*args: Any, **kwargs: Any) -> results.Result:
+                await self.schema(name)  # fetches the kernels; UnknownKernelError
+                return await getattr(self, name)(*args, **kwargs)
+
+            first.__name__ = first.__qualname__ = name
+            return first
+        if name not in self._schemas:
             raise calls.unknown_kernel(name, self._schemas)
-        made = self._methods.get(name)
-        if made is not None:
-            return made
+        schema = self._schemas[name]
+        split = calls.CallSplitter(schema).split
 
         async def method(*args: Any, **kwargs: Any) -> results.Result:
-            return await self.call(name, *args, **kwargs)
+            inputs, params, run = split(args, kwargs)  # call(), the schema's names kept
+            return await self.execute(name, inputs, params, **run)
 
         method.__name__ = method.__qualname__ = name
-        if self._schemas is not None:
-            method.__doc__ = calls.method_doc(self._schemas[name])
-            method.__signature__ = calls.method_signature(  # type: ignore[attr-defined]
-                self._schemas[name])
-            self._methods[name] = method  # complete once the schemas are known
+        method.__doc__ = calls.method_doc(schema)
+        method.__signature__ = calls.method_signature(schema)  # type: ignore[attr-defined]
+        self.__dict__[name] = method  # found without __getattr__ from now on
         return method
 
     async def health(self, service: str = "") -> str:

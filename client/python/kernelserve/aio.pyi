@@ -67,7 +67,8 @@ class Client:
             local_shm: Optional[bool] = None,
     ) -> None:
         """As kernelserve.Client: token, TLS/mTLS PEM bytes, timeout in seconds per call, native
-        (a native call runs in the loop's default executor, the GIL released), local_shm."""
+        (a tiny call starts on the native transport and wakes the loop when it ends; a large
+        one runs in the loop's default executor, the GIL released), local_shm."""
         ...
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ the environment has KERNELSERVE_NATIVE=0.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -89,14 +90,28 @@ def answer_of(message: Any) -> Answer:
 
 
 class NativeTransport:
-    """Execute over kernelserve._native. Thread-safe."""
+    """Execute over kernelserve._native. Thread-safe; its coroutines belong to one event loop
+    at a time (the one that last awaited one)."""
 
     def __init__(self, target: str, max_message_bytes: int) -> None:
         self._channel = _native.Channel(target, max_message_bytes)
         self._target = target
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # watching completion_fd
+        self._pending: set[asyncio.Future[Any]] = set()  # started calls not yet collected
 
     def close(self) -> None:
         """Closes the channel (its connection goes once calls in flight end)."""
+        self._channel.close()
+
+    async def close_async(self) -> None:
+        """close() for a client of an event loop: calls started here and still in flight end
+        as CANCELLED first, and the loop stops watching for them."""
+        self._channel.cancel_all()
+        if self._pending:
+            await asyncio.wait(list(self._pending))
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._channel.completion_fd)
+        self._loop = None
         self._channel.close()
 
     def execute(self, spliced: wire.Spliced, timeout: Optional[float],
@@ -118,6 +133,62 @@ class NativeTransport:
         if type(answer) is not bytes:  # large: its outputs read in place
             return _read_in_place(answer)
         return _small_answer(answer)
+
+
+    async def execute_lazily_async(self, pieces: list[wire.Piece], timeout: Optional[float],
+                                   metadata: Metadata) -> Union[bytes, Answer]:
+        """execute_lazily() for asyncio: the call starts at once and the running loop is woken
+        by gRPC's thread when it ends (no executor thread between them); a large answer is
+        copied out in the loop's default executor. Cancelling the awaiting task cancels the
+        call."""
+        loop = asyncio.get_running_loop()
+        if not self._watch(loop):  # a loop that cannot watch a pipe: through its executor
+            return await loop.run_in_executor(None, self.execute_lazily, pieces, timeout,
+                                              metadata)
+        future: asyncio.Future[Any] = loop.create_future()
+        call = self._channel.start(wire.EXECUTE_METHOD, pieces, timeout, metadata,
+                                   BYTES_ANSWER_BELOW, future)
+        self._pending.add(future)
+        try:
+            code, message, answer = await future
+        except asyncio.CancelledError:
+            self._channel.cancel(call)
+            raise
+        if code != 0:
+            raise from_status(code, message, self._target, timeout)
+        if type(answer) is not bytes:  # large: copied out beside the loop
+            return await loop.run_in_executor(None, _read_in_place, answer)
+        return _small_answer(answer)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Makes `loop` collect the finished calls (the last loop that started one does);
+        False for a loop that cannot watch a file descriptor (Windows' proactor loop)."""
+        if self._loop is loop:
+            return True
+        fd = self._channel.completion_fd
+        try:
+            loop.add_reader(fd, self._collect)
+        except NotImplementedError:
+            return False
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(fd)
+        self._loop = loop
+        return True
+
+    def _collect(self) -> None:
+        """Hands each finished call's outcome to its future (on the future's own loop)."""
+        for future, code, message, answer in self._channel.completed():
+            self._pending.discard(future)
+            outcome = (code, message, answer)
+            if future.get_loop() is self._loop:
+                _settle(future, outcome)
+            else:  # started on a loop the transport has left since
+                future.get_loop().call_soon_threadsafe(_settle, future, outcome)
+
+
+def _settle(future: asyncio.Future[Any], outcome: tuple[int, str, Any]) -> None:
+    if not future.done():  # a cancelled call's outcome is dropped
+        future.set_result(outcome)
 
 
 def _small_answer(message: bytes) -> Union[bytes, Answer]:
