@@ -106,7 +106,18 @@ struct FlashWsSchedule {
   // are exactly the tiles with rows (Hq per tile). Null: the items are every tile up to the
   // longest sequence's, those past a sequence's rows skipped.
   const int64_t* tile_prefix = nullptr;
+  // Dense calls with segment ids: [num_sequences, FlashKeyChunks(seq_len_k)], for each chunk of
+  // kFlashKeyChunk keys the one positive segment id all of them carry (0: ids differ, or the
+  // chunk runs past the keys), so that a consumer learns whether a key tile lies in its rows'
+  // segment from one word a chunk. Null: the consumers read the tile's key ids themselves.
+  const int64_t* key_chunk_segments = nullptr;
 };
+
+// The keys of one entry of FlashWsSchedule::key_chunk_segments, and the entries per sequence.
+constexpr int kFlashKeyChunk = 64;
+constexpr int64_t FlashKeyChunks(int64_t seq_len_k) {
+  return (seq_len_k + kFlashKeyChunk - 1) / kFlashKeyChunk;
+}
 
 // The work counter and the tile prefix of a FlashWsSchedule, written on `stream` by one small
 // kernel: *counter = 0; when prefix is set, prefix[0] = 0 and prefix[i + 1] = the query tiles
@@ -115,6 +126,12 @@ struct FlashWsSchedule {
 cudaError_t LaunchFlashWsSchedule(const FlashDeviceArgs& args, int block_q,
                                   unsigned long long* counter, int64_t* prefix,
                                   cudaStream_t stream);
+
+// FlashWsSchedule::key_chunk_segments of args.kv_segment_ids, written to `chunks` on `stream`.
+// REQUIRES: args.kv_segment_ids set, dense (no cu_seqlens); `chunks` holds num_sequences x
+// FlashKeyChunks(seq_len_k) values in device memory.
+cudaError_t LaunchFlashKeyChunkSegments(const FlashDeviceArgs& args, int64_t* chunks,
+                                        cudaStream_t stream);
 
 // Varlen rows past the last sequence: writes zeros to out rows [covered_q, total_q) (each
 // Hq*D elements of `item_size` bytes) and -inf to their lse entries (when lse is set).

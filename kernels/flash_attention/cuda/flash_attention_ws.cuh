@@ -44,6 +44,18 @@ namespace kernelserve::cuda::flash {
 constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
 
+// Whether every key of a tile of kKeys keys carries segment `id` (> 0), from the tile's
+// entries of FlashWsSchedule::key_chunk_segments: the same addresses in every lane, one load a
+// chunk and no vote.
+template <int kKeys>
+__device__ __forceinline__ bool ChunksInSegment(const int64_t* chunks, int64_t id) {
+  static_assert(kKeys % kFlashKeyChunk == 0, "whole chunks a tile");
+  bool same = true;
+#pragma unroll
+  for (int c = 0; c < kKeys / kFlashKeyChunk; ++c) same &= chunks[c] == id;
+  return same;
+}
+
 // Where a block's pieces sit in shared memory, every piece at a fixed offset from the Q tile,
 // bias tiles or not (their mbarriers are always there). With bias tiles, each consumer's 64
 // rows of the current key tile's bias (f32, columns in blocks of 32, 128-byte swizzled) sit at
@@ -369,14 +381,23 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       const int64_t j0 = first_key(it);
       return j0 + kBlockK - 1 <= tiles.first_hi && j0 >= tiles.last_lo;
     };
-    // With segment ids: the warp's rows' one segment (0: none); the key segment ids of a tile
-    // in range are read in unmasked(), from L1 where the tile before moved them.
+    // With segment ids: the warp's rows' one segment (0: none). Whether a tile in range lies
+    // in it is read in unmasked() from the key chunks' ids where the launch made them (one
+    // word a chunk), else from the tile's key segment ids, in L1 where the tile before moved
+    // them.
     const int64_t warp_segment = has_segments ? WarpSegment(p, work.span, work.seq, rows) : 0;
+    auto key_chunks = [&](int it) {  // REQUIRES: sched.key_chunk_segments set
+      const int64_t per_sequence = (p.seq_len_k + kFlashKeyChunk - 1) / kFlashKeyChunk;
+      return sched.key_chunk_segments + work.seq * per_sequence + first_key(it) / kFlashKeyChunk;
+    };
     auto segment_ids = [&](int it) {
       return p.kv_segment_ids + work.seq * p.seq_len_k + first_key(it);
     };
     auto prefetch_segments = [&](int it) {
-      if (warp_segment == 0 || it >= tiles.num_tiles || !in_range(it)) return;
+      if (warp_segment == 0 || sched.key_chunk_segments != nullptr || it >= tiles.num_tiles ||
+          !in_range(it)) {
+        return;
+      }
       if (lane < kBlockK / 16) {  // 16 ids of 8 bytes a 128-byte line
         asm volatile("prefetch.global.L1 [%0];\n" ::"l"(segment_ids(it) + lane * 16));
       }
@@ -386,7 +407,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // what the next tiles read (key segment ids, the bias rows) into L1.
     auto unmasked = [&](int it) {
       bool full = in_range(it);
-      if (warp_segment != 0 && full) {
+      if (warp_segment != 0 && full && sched.key_chunk_segments != nullptr) {
+        full = ChunksInSegment<kBlockK>(key_chunks(it), warp_segment);
+      } else if (warp_segment != 0 && full) {
         int64_t ids[kBlockK / 32];
 #pragma unroll
         for (int k = 0; k < kBlockK / 32; ++k) ids[k] = segment_ids(it)[lane + 32 * k];
@@ -476,10 +499,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 // How a launch of FlashWsKernel over `grid` (FlashGrid's: query tiles x Hq x sequences) finds
 // its items. More items than SMs, of different costs (a causal mask, a window, varlen
 // lengths): one block per SM, each drawing its next item from a counter (blocks that drew
-// short items take more), and for varlen only the tiles with rows numbered (FlashWsSchedule). The
-// counter and prefix live in *workspace, allocated on `stream` (the caller frees it there after the
-// launch). Otherwise, or when that allocation fails: one block per item, or one per SM taking fixed
-// shares (dense), or one per item of the grid handed out by the hardware (varlen).
+// short items take more), and for varlen only the tiles with rows numbered (FlashWsSchedule).
+// Dense calls with segment ids get the segment id of each chunk of keys. The counter, prefix
+// and chunks live in *workspace, allocated on `stream` (the caller frees it there after the
+// launch). Otherwise, or when that allocation fails: one block per item, or one per SM taking
+// fixed shares (dense), or one per item of the grid handed out by the hardware (varlen), and
+// consumers that read the key segment ids themselves.
 inline cudaError_t PlanWsSchedule(const FlashDeviceArgs& args, const dim3& grid, int block_q,
                                   int sms, cudaStream_t stream, FlashWsSchedule* sched,
                                   unsigned* blocks, void** workspace) {
@@ -487,20 +512,34 @@ inline cudaError_t PlanWsSchedule(const FlashDeviceArgs& args, const dim3& grid,
   const bool varlen = args.cu_seqlens_q != nullptr;
   // Dense without a causal mask or a window, every item costs the same: fixed shares.
   const bool uneven = varlen || args.causal || args.window_left >= 0 || args.window_right >= 0;
+  const bool counter_wanted = items > sms && uneven;
+  const size_t chunk_count =
+      args.kv_segment_ids != nullptr && !varlen
+          ? static_cast<size_t>(args.num_sequences * FlashKeyChunks(args.seq_len_k))
+          : 0;
   *blocks = static_cast<unsigned>(std::min<int64_t>(items, sms));
-  if (items <= sms || !uneven) return cudaSuccess;
-  const size_t prefix_bytes = varlen ? 8 * static_cast<size_t>(args.num_sequences + 1) : 0;
-  if (cudaMallocAsync(workspace, 8 + prefix_bytes, stream) != cudaSuccess) {
+  if (!counter_wanted && chunk_count == 0) return cudaSuccess;
+  const size_t prefix_bytes =
+      counter_wanted && varlen ? 8 * static_cast<size_t>(args.num_sequences + 1) : 0;
+  if (cudaMallocAsync(workspace, 8 + prefix_bytes + 8 * chunk_count, stream) != cudaSuccess) {
     *workspace = nullptr;
     (void)cudaGetLastError();  // a failed allocation only costs the balance
-    if (varlen && items <= INT32_MAX) *blocks = static_cast<unsigned>(items);
+    if (counter_wanted && varlen && items <= INT32_MAX) *blocks = static_cast<unsigned>(items);
     return cudaSuccess;
   }
   auto* counter = static_cast<unsigned long long*>(*workspace);
-  int64_t* prefix = varlen ? reinterpret_cast<int64_t*>(counter + 1) : nullptr;
-  sched->next = counter;
-  sched->tile_prefix = prefix;
-  const cudaError_t error = LaunchFlashWsSchedule(args, block_q, counter, prefix, stream);
+  int64_t* prefix = prefix_bytes > 0 ? reinterpret_cast<int64_t*>(counter + 1) : nullptr;
+  int64_t* chunks = reinterpret_cast<int64_t*>(counter + 1) + prefix_bytes / 8;
+  cudaError_t error = cudaSuccess;
+  if (counter_wanted) {
+    sched->next = counter;
+    sched->tile_prefix = prefix;
+    error = LaunchFlashWsSchedule(args, block_q, counter, prefix, stream);
+  }
+  if (error == cudaSuccess && chunk_count > 0) {
+    sched->key_chunk_segments = chunks;
+    error = LaunchFlashKeyChunkSegments(args, chunks, stream);
+  }
   if (error != cudaSuccess) {
     (void)cudaFreeAsync(*workspace, stream);
     *workspace = nullptr;

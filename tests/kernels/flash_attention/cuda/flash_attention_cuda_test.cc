@@ -294,6 +294,30 @@ TEST_F(FlashAttentionGpuTest, LongSegmentsMatch) {
   }
 }
 
+// Query and key segment ids of different lengths (Sq 300, Sk 700): the keys' segments change
+// inside a chunk of 64 keys (at 130) and on a chunk's edge (at 640), and the last chunk is
+// partial, so the per-chunk ids the warp-specialized kernel reads (FlashWsSchedule::
+// key_chunk_segments) mark whole tiles in one segment, tiles across a change, and the tail.
+TEST_F(FlashAttentionGpuTest, KeySegmentChunksMatch) {
+  const int64_t b = 2, sq = 300, sk = 700;
+  std::vector<int64_t> q_ids, kv_ids;
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < sq; ++j) q_ids.push_back(j < 100 ? 1 : j < 250 + 40 * i ? 2 : 3);
+    for (int64_t j = 0; j < sk; ++j) kv_ids.push_back(j < 130 ? 1 : j < 640 ? 2 : 3);
+  }
+  uint64_t seed = 5700;
+  for (int64_t d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      seed += 5;
+      TensorMap inputs = Qkv(DType::kBF16, b, sq, sk, 2, 1, d, seed);
+      inputs["q_segment_ids"] = Tensor::FromInts(DType::kI64, {b, sq}, q_ids);
+      inputs["kv_segment_ids"] = Tensor::FromInts(DType::kI64, {b, sk}, kv_ids);
+      Check(inputs, {{"causal", causal}, {"return_lse", true}},
+            Label(DType::kBF16, d, absl::StrCat("key segment chunks causal=", causal)));
+    }
+  }
+}
+
 TEST_F(FlashAttentionGpuTest, EveryOptionCombinedMatches) {
   uint64_t seed = 6000;
   const int64_t b = 2, s = 260;
