@@ -7,6 +7,7 @@ client_python_env): the package under test is the one pip installed there.
 import asyncio
 import concurrent.futures
 import dataclasses
+import gc
 import os
 import tempfile
 import threading
@@ -1000,6 +1001,45 @@ class AsyncNativeStartTest(AsyncServerTest):
             np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
         finally:
             await other.close()
+
+
+class NativeStartLifetimeTest(unittest.TestCase):
+    """A loop that ends with native calls started and never collected, and a client dropped
+    without close(): the extension cancels and frees those calls, with no crash or hang."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_loop_ends_with_calls_in_flight(self):
+        if not kernelserve.transport.native_available():
+            self.skipTest("kernelserve._native is not built")
+        rng = np.random.default_rng(14)
+        xs = [uniform(rng, (2, 9, 8)) for _ in range(12)]
+
+        async def leave_calls_running():
+            client = kernelserve.aio.Client(self.server.target)
+            await client.schema("mean_pooling")
+            for x in xs:  # started, never awaited: asyncio.run cancels them at its end
+                asyncio.ensure_future(client.mean_pooling(x))
+            await asyncio.sleep(0)
+            return client
+
+        client = asyncio.run(leave_calls_running())
+        self.assertTrue(client._native._pending)
+        del client
+        gc.collect()
+
+        async def again():  # the extension still serves a new client
+            async with kernelserve.aio.Client(self.server.target) as fresh:
+                return await fresh.mean_pooling(xs[0])
+
+        r = asyncio.run(again())
+        np.testing.assert_allclose(r.out, references.mean_pooling(xs[0]), rtol=1e-5, atol=1e-6)
 
 
 class AsyncLargeCallTest(AsyncServerTest):

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -199,6 +200,7 @@ class Completions {
       it->second->status = std::move(status);
       finished_.push_back(std::move(it->second));
       in_flight_.erase(it);
+      if (in_flight_.empty()) idle_.notify_all();
     }
     const char one = 1;  // a full pipe (EAGAIN) is readable already
     while (write(write_fd_, &one, 1) < 0 && errno == EINTR) {
@@ -219,6 +221,13 @@ class Completions {
     return out;
   }
 
+  // Blocks until no call is in flight (gRPC's threads need neither the GIL nor this thread to
+  // finish them, so the caller may hold the GIL).
+  void WaitInFlight() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [this] { return in_flight_.empty(); });
+  }
+
   void Cancel(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = in_flight_.find(id);
@@ -235,6 +244,7 @@ class Completions {
   const int read_fd_;
   const int write_fd_;
   std::mutex mu_;
+  std::condition_variable idle_;  // notified when in_flight_ becomes empty
   // Guarded by mu_: the last id given, the calls in flight by id, the finished ones in order.
   uint64_t last_id_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<StartedCall>> in_flight_;
@@ -252,6 +262,20 @@ class Channel {
     std::atomic_store(&channel_,
                       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
   }
+
+  // Calls started here and not yet collected end first (cancelled), and are freed here, with
+  // the GIL, not by gRPC's threads (a client dropped without close(), a loop closed with calls
+  // in flight).
+  ~Channel() {
+    completions_->CancelAll();
+    {
+      nb::gil_scoped_release unlocked;
+      completions_->WaitInFlight();
+    }
+    (void)completions_->Take();
+  }
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
 
   // One unary call of `method` ("/package.Service/Method") whose request is the pieces (bytes,
   // memoryviews, contiguous arrays) concatenated; they must not change until it returns.

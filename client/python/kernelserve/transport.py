@@ -134,7 +134,6 @@ class NativeTransport:
             return _read_in_place(answer)
         return _small_answer(answer)
 
-
     async def execute_lazily_async(self, pieces: list[wire.Piece], timeout: Optional[float],
                                    metadata: Metadata) -> Union[bytes, Answer]:
         """execute_lazily() for asyncio: the call starts at once and the running loop is woken
