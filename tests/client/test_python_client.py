@@ -12,6 +12,7 @@ import os
 import tempfile
 import threading
 import unittest
+import weakref
 from multiprocessing import shared_memory
 from unittest import mock
 
@@ -917,8 +918,8 @@ class AsyncNativeStartTest(AsyncServerTest):
     async def asyncSetUp(self):
         await super().asyncSetUp()
         if self.client._native is None:
-            self.skipTest("kernelserve._native is not built "
-                          f"({kernelserve.transport.import_error()})")
+            self.skipTest("the client does not use kernelserve._native (KERNELSERVE_NATIVE=0, "
+                          f"or not built: {kernelserve.transport.import_error()})")
 
         async def not_grpcio(*args, **kwargs):
             raise AssertionError("a tiny call went through grpc.aio")
@@ -1021,21 +1022,24 @@ class NativeStartLifetimeTest(unittest.TestCase):
         rng = np.random.default_rng(14)
         xs = [uniform(rng, (2, 9, 8)) for _ in range(12)]
 
-        async def leave_calls_running():
-            client = kernelserve.aio.Client(self.server.target)
+        async def start_calls():  # native=True: in the grpcio-only run too
+            client = kernelserve.aio.Client(self.server.target, native=True)
             await client.schema("mean_pooling")
-            for x in xs:  # started, never awaited: asyncio.run cancels them at its end
-                asyncio.ensure_future(client.mean_pooling(x))
-            await asyncio.sleep(0)
-            return client
+            tasks = [asyncio.ensure_future(client.mean_pooling(x)) for x in xs]
+            await asyncio.sleep(0)  # each call started, none collected
+            return client, tasks
 
-        client = asyncio.run(leave_calls_running())
-        self.assertTrue(client._native._pending)
-        del client
-        gc.collect()
+        loop = asyncio.new_event_loop()
+        client, tasks = loop.run_until_complete(start_calls())
+        loop.close()  # never runs again: nothing is collected
+        self.assertEqual(len(client._native._pending), len(xs))
+        transport = weakref.ref(client._native)
+        del client, tasks
+        gc.collect()  # the channel cancels, waits for and frees its twelve calls
+        self.assertIsNone(transport())
 
         async def again():  # the extension still serves a new client
-            async with kernelserve.aio.Client(self.server.target) as fresh:
+            async with kernelserve.aio.Client(self.server.target, native=True) as fresh:
                 return await fresh.mean_pooling(xs[0])
 
         r = asyncio.run(again())

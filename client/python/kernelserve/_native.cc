@@ -302,8 +302,9 @@ class Channel {
   }
 
   // Starts the call Call() makes and returns its id at once; the pieces must not change until
-  // it is collected. `token` (any object) comes back with its outcome from Completed() once
-  // gRPC has finished the call, which makes completion_fd readable.
+  // it is collected. `token` (any object; a number keeps the garbage collector's view whole,
+  // as this holds it unseen) comes back with its outcome from Completed() once gRPC has
+  // finished the call, which makes completion_fd readable.
   uint64_t Start(const std::string& method, const nb::list& pieces, std::optional<double> timeout,
                  const Metadata& metadata, size_t bytes_below, nb::object token) {
     auto call = std::make_unique<StartedCall>();

@@ -18,6 +18,7 @@ the environment has KERNELSERVE_NATIVE=0.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -97,7 +98,10 @@ class NativeTransport:
         self._channel = _native.Channel(target, max_message_bytes)
         self._target = target
         self._loop: Optional[asyncio.AbstractEventLoop] = None  # watching completion_fd
-        self._pending: set[asyncio.Future[Any]] = set()  # started calls not yet collected
+        # The futures of started calls not yet collected, by the token the extension holds (a
+        # number: no reference from C++ to Python objects that the garbage collector cannot see).
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._tokens = itertools.count()
 
     def close(self) -> None:
         """Closes the channel (its connection goes once calls in flight end)."""
@@ -108,7 +112,7 @@ class NativeTransport:
         as CANCELLED first, and the loop stops watching for them."""
         self._channel.cancel_all()
         if self._pending:
-            await asyncio.wait(list(self._pending))
+            await asyncio.wait(list(self._pending.values()))
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._channel.completion_fd)
         self._loop = None
@@ -145,9 +149,10 @@ class NativeTransport:
             return await loop.run_in_executor(None, self.execute_lazily, pieces, timeout,
                                               metadata)
         future: asyncio.Future[Any] = loop.create_future()
+        token = next(self._tokens)
         call = self._channel.start(wire.EXECUTE_METHOD, pieces, timeout, metadata,
-                                   BYTES_ANSWER_BELOW, future)
-        self._pending.add(future)
+                                   BYTES_ANSWER_BELOW, token)
+        self._pending[token] = future
         try:
             code, message, answer = await future
         except asyncio.CancelledError:
@@ -176,8 +181,10 @@ class NativeTransport:
 
     def _collect(self) -> None:
         """Hands each finished call's outcome to its future (on the future's own loop)."""
-        for future, code, message, answer in self._channel.completed():
-            self._pending.discard(future)
+        for token, code, message, answer in self._channel.completed():
+            future = self._pending.pop(token, None)
+            if future is None:
+                continue
             outcome = (code, message, answer)
             if future.get_loop() is self._loop:
                 _settle(future, outcome)
