@@ -49,6 +49,9 @@ BYTES_ANSWER_BELOW = 1 << 20
 # The answer's first bytes read to find where its first tensor starts (its map key, dtype and
 # shape come before; the server writes the outputs first).
 _HEAD_BYTES = 4096
+# How long an asyncio client's close() waits for its cancelled calls to end (they end at once
+# unless gRPC is stuck; close() never hangs on them).
+CLOSE_WAIT_SECONDS = 10.0
 Answer = tuple[pb.ExecuteResponse, dict[str, memoryview]]
 Metadata = Sequence[tuple[str, str]]
 
@@ -109,10 +112,13 @@ class NativeTransport:
 
     async def close_async(self) -> None:
         """close() for a client of an event loop: calls started here and still in flight end
-        as CANCELLED first, and the loop stops watching for them."""
+        as CANCELLED first (waited for up to CLOSE_WAIT_SECONDS, on this loop only), and the
+        loop stops watching for them."""
         self._channel.cancel_all()
-        if self._pending:
-            await asyncio.wait(list(self._pending.values()))
+        loop = asyncio.get_running_loop()
+        ending = [f for f in self._pending.values() if not f.done() and f.get_loop() is loop]
+        if ending and self._loop is loop:
+            await asyncio.wait(ending, timeout=CLOSE_WAIT_SECONDS)
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._channel.completion_fd)
         self._loop = None
