@@ -954,12 +954,31 @@ class AsyncNativeStartTest(AsyncServerTest):
 
     async def test_cancelled_task_cancels_its_call(self):
         x = uniform(self.rng, (2, 7, 8))
-        for _ in range(20):
+        await self.client.schema("mean_pooling")  # the kernels fetched: calls start at once
+        channel = self.client._native._channel
+        started, cancelled = [], []
+
+        class Watched:  # the extension's channel, its starts and cancels counted
+            def start(self, *args):
+                started.append(channel.start(*args))
+                return started[-1]
+
+            def cancel(self, call):
+                cancelled.append(call)
+                channel.cancel(call)
+
+            def __getattr__(self, name):
+                return getattr(channel, name)
+
+        self.client._native._channel = Watched()
+        for i in range(20):
             task = asyncio.ensure_future(self.client.mean_pooling(x))
             await asyncio.sleep(0)  # started
+            self.assertEqual(len(started), i + 1)
             task.cancel()
             with self.assertRaises(asyncio.CancelledError):
                 await task
+        self.assertEqual(cancelled, started)
         r = await self.client.mean_pooling(x)
         np.testing.assert_allclose(r.out, references.mean_pooling(x), rtol=1e-5, atol=1e-6)
         for _ in range(200):  # the cancelled calls' ends are collected and dropped
