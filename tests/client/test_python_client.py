@@ -1045,13 +1045,13 @@ class NativeStartLifetimeTest(unittest.TestCase):
             client = kernelserve.aio.Client(self.server.target, native=True)
             await client.schema("mean_pooling")
             tasks = [asyncio.ensure_future(client.mean_pooling(x)) for x in xs]
-            await asyncio.sleep(0)  # each call started, none collected
+            await asyncio.sleep(0)  # the tasks ran first: each call started, none collected yet
+            self.assertEqual(len(client._native._pending), len(xs))
             return client, tasks
 
         loop = asyncio.new_event_loop()
         client, tasks = loop.run_until_complete(start_calls())
-        loop.close()  # never runs again: nothing is collected
-        self.assertEqual(len(client._native._pending), len(xs))
+        loop.close()  # never runs again: calls in flight or finished stay uncollected
         transport = weakref.ref(client._native)
         del client, tasks
         gc.collect()  # the channel cancels, waits for and frees its twelve calls
