@@ -194,8 +194,11 @@ class NativeTransport:
             outcome = (code, message, answer)
             if future.get_loop() is self._loop:
                 _settle(future, outcome)
-            else:  # started on a loop the transport has left since
+                continue
+            try:  # started on a loop the transport has left since
                 future.get_loop().call_soon_threadsafe(_settle, future, outcome)
+            except RuntimeError:  # that loop is closed: nobody awaits the outcome
+                pass
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[int, str, Any]) -> None:
